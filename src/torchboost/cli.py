@@ -1,0 +1,67 @@
+"""The ``torchboost`` command line: one sub-command per moment of use.
+
+Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this file only wires them up. Bad usage exits 2 with one line
+on stderr and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+__all__ = ["main", "split_command"]
+
+_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("torchboost.demo", "run a built-in workload plain and boosted, side by side"),
+    "doctor": ("torchboost.observe.command", "diagnose an unmodified training script"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``[opts..., "--", cmd...]`` into our options and the user's command."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from torchboost import __version__
+
+    parser = _Parser(prog="torchboost", description="Make PyTorch training markedly faster, and prove it.")
+    parser.add_argument("--version", action="version", version=f"torchboost {__version__}")
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
+    for name, (module_name, help_text) in _SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0]))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``torchboost`` console script; returns the exit code."""
+    own, command = split_command(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser()
+    args = parser.parse_args(own)
+    if args.subcommand is None:
+        parser.print_help()
+        return 2
+    args.command = command
+    module = importlib.import_module(_SUBCOMMANDS[args.subcommand][0])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("torchboost: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

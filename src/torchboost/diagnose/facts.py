@@ -1,0 +1,176 @@
+"""Facts: what the observer saw in a training run, as plain JSON-able data.
+
+This is the contract between :mod:`torchboost.observe` (which records it from a live
+process) and :mod:`torchboost.diagnose.rules` (which reads it without running
+anything). Times are in milliseconds, memory in bytes, unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Facts",
+    "LoaderFacts",
+    "ModelFacts",
+    "OptimizerFacts",
+    "PrecisionFacts",
+    "ProfileFacts",
+    "StepRecord",
+]
+
+PHASES = ("data", "forward", "backward", "optimizer", "other")
+"""The parts of a training step, in order; ``breakdown_pct`` has one entry per phase."""
+
+
+@dataclass
+class StepRecord:
+    """One observed training step, phase times in milliseconds."""
+
+    index: int
+    total_ms: float
+    data_ms: float = 0.0
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    optimizer_ms: float = 0.0
+
+    @property
+    def other_ms(self) -> float:
+        """Whatever the phases do not account for (logging, user code, syncs)."""
+        known = self.data_ms + self.forward_ms + self.backward_ms + self.optimizer_ms
+        return max(0.0, self.total_ms - known)
+
+
+@dataclass
+class LoaderFacts:
+    """The DataLoader seen feeding the loop (the one iterated most)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    iterable: bool = False
+    """True for an IterableDataset (workers would duplicate an unsharded stream)."""
+    dataset_len: int | None = None
+    num_batches: int | None = None
+    """len(loader), None when unknown (iterable)."""
+
+
+@dataclass
+class ModelFacts:
+    """The root module(s) whose forward the loop calls."""
+
+    class_name: str = ""
+    parameters: int = 0
+    trainable_parameters: int = 0
+    param_dtypes: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    compiled: bool = False
+    has_conv2d: bool = False
+    channels_last: bool = False
+    """The conv weights are already in channels_last memory format."""
+
+
+@dataclass
+class PrecisionFacts:
+    """Numeric settings in effect during forward."""
+
+    autocast: bool = False
+    autocast_dtype: str | None = None
+    """"bfloat16" / "float16" when autocast was on, else None."""
+    grad_scaler: bool = False
+    tf32_matmul: bool = False
+    """torch.backends.cuda.matmul.allow_tf32 or float32 matmul precision below "highest"."""
+    cudnn_benchmark: bool = False
+
+
+@dataclass
+class OptimizerFacts:
+    """The optimizer seen stepping."""
+
+    class_name: str = ""
+    foreach: bool | None = None
+    fused: bool | None = None
+    supports_fused: bool = False
+    """The class accepts ``fused=True`` (Adam, AdamW, SGD, ...) on the model's device."""
+
+
+@dataclass
+class ProfileFacts:
+    """What the bounded torch.profiler window saw."""
+
+    steps: int = 0
+    top_ops: list[dict[str, Any]] = field(default_factory=list)
+    """[{name, self_cpu_ms, self_device_ms, calls}] by self time, at most 20."""
+    sync_count_per_step: float = 0.0
+    """Host–device synchronisations per step (aten::_local_scalar_dense, stream/device syncs)."""
+    sync_ops: dict[str, int] = field(default_factory=dict)
+    trace_path: str | None = None
+    """Chrome-trace JSON file, relative to the report folder."""
+
+
+@dataclass
+class Facts:
+    """Everything observed in one run. ``to_dict``/``from_dict`` round-trip through JSON."""
+
+    env: dict[str, Any] = field(default_factory=dict)
+    """torchboost.env.Environment.to_dict() of the observed process."""
+    command: list[str] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    warmup_steps: int = 0
+    step_source: str = "optimizer"
+    """"optimizer" (optimizer step hooks) or "backward" (no optimizer object seen)."""
+    loader: LoaderFacts | None = None
+    model: ModelFacts | None = None
+    precision: PrecisionFacts = field(default_factory=PrecisionFacts)
+    optimizer: OptimizerFacts | None = None
+    profile: ProfileFacts | None = None
+    cpu_threads: int = 1
+    """torch.get_num_threads() in the training process."""
+    peak_memory_bytes: int = 0
+    device_memory_total_bytes: int = 0
+    """Accelerator memory (CUDA), or 0 on CPU."""
+    peak_rss_bytes: int = 0
+    losses: list[float] = field(default_factory=list)
+    """Loss values per observed step, where the backward's tensor was a scalar."""
+    ended: str = "stopped"
+    """"stopped" (after N steps), "finished" (script ended on its own), "crashed"."""
+    exit_code: int = 0
+    planned_steps: int | None = None
+    """Steps the script would run in full (len(loader) x epochs), when known."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able nested dicts."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Facts":
+        """Inverse of :meth:`to_dict`; unknown keys are ignored (newer writers)."""
+        def build(kind: type, raw: Any) -> Any:
+            if raw is None:
+                return None
+            names = {f.name for f in dataclasses.fields(kind)}
+            return kind(**{k: v for k, v in raw.items() if k in names})
+
+        nested = {
+            "loader": LoaderFacts,
+            "model": ModelFacts,
+            "precision": PrecisionFacts,
+            "optimizer": OptimizerFacts,
+            "profile": ProfileFacts,
+        }
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in names:
+                continue
+            if key in nested:
+                kwargs[key] = build(nested[key], value)
+            elif key == "steps":
+                kwargs[key] = [build(StepRecord, s) for s in value]
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)

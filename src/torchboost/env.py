@@ -1,0 +1,197 @@
+"""Environment probe: the one module that asks the hardware and the installation what they can do.
+
+Every capability question torchboost asks (is there a GPU, does it do bf16, can Inductor
+compile here, how many cores are ours) is answered here, once, into a plain
+:class:`Environment` that serialises to JSON. Nothing else probes hardware.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import torch
+
+__all__ = ["Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS"]
+
+DIST_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""The variables torchrun sets; their presence means we run under a distributed launcher."""
+
+_CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this machine and installation can do. Plain data; ``to_dict`` gives JSON."""
+
+    device: str
+    """"cuda", "mps" or "cpu": where a model goes by default."""
+    torch_version: str
+    cpu_cores: int
+    """Cores this process may run on (affinity-aware)."""
+    ram_bytes: int
+    """Total physical memory, bytes."""
+    ram_available_bytes: int
+    """Memory available when probed, bytes."""
+    cpu_flags: tuple[str, ...] = ()
+    """The bf16-relevant CPU instruction-set flags found (avx512_bf16, amx_bf16, amx_tile)."""
+    cpu_capability: str = ""
+    """torch's own view of the CPU's vector ISA (e.g. "AVX512")."""
+    gpu_name: str = ""
+    gpu_count: int = 0
+    gpu_memory_bytes: int = 0
+    compute_capability: tuple[int, int] | None = None
+    cuda_bf16: bool = False
+    compiler: str = ""
+    """Path of the C++ compiler Inductor would use on CPU, "" when none."""
+    triton: bool = False
+    """Whether Triton imports (Inductor's GPU backend)."""
+    dist_env: dict[str, str] = field(default_factory=dict)
+    """torchrun's variables as seen (RANK, WORLD_SIZE, ...)."""
+
+    @property
+    def cpu_bf16(self) -> bool:
+        """The CPU has bf16 instructions (avx512_bf16 or AMX)."""
+        return any(flag in self.cpu_flags for flag in _CPU_BF16_FLAGS)
+
+    @property
+    def bf16(self) -> bool:
+        """bf16 runs natively on ``device``."""
+        return self.cuda_bf16 if self.device == "cuda" else self.cpu_bf16
+
+    @property
+    def tf32(self) -> bool:
+        """The GPU has TF32 tensor cores (Ampere, compute capability 8.0, and newer)."""
+        return self.device == "cuda" and (self.compute_capability or (0, 0)) >= (8, 0)
+
+    @property
+    def can_compile(self) -> bool:
+        """torch.compile's default backend (Inductor) has what it needs on ``device``."""
+        return self.triton if self.device == "cuda" else bool(self.compiler)
+
+    @property
+    def compile_reason(self) -> str:
+        """Why compile can or cannot run here, in words."""
+        if self.device == "cuda":
+            return "Triton is installed" if self.triton else "Triton is not installed"
+        if self.compiler:
+            return f"C++ compiler at {self.compiler}"
+        return "no C++ compiler (set CXX or install g++) for Inductor's CPU backend"
+
+    @property
+    def distributed(self) -> bool:
+        """Launched by torchrun (or an equivalent) with more than one process."""
+        return int(self.dist_env.get("WORLD_SIZE", "1")) > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict, derived properties included."""
+        data = dataclasses.asdict(self)
+        for name in ("cpu_bf16", "bf16", "tf32", "can_compile", "compile_reason", "distributed"):
+            data[name] = getattr(self, name)
+        return data
+
+
+def _cpu_flags() -> tuple[str, ...]:
+    wanted = (*_CPU_BF16_FLAGS, "amx_tile")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    present = set(line.split(":", 1)[1].split())
+                    return tuple(f for f in wanted if f in present)
+    except OSError:
+        pass
+    return ()
+
+
+def _cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _compiler() -> str:
+    for name in (os.environ.get("CXX", ""), "g++", "clang++", "c++"):
+        if name:
+            found = shutil.which(name)
+            if found:
+                return found
+    return ""
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _device() -> str:
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Environment:
+    """Probe once per process (cached); cheap: no benchmark runs here."""
+    device = _device()
+    memory = psutil.virtual_memory()
+    gpu: dict[str, Any] = {}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        gpu = dict(
+            gpu_name=props.name,
+            gpu_count=torch.cuda.device_count(),
+            gpu_memory_bytes=int(props.total_memory),
+            compute_capability=(props.major, props.minor),
+            cuda_bf16=bool(torch.cuda.is_bf16_supported()),
+        )
+    return Environment(
+        device=device,
+        torch_version=torch.__version__,
+        cpu_cores=_cpu_cores(),
+        ram_bytes=int(memory.total),
+        ram_available_bytes=int(memory.available),
+        cpu_flags=_cpu_flags(),
+        cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
+        compiler=_compiler(),
+        triton=_has_triton() if device == "cuda" else False,
+        dist_env={k: os.environ[k] for k in DIST_ENV_VARS if k in os.environ},
+        **gpu,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def measure_cpu_bf16_speedup(size: int = 512, repeats: int = 7) -> float:
+    """Median time of an fp32 CPU matmul divided by the same matmul in bf16.
+
+    Above 1 means bf16 is faster on this CPU. Flags alone mislead: a CPU may
+    advertise bf16 instructions that its matmul kernels do not use. Takes ~0.1 s;
+    measured once per process.
+    """
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+
+    def median_s(x: torch.Tensor, y: torch.Tensor) -> float:
+        torch.mm(x, y)  # warm-up: first call picks and loads kernels
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(x, y)
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    return median_s(a, b) / median_s(a16, b16)
