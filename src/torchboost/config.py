@@ -224,10 +224,11 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-def _unknown(kind: str, name: str, valid: list[str]) -> ConfigError:
+def _unknown(kind: str, name: str, valid: list[str], prefix: str = "") -> ConfigError:
     close = difflib.get_close_matches(name, valid, n=1)
-    hint = f'; did you mean "{close[0]}"?' if close else f"; valid: {', '.join(valid)}"
-    return ConfigError(f'unknown {kind} "{name}"{hint}')
+    names = [prefix + v for v in valid]
+    hint = f'; did you mean "{prefix}{close[0]}"?' if close else f"; valid: {', '.join(names)}"
+    return ConfigError(f'unknown {kind} "{prefix}{name}"{hint}')
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,7 +279,7 @@ class BoostConfig:
             valid = [f.name for f in dataclasses.fields(section_cls)]
             for key in values:
                 if key not in valid:
-                    raise _unknown("key", f"{name}.{key}", [f"{name}.{v}" for v in valid])
+                    raise _unknown("key", key, valid, prefix=f"{name}.")
             sections[name] = section_cls(**values)
         return cls(**sections)
 

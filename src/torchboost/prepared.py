@@ -1,0 +1,147 @@
+"""The prepared optimizer and scheduler that ``Booster.prepare`` hands back.
+
+They are thin proxies: the user keeps calling ``optimizer.step()`` and
+``scheduler.step()`` as in plain PyTorch, and the proxies route the step through the
+precision technique (unscale, skip on overflow, scale update) and keep the scheduler in
+step with the optimizer steps that really happened.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["BoostedOptimizer", "BoostedScheduler"]
+
+# LRScheduler warns when its step() precedes the optimizer's; BoostedScheduler only steps
+# after a real optimizer step, so those warnings are false alarms caused by proxying.
+_ORDER_WARNINGS = (
+    r".*`optimizer\.step\(\)` has been overridden.*",
+    r".*`lr_scheduler\.step\(\)` before `optimizer\.step\(\)`.*",
+)
+
+
+class BoostedOptimizer(torch.optim.Optimizer):
+    """Wraps an optimizer: ``step()`` goes through the precision policy.
+
+    It subclasses ``torch.optim.Optimizer`` so that LR schedulers and ``isinstance``
+    checks accept it, but it owns no parameters: ``param_groups``, ``state`` and
+    ``defaults`` are the wrapped optimizer's own objects (``.optimizer``).
+    """
+
+    # Optimizer.__init__ is deliberately not called: it would register parameters a
+    # second time. Every attribute below delegates to the wrapped optimizer.
+    def __init__(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[torch.optim.Optimizer], bool]):
+        self.__dict__["optimizer"] = optimizer
+        self.__dict__["_step_fn"] = step_fn
+        self.__dict__["real_steps"] = 0
+        """Optimizer steps that updated the weights."""
+        self.__dict__["skipped_steps"] = 0
+        """Steps skipped because fp16 gradients overflowed."""
+        self.__dict__["step_was_skipped"] = False
+        """Whether the last ``step()`` call was skipped."""
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = value
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.optimizer.defaults = value
+
+    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
+        """Unscale (fp16), step unless gradients overflowed, update the scale."""
+        if closure is not None:
+            raise NotImplementedError(
+                "optimizer.step(closure) is not supported by the prepared optimizer "
+                "(a gradient scaler cannot re-run a closure); call the closure yourself, then step()"
+            )
+        stepped = self._step_fn(self.optimizer)
+        self.__dict__["step_was_skipped"] = not stepped
+        key = "real_steps" if stepped else "skipped_steps"
+        self.__dict__[key] += 1
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear gradients; ``set_to_none`` frees their memory instead of writing zeros."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        self.optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not found normally: hooks, private fields, extras.
+        return getattr(self.__dict__["optimizer"], name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"BoostedOptimizer({self.optimizer!r})"
+
+
+class BoostedScheduler:
+    """Wraps an LR scheduler so it advances once per real optimizer step.
+
+    ``step()`` is a no-op when no optimizer step updated the weights since the last
+    scheduler step: an fp16 step skipped for overflow does not advance the schedule.
+    """
+
+    def __init__(self, scheduler: Any, optimizer: BoostedOptimizer):
+        self.scheduler = scheduler
+        self._optimizer = optimizer
+        self._seen_steps = optimizer.real_steps
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        """Advance the schedule if the optimizer really stepped since the last call."""
+        if self._optimizer.real_steps == self._seen_steps:
+            return
+        self._seen_steps = self._optimizer.real_steps
+        with warnings.catch_warnings():
+            for pattern in _ORDER_WARNINGS:
+                warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+            self.scheduler.step(*args, **kwargs)
+
+    def sync(self) -> None:
+        """Count every optimizer step so far as seen (after restoring a checkpoint)."""
+        self._seen_steps = self._optimizer.real_steps
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped scheduler's state."""
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the wrapped scheduler's state."""
+        self.scheduler.load_state_dict(state_dict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["scheduler"], name)
+
+    def __repr__(self) -> str:
+        return f"BoostedScheduler({self.scheduler!r})"
