@@ -8,9 +8,20 @@ Public names::
     torchboost.probe()       what this machine can do
 """
 
+from torchboost.booster import Booster, load_config
+from torchboost.checkpoint import CheckpointError
 from torchboost.config import BoostConfig, ConfigError
 from torchboost.env import Environment, probe
 
 __version__ = "0.1.0"
 
-__all__ = ["BoostConfig", "ConfigError", "Environment", "probe", "__version__"]
+__all__ = [
+    "BoostConfig",
+    "Booster",
+    "CheckpointError",
+    "ConfigError",
+    "Environment",
+    "load_config",
+    "probe",
+    "__version__",
+]
