@@ -1,0 +1,308 @@
+"""Mixed precision: one small object per mode, chosen once, so the training step has no ``if``.
+
+Four concrete modes:
+
+* ``fp32``: plain PyTorch; touches nothing.
+* ``tf32``: fp32 tensors, but CUDA matmuls and convolutions use TF32 tensor cores
+  (``torch.set_float32_matmul_precision("high")`` and ``cudnn.allow_tf32``).
+* ``bf16``: autocast to bfloat16. bf16 has fp32's exponent range, so it never needs a
+  loss scaler and never owns one.
+* ``fp16``: autocast to float16 plus a :class:`torch.amp.GradScaler`; a step whose
+  gradients hold inf/NaN is skipped and the scale is halved.
+
+``"auto"`` is resolved by :func:`resolve_precision` from an :class:`~torchboost.env.Environment`:
+
+* CUDA with bf16 (every Ampere and newer GPU): ``bf16``. TF32 is *not* switched on as
+  well: TF32 only changes matmuls and convolutions, and inside a bf16 autocast region
+  those already run in bf16; what stays fp32 there (norms, reductions, losses) is
+  untouched by TF32. So ``auto`` never picks ``tf32``; it is there for users who want
+  fp32 maths at tensor-core speed and ask for it.
+* CUDA without bf16, with tensor cores (compute capability 7.x): ``fp16`` with a scaler.
+* Older CUDA GPUs (no tensor cores, slow fp16 on many of them): ``fp32``.
+* CPU: ``fp32`` unless the CPU has bf16 instructions *and* a measured bf16 matmul is at
+  least :data:`CPU_BF16_MIN_SPEEDUP` times faster than fp32; the reason gives the number.
+* Other devices (e.g. MPS): ``fp32``; reduced precision there is only used when asked for.
+
+Every mode is usable on its own, without the Booster::
+
+    precision = make_precision("fp16", "cpu")
+    precision.setup()
+    with precision.autocast():
+        loss = criterion(model(x), y)
+    precision.backward(loss)
+    precision.unscale_(optimizer)            # before clipping
+    if precision.step(optimizer):            # False: skipped for inf/NaN gradients
+        scheduler.step()
+    optimizer.zero_grad()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import torch
+
+from torchboost import env as _envmod
+from torchboost.config import ConfigError, PrecisionConfig
+
+__all__ = [
+    "CPU_BF16_MIN_SPEEDUP",
+    "AutocastPrecision",
+    "Fp16Precision",
+    "Precision",
+    "SlowPrecisionWarning",
+    "Tf32Precision",
+    "make_precision",
+    "resolve_precision",
+]
+
+CPU_BF16_MIN_SPEEDUP = 1.2
+"""bf16/fp32 matmul speed ratio (fp32 time / bf16 time, unitless) a CPU must reach for
+``auto`` to pick bf16. Below it the rounding cost of bf16 buys too little."""
+
+_CONCRETE = tuple(m for m in PrecisionConfig.MODES if m != "auto")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_FP16_MIN_CAPABILITY = (7, 0)  # first GPUs with fp16 tensor cores (Volta)
+
+# Warnings already given in this process, so each is said once however many times
+# the configuration is resolved (the tuner and the Booster may both resolve it).
+_warned: set[str] = set()
+
+
+class SlowPrecisionWarning(UserWarning):
+    """The requested precision runs here but is likely slower than fp32."""
+
+
+class Precision:
+    """fp32: the null object. Every method does exactly what plain PyTorch does.
+
+    Subclasses change only what their mode needs; the training step calls the same
+    methods whatever the mode.
+    """
+
+    mode = "fp32"
+
+    def __init__(self, device_type: str) -> None:
+        self.device_type = device_type
+        """Device type the model runs on: "cpu", "cuda", "mps", ..."""
+
+    def setup(self) -> None:
+        """Set the global switches this mode needs. fp32 touches nothing."""
+
+    def teardown(self) -> None:
+        """Restore what :meth:`setup` changed. fp32 changed nothing."""
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Context for the forward pass and loss; a no-op for fp32 and tf32."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, scaled when the mode needs it."""
+        loss.backward(**kwargs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true size before clipping; no-op unless fp16."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Step the optimizer. Returns False when the step was skipped (fp16 overflow)."""
+        optimizer.step()
+        return True
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must keep to resume this mode: the scaler for fp16, else {}."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        if state:
+            raise ValueError(
+                f"precision {self.mode!r} keeps no state but got keys {sorted(state)}; "
+                "was this checkpoint saved with precision fp16?"
+            )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(mode={self.mode!r}, device_type={self.device_type!r})"
+
+
+class Tf32Precision(Precision):
+    """tf32: fp32 tensors, TF32 tensor cores for CUDA matmuls and convolutions."""
+
+    mode = "tf32"
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__(device_type)
+        self._saved: tuple[str, bool] | None = None
+
+    def setup(self) -> None:
+        """Switch matmul precision to "high" and allow TF32 in cuDNN (remembered for
+        :meth:`teardown`)."""
+        if self._saved is None:
+            self._saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+
+    def teardown(self) -> None:
+        """Put back the matmul precision and cuDNN setting found by :meth:`setup`."""
+        if self._saved is not None:
+            torch.set_float32_matmul_precision(self._saved[0])
+            torch.backends.cudnn.allow_tf32 = self._saved[1]
+            self._saved = None
+
+
+class AutocastPrecision(Precision):
+    """bf16 (or any autocast dtype that needs no scaler): autocast in the forward pass."""
+
+    def __init__(self, device_type: str, mode: str = "bf16") -> None:
+        super().__init__(device_type)
+        self.mode = mode
+        self.dtype = _DTYPES[mode]
+        """The autocast dtype."""
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """``torch.autocast(device_type, dtype)``."""
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+
+class Fp16Precision(AutocastPrecision):
+    """fp16: autocast to float16 and a GradScaler that skips steps with inf/NaN gradients."""
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__(device_type, "fp16")
+        self.scaler = torch.amp.GradScaler(device_type)
+        """The loss scaler; one optimizer per scaler (``update`` follows every step)."""
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backward of ``loss * scale``, so small fp16 gradients do not flush to zero."""
+        self.scaler.scale(loss).backward(**kwargs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the gradients by the scale (once per step) so clipping sees true norms."""
+        self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``scaler.step`` then ``scaler.update``; False when the gradients held inf/NaN.
+
+        The scaler backs off (halves the scale) exactly when it found inf/NaN and then
+        skipped the step, and otherwise keeps or grows it, so comparing the scale
+        before and after tells whether the optimizer stepped.
+        """
+        # Host-device sync: get_scale() reads the scale tensor. Once per optimizer step,
+        # and scaler.step already syncs on the inf check, so this adds no stall.
+        before = self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() >= before
+
+    def state_dict(self) -> dict:
+        """The scaler's state (scale, growth tracker, factors)."""
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the scaler's state."""
+        self.scaler.load_state_dict(state)
+
+
+def make_precision(mode: str, device_type: str) -> Precision:
+    """Build the precision object for a concrete ``mode`` on ``device_type``.
+
+    Raises :class:`~torchboost.config.ConfigError` for combinations that cannot run:
+    ``"auto"`` (resolve it first), tf32 off CUDA, autocast on a device type torch has
+    no autocast for.
+    """
+    if mode not in _CONCRETE:
+        hint = "; resolve it first with resolve_precision()" if mode == "auto" else ""
+        raise ConfigError(f"precision.mode: expected one of {', '.join(_CONCRETE)}; got {mode!r}{hint}")
+    if mode == "fp32":
+        return Precision(device_type)
+    if mode == "tf32":
+        if device_type != "cuda":
+            raise ConfigError(
+                f'precision.mode "tf32" needs a CUDA GPU (Ampere or newer); the model is on '
+                f'{device_type!r}. Use "fp32", or "auto" to pick for this device.'
+            )
+        return Tf32Precision(device_type)
+    if not _autocast_available(device_type):
+        raise ConfigError(
+            f'precision.mode "{mode}": torch has no autocast for device type {device_type!r}; '
+            'use "fp32".'
+        )
+    if mode == "fp16":
+        return Fp16Precision(device_type)
+    return AutocastPrecision(device_type, "bf16")
+
+
+def _autocast_available(device_type: str) -> bool:
+    try:
+        return torch.amp.is_autocast_available(device_type)
+    except RuntimeError:  # not a device type torch knows at all
+        return False
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, SlowPrecisionWarning, stacklevel=3)
+
+
+def _resolve_explicit(mode: str, env: _envmod.Environment) -> tuple[str, str]:
+    if mode == "tf32" and not env.tf32:
+        where = f"{env.device} (compute capability {env.compute_capability})" if env.compute_capability else env.device
+        raise ConfigError(
+            'precision.mode "tf32" needs a CUDA GPU of compute capability 8.0 (Ampere) or '
+            f'newer; this machine runs on {where}. Use "fp32", or "auto".'
+        )
+    if mode == "bf16" and env.device == "cuda" and not env.cuda_bf16:
+        raise ConfigError(
+            f'precision.mode "bf16" is not supported by {env.gpu_name or "this GPU"}; '
+            'use "fp16" (with loss scaling) or "auto".'
+        )
+    if mode == "bf16" and env.device == "cpu" and not env.cpu_bf16:
+        _warn_once(
+            "bf16-cpu",
+            'precision "bf16" on a CPU without bf16 instructions (avx512_bf16/amx_bf16): '
+            'it runs, emulated, and is likely slower than fp32; use "auto" to measure.',
+        )
+        return mode, "requested; the CPU has no bf16 instructions, so bf16 is emulated"
+    return mode, "requested"
+
+
+def _resolve_cuda(env: _envmod.Environment) -> tuple[str, str]:
+    gpu = f"{env.gpu_name or 'CUDA GPU'} (compute capability {env.compute_capability})"
+    if env.cuda_bf16:
+        return "bf16", f"{gpu} supports bf16: autocast bf16, no loss scaling needed"
+    if (env.compute_capability or (0, 0)) >= _FP16_MIN_CAPABILITY:
+        return "fp16", f"{gpu} has fp16 tensor cores but no bf16: autocast fp16 with a GradScaler"
+    return "fp32", f"{gpu} has no tensor cores, so reduced precision would gain little"
+
+
+def _resolve_cpu(env: _envmod.Environment) -> tuple[str, str]:
+    if not env.cpu_bf16:
+        return "fp32", "the CPU has no bf16 instructions (avx512_bf16/amx_bf16); bf16 would be slower"
+    speedup = _envmod.measure_cpu_bf16_speedup()
+    measured = f"a bf16 matmul measured {speedup:.2f}x the speed of fp32"
+    if speedup >= CPU_BF16_MIN_SPEEDUP:
+        return "bf16", f"the CPU has bf16 instructions and {measured} (>= {CPU_BF16_MIN_SPEEDUP}x)"
+    return "fp32", f"the CPU has bf16 instructions but {measured} (< {CPU_BF16_MIN_SPEEDUP}x)"
+
+
+def resolve_precision(requested: str, env: _envmod.Environment) -> tuple[str, str]:
+    """Turn a configured mode into a concrete one for ``env``; returns ``(mode, reason)``.
+
+    ``requested`` is one of :data:`PrecisionConfig.MODES`. An explicit mode is kept
+    (bf16 on a CPU without bf16 instructions warns once per process that it is likely
+    slower); ``"auto"`` follows the rules in this module's docstring. On a bf16-capable
+    CPU, ``"auto"`` runs a ~0.1 s matmul measurement once per process.
+    """
+    if requested not in PrecisionConfig.MODES:
+        raise ConfigError(
+            f"precision.mode: expected one of {', '.join(PrecisionConfig.MODES)}; got {requested!r}"
+        )
+    if requested != "auto":
+        return _resolve_explicit(requested, env)
+    if env.device == "cuda":
+        return _resolve_cuda(env)
+    if env.device == "cpu":
+        return _resolve_cpu(env)
+    return "fp32", f"auto keeps fp32 on {env.device}; ask for fp16 or bf16 to try them"
