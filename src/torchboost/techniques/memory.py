@@ -1,0 +1,73 @@
+"""Memory layout: channels_last for models with 2-D convolutions, and for their inputs.
+
+Convolution kernels on CUDA tensor cores (fp16/bf16) want NHWC ("channels_last")
+tensors; in NCHW they pay for layout conversions around every convolution. In fp32, or
+on CPU, the gain is small or negative, so ``auto`` turns it on only for CUDA with reduced
+precision; an explicit ``true`` is honoured anywhere. The maths is unchanged: only the
+order of elements in memory differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchboost.techniques.loader import map_tensors
+
+__all__ = ["apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
+
+REDUCED_PRECISION_MODES = ("bf16", "fp16")
+"""Precision modes in which ``auto`` turns channels_last on (CUDA only)."""
+
+_CONV2D = (nn.Conv2d, nn.ConvTranspose2d)
+
+
+def has_conv2d(model: nn.Module) -> bool:
+    """The model contains a 2-D convolution (4-D weight) that channels_last affects."""
+    return any(isinstance(m, _CONV2D) for m in model.modules())
+
+
+def resolve_channels_last(
+    requested: bool | str, model: nn.Module, *, device: torch.device, precision_mode: str
+) -> tuple[bool, str]:
+    """Resolve ``memory.channels_last`` (True, False or "auto") to a bool and the reason.
+
+    ``precision_mode`` is the resolved precision ("fp32", "tf32", "bf16" or "fp16").
+    """
+    device_type = torch.device(device).type
+    conv = has_conv2d(model)
+    if requested is True:
+        return True, "set in config" + ("" if conv else " (the model has no 2-D convolution: no effect)")
+    if requested is False:
+        return False, "set in config"
+    if requested != "auto":
+        raise ValueError(f'memory.channels_last: expected auto | true | false; got "{requested}"')
+    if not conv:
+        return False, "the model has no 2-D convolution"
+    if device_type != "cuda":
+        return False, f"on {device_type} channels_last gains little or loses; set true to try it"
+    if precision_mode not in REDUCED_PRECISION_MODES:
+        return False, f"{precision_mode} convolutions gain little from channels_last; it pays with bf16/fp16"
+    return True, f"2-D convolutions on CUDA in {precision_mode}: tensor-core kernels want channels_last"
+
+
+def apply_channels_last(model: nn.Module) -> nn.Module:
+    """Convert the model's 4-D parameters and buffers to channels_last, in place; returns ``model``."""
+    return model.to(memory_format=torch.channels_last)
+
+
+def _to_channels_last(t: torch.Tensor) -> torch.Tensor:
+    if t.dim() == 4 and t.is_floating_point():
+        return t.contiguous(memory_format=torch.channels_last)
+    return t
+
+
+def to_channels_last(batch: Any) -> Any:
+    """``batch`` with every 4-D floating-point tensor in channels_last; others unchanged.
+
+    Walks the same structures as :func:`torchboost.techniques.loader.map_tensors`.
+    Labels and integer masks are left alone.
+    """
+    return map_tensors(batch, _to_channels_last)

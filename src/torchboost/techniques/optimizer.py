@@ -1,0 +1,186 @@
+"""Optimizer implementation: rebuild a torch optimizer with its foreach or fused kernels.
+
+torch's built-in optimizers have up to three implementations of the same update: a
+per-parameter for-loop ("default" here, torch's choice on CPU), "foreach" (one kernel
+launch per group of tensors; fast on CUDA, a plain loop on CPU) and "fused" (the whole
+update in one kernel per device and dtype; Adam, AdamW, SGD and Adagrad, on CPU and
+CUDA in torch 2.13). They compute the same update up to float rounding.
+
+:func:`resolve_optimizer` picks one; :func:`apply_optimizer_implementation` rebuilds the
+optimizer with it, keeping its parameter groups, per-group hyperparameters and state.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import torch
+
+__all__ = [
+    "FOREACH_OPTIMIZERS",
+    "FUSED_DEVICES",
+    "IMPLEMENTATIONS",
+    "apply_optimizer_implementation",
+    "current_implementation",
+    "resolve_optimizer",
+]
+
+IMPLEMENTATIONS = ("default", "foreach", "fused")
+"""The concrete implementations; "auto" resolves to one of these."""
+
+_O = torch.optim
+FUSED_DEVICES: dict[type, frozenset[str]] = {
+    _O.Adam: frozenset({"cpu", "cuda"}),
+    _O.AdamW: frozenset({"cpu", "cuda"}),
+    _O.SGD: frozenset({"cpu", "cuda"}),
+    _O.Adagrad: frozenset({"cpu", "cuda"}),
+}
+"""Optimizer classes with a ``fused=`` implementation, and the device types we use it on
+(torch 2.13 also has some on mps/xpu; not chosen here until measured)."""
+
+FOREACH_OPTIMIZERS: frozenset[type] = frozenset(
+    getattr(_O, name)
+    for name in (
+        "Adadelta", "Adafactor", "Adagrad", "Adam", "Adamax", "AdamW",
+        "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD",
+    )
+    if hasattr(_O, name)  # Adafactor is newer than some supported torch versions
+)
+"""Optimizer classes with a ``foreach=`` implementation."""
+
+_FOREACH_FAST_DEVICES = frozenset({"cuda"})
+"""Device types where foreach has real multi-tensor kernels; elsewhere it loops."""
+
+
+def current_implementation(optimizer: torch.optim.Optimizer) -> str:
+    """"fused" or "foreach" when every group asks for it explicitly, else "default"."""
+    groups = optimizer.param_groups
+    if groups and all(g.get("fused") for g in groups):
+        return "fused"
+    if groups and all(g.get("foreach") for g in groups):
+        return "foreach"
+    return "default"
+
+
+def _blocker(optimizer: torch.optim.Optimizer) -> str:
+    """Why no foreach/fused rebuild is possible regardless of device; "" when none."""
+    for group in optimizer.param_groups:
+        if group.get("differentiable"):
+            return "a param group has differentiable=True, which foreach/fused do not support"
+        for p in group["params"]:
+            if not torch.is_floating_point(p):
+                return f"a parameter is {p.dtype} (complex or integer); foreach/fused need real floats"
+            if p.is_sparse:
+                return "a parameter is sparse; foreach/fused need dense tensors"
+    return ""
+
+
+def _available(optimizer: torch.optim.Optimizer, device_type: str) -> tuple[str, ...]:
+    cls = type(optimizer)
+    out = []
+    if device_type in FUSED_DEVICES.get(cls, ()):
+        out.append("fused")
+    if cls in FOREACH_OPTIMIZERS:
+        out.append("foreach")
+    return tuple(out)
+
+
+def resolve_optimizer(
+    requested: str, optimizer: torch.optim.Optimizer, *, device: torch.device
+) -> tuple[str, str]:
+    """Resolve ``optimizer.implementation`` to "default", "foreach" or "fused", with the reason.
+
+    ``auto``: fused where the class has it on ``device``, else foreach where it is fast
+    (CUDA), else default. An explicit request the optimizer cannot honour falls back to
+    what ``auto`` would pick, and the reason says so. Classes other than torch's own
+    (user subclasses included: their ``__init__`` may differ) stay "default".
+    """
+    device_type = torch.device(device).type
+    cls = type(optimizer)
+    name = cls.__name__
+    if requested == "default":
+        return "default", "set in config: the optimizer as built"
+    if requested not in ("auto", *IMPLEMENTATIONS):
+        raise ValueError(f'optimizer.implementation: expected auto | default | foreach | fused; got "{requested}"')
+    if cls not in FOREACH_OPTIMIZERS and cls not in FUSED_DEVICES:
+        return "default", f"{name} is not one of torch's built-in optimizers; left as built"
+    blocker = _blocker(optimizer)
+    if blocker:
+        return "default", blocker
+    available = _available(optimizer, device_type)
+    if requested in available:
+        note = ""
+        if requested == "foreach" and device_type not in _FOREACH_FAST_DEVICES:
+            note = f" (no multi-tensor kernels on {device_type}: runs as a loop)"
+        return requested, f"set in config{note}"
+    if "fused" in available:
+        choice, why = "fused", f"{name} has a fused kernel on {device_type}: one kernel per step"
+    elif "foreach" in available and device_type in _FOREACH_FAST_DEVICES:
+        choice, why = "foreach", f"{name} has no fused kernel on {device_type}; foreach batches the launches"
+    else:
+        choice, why = "default", f"{name} has no fused kernel on {device_type}, and foreach only loops there"
+    if requested != "auto":
+        why = f"{requested} requested but not available for {name} on {device_type}; {why}"
+    return choice, why
+
+
+def apply_optimizer_implementation(
+    optimizer: torch.optim.Optimizer, implementation: str
+) -> torch.optim.Optimizer:
+    """The optimizer rebuilt with ``implementation`` ("default" returns ``optimizer`` itself).
+
+    The new optimizer has the same class, the same parameter groups (same parameters,
+    per-group hyperparameters) and the same state (``load_state_dict`` of the old one's
+    ``state_dict``); its state tensors are shared with the old optimizer, which must not
+    be stepped again. Anything bound to the old object (an LR scheduler, hooks) must be
+    bound to the new one: build schedulers after this call.
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f'implementation: expected default | foreach | fused; got "{implementation}"')
+    if implementation == "default" or current_implementation(optimizer) == implementation:
+        return optimizer
+    cls = type(optimizer)
+    flags = {"foreach": implementation == "foreach", "fused": implementation == "fused"}
+    if implementation == "fused" and cls not in FUSED_DEVICES:
+        raise ValueError(f'{cls.__name__} has no fused implementation; use "foreach" or "auto"')
+    if implementation == "foreach" and cls not in FOREACH_OPTIMIZERS:
+        raise ValueError(f'{cls.__name__} has no foreach implementation; use "default" or "auto"')
+    if implementation == "fused":
+        flags["foreach"] = None  # fused refuses foreach=False only in some versions; None is neutral
+    init_names = set(inspect.signature(cls.__init__).parameters)
+    flags = {k: v for k, v in flags.items() if k in init_names}  # RMSprop & co. have no fused=
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in init_names}
+    defaults.update(flags)
+    groups = []
+    for group in optimizer.param_groups:
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, **flags, "params": group["params"]})
+    rebuilt = cls(groups, **defaults)
+    state = optimizer.state_dict()
+    # load_state_dict takes each group's options from the saved dict, so the saved
+    # groups must carry the new flags or the old implementation would come back.
+    state = {**state, "param_groups": [{**copy.copy(g), **flags} for g in state["param_groups"]]}
+    rebuilt.load_state_dict(state)
+    _check_same_groups(optimizer, rebuilt)
+    return rebuilt
+
+
+def _check_same_groups(old: torch.optim.Optimizer, new: torch.optim.Optimizer) -> None:
+    # A constructor that silently rewrites a hyperparameter would change training: refuse.
+    for index, (a, b) in enumerate(zip(old.param_groups, new.param_groups, strict=True)):
+        if [id(p) for p in a["params"]] != [id(p) for p in b["params"]]:
+            raise RuntimeError(f"rebuilt optimizer's group {index} holds different parameters")
+        for key, value in a.items():
+            if key in ("params", "foreach", "fused"):
+                continue
+            if not _same(value, b.get(key)):
+                raise RuntimeError(
+                    f"rebuilt optimizer's group {index} changed {key}: {value!r} -> {b.get(key)!r}"
+                )
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and bool(torch.equal(a, b))
+    return a == b

@@ -1,0 +1,170 @@
+"""Optimizer technique: a rebuilt foreach/fused optimizer continues exactly where the old one was."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from torchboost.techniques.optimizer import (
+    apply_optimizer_implementation,
+    current_implementation,
+    resolve_optimizer,
+)
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")  # a descriptor only: resolve_optimizer does not allocate on it
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def two_groups(model: nn.Module) -> list[dict]:
+    return [
+        {"params": model[0].parameters(), "lr": 1e-2, "weight_decay": 0.0},
+        {"params": model[2].parameters(), "lr": 3e-3, "weight_decay": 0.1},
+    ]
+
+
+OPTIMIZERS = {
+    "Adam": lambda m: torch.optim.Adam(two_groups(m), betas=(0.8, 0.95), amsgrad=True),
+    "AdamW": lambda m: torch.optim.AdamW(two_groups(m)),
+    "SGD": lambda m: torch.optim.SGD(two_groups(m), momentum=0.9, nesterov=True),
+    "Adagrad": lambda m: torch.optim.Adagrad(two_groups(m)),
+    "RMSprop": lambda m: torch.optim.RMSprop(two_groups(m), momentum=0.5),
+}
+
+_DATA = torch.Generator().manual_seed(1)
+BATCHES = [(torch.randn(16, 6, generator=_DATA), torch.randn(16, 3, generator=_DATA)) for _ in range(6)]
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, batches) -> None:
+    """Plain PyTorch steps, written without torchboost."""
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def assert_continues_like_original(make_optimizer, rebuild, atol: float = 1e-6) -> None:
+    """After 3 steps, ``rebuild(optimizer)`` then 3 more steps must match the original's 6 steps."""
+    model = make_model()
+    optimizer = make_optimizer(model)
+    train(model, optimizer, BATCHES[:3])
+    twin_model, twin_optimizer = copy.deepcopy((model, optimizer))
+
+    train(model, optimizer, BATCHES[3:])  # the reference: plain PyTorch continuing
+    rebuilt = rebuild(twin_optimizer)
+    train(twin_model, rebuilt, BATCHES[3:])
+    for (name, a), b in zip(model.named_parameters(), twin_model.parameters()):
+        torch.testing.assert_close(b, a, rtol=0, atol=atol, msg=f"{name} diverged")
+
+
+def _broken_rebuild_fresh(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    # Same class, groups and hyperparameters, fused, but the state (moments, steps) is lost.
+    groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
+    return type(optimizer)(groups, fused=True)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD", "Adagrad"])
+@pytest.mark.parametrize("implementation", ["foreach", "fused"])
+def test_rebuilt_optimizer_continues_like_the_original(name, implementation):
+    assert_continues_like_original(
+        OPTIMIZERS[name], lambda opt: apply_optimizer_implementation(opt, implementation)
+    )
+
+
+def test_foreach_rebuild_of_an_optimizer_without_fused():
+    assert_continues_like_original(
+        OPTIMIZERS["RMSprop"], lambda opt: apply_optimizer_implementation(opt, "foreach")
+    )
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD"])
+def test_check_catches_a_rebuild_that_loses_the_state(name):
+    with pytest.raises(AssertionError):
+        assert_continues_like_original(OPTIMIZERS[name], _broken_rebuild_fresh)
+
+
+def test_groups_hyperparameters_and_state_are_preserved():
+    model = make_model()
+    optimizer = OPTIMIZERS["Adam"](model)
+    train(model, optimizer, BATCHES[:2])
+    rebuilt = apply_optimizer_implementation(optimizer, "fused")
+
+    assert type(rebuilt) is torch.optim.Adam and rebuilt is not optimizer
+    assert current_implementation(rebuilt) == "fused" and current_implementation(optimizer) == "default"
+    assert [g["lr"] for g in rebuilt.param_groups] == [1e-2, 3e-3]
+    assert [g["weight_decay"] for g in rebuilt.param_groups] == [0.0, 0.1]
+    assert all(g["betas"] == (0.8, 0.95) and g["amsgrad"] for g in rebuilt.param_groups)
+    for old, new in zip(optimizer.param_groups, rebuilt.param_groups):
+        assert [id(p) for p in old["params"]] == [id(p) for p in new["params"]]
+    for p in model.parameters():
+        assert float(rebuilt.state[p]["step"]) == 2.0
+        assert torch.equal(rebuilt.state[p]["exp_avg"], optimizer.state[p]["exp_avg"])
+
+
+def test_default_and_unchanged_return_the_same_object():
+    model = make_model()
+    optimizer = OPTIMIZERS["Adam"](model)
+    assert apply_optimizer_implementation(optimizer, "default") is optimizer
+    fused = apply_optimizer_implementation(optimizer, "fused")
+    assert apply_optimizer_implementation(fused, "fused") is fused
+
+
+def test_impossible_rebuilds_say_what_to_do():
+    model = make_model()
+    with pytest.raises(ValueError, match="no fused implementation"):
+        apply_optimizer_implementation(OPTIMIZERS["RMSprop"](model), "fused")
+    with pytest.raises(ValueError, match="expected default"):
+        apply_optimizer_implementation(OPTIMIZERS["Adam"](model), "auto")
+
+
+@pytest.mark.parametrize(
+    "name, device, expected",
+    [
+        ("Adam", CPU, "fused"),
+        ("AdamW", CUDA, "fused"),
+        ("SGD", CPU, "fused"),
+        ("Adagrad", CUDA, "fused"),
+        ("RMSprop", CUDA, "foreach"),  # no fused kernel; foreach has real kernels on CUDA
+        ("RMSprop", CPU, "default"),   # foreach only loops on CPU
+    ],
+)
+def test_auto_picks_fused_then_foreach_then_default(name, device, expected):
+    choice, reason = resolve_optimizer("auto", OPTIMIZERS[name](make_model()), device=device)
+    assert choice == expected, reason
+    assert name in reason and device.type in reason
+
+
+def test_explicit_requests():
+    adam = OPTIMIZERS["Adam"](make_model())
+    rms = OPTIMIZERS["RMSprop"](make_model())
+    assert resolve_optimizer("default", adam, device=CPU)[0] == "default"
+    choice, reason = resolve_optimizer("foreach", adam, device=CPU)
+    assert choice == "foreach" and "loop" in reason
+    choice, reason = resolve_optimizer("fused", rms, device=CUDA)
+    assert choice == "foreach" and reason.startswith("fused requested but not available")
+
+
+def test_user_subclasses_and_unsupported_setups_stay_default():
+    class MyAdam(torch.optim.Adam):
+        pass
+
+    choice, reason = resolve_optimizer("auto", MyAdam(make_model().parameters()), device=CPU)
+    assert choice == "default" and "MyAdam" in reason
+
+    lbfgs = torch.optim.LBFGS(make_model().parameters())
+    assert resolve_optimizer("fused", lbfgs, device=CUDA)[0] == "default"
+
+    differentiable = torch.optim.Adam(make_model().parameters(), differentiable=True)
+    choice, reason = resolve_optimizer("auto", differentiable, device=CUDA)
+    assert choice == "default" and "differentiable" in reason
+
+    complex_param = torch.optim.Adam([nn.Parameter(torch.zeros(3, dtype=torch.complex64))])
+    choice, reason = resolve_optimizer("auto", complex_param, device=CPU)
+    assert choice == "default" and "complex" in reason
