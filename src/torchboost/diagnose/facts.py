@@ -141,6 +141,13 @@ class Facts:
     exit_code: int = 0
     planned_steps: int | None = None
     """Steps the script would run in full (len(loader) x epochs), when known."""
+    target_steps: int | None = None
+    """Steps the observer meant to record before stopping the script (its step bound),
+    None when unbounded; with ``ended == "finished"`` and fewer steps, the script ended early."""
+    cpu_bf16_speedup: float | None = None
+    """fp32 time / bf16 time of a CPU matmul measured in the observed process
+    (:func:`torchboost.env.measure_cpu_bf16_speedup`); above 1 means bf16 is faster here.
+    None when not measured; rules then fall back on the CPU's bf16 instruction flags."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able nested dicts."""

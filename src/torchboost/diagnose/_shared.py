@@ -1,0 +1,92 @@
+"""Numbers every rule needs, derived once from Facts (private to the diagnose package)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchboost.diagnose.facts import Facts, ProfileFacts
+from torchboost.diagnose.summary import summarize
+
+REDUCED_DTYPES = ("bfloat16", "float16")
+
+# Ops whose speed bf16 changes on a CPU (oneDNN/AMX kernels); elementwise ops mostly do not.
+_MATMUL_OPS = (
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+    "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution",
+    "aten::convolution_backward", "aten::_scaled_dot_product",
+)
+
+
+@dataclass(frozen=True)
+class View:
+    """The step as rules see it: mean times in ms, shares as fractions of the step."""
+
+    device: str
+    """"cuda", "mps" or "cpu" (the model's device, else the environment's)."""
+    step_ms: float
+    """Mean measured step time; 0.0 when no step was observed."""
+    ms: dict[str, float]
+    """Mean ms per step of each phase (data, forward, backward, optimizer, other)."""
+    share: dict[str, float]
+    """Fraction (0..1) of the step spent in each phase."""
+    cores: int
+    """CPU cores the process may use; 0 when unknown."""
+
+    @property
+    def compute_share(self) -> float:
+        """Forward + backward, the part precision and compile speed up."""
+        return self.share["forward"] + self.share["backward"]
+
+
+def view(facts: Facts) -> View:
+    """Derive the :class:`View` of ``facts``."""
+    summary = summarize(facts)
+    device = facts.model.device if facts.model and facts.model.device else facts.env.get("device", "cpu")
+    return View(
+        device=str(device).split(":")[0],
+        step_ms=summary.step_time_ms["mean"] or 0.0,
+        ms=dict(summary.phase_ms),
+        share={k: v / 100.0 for k, v in summary.breakdown_pct.items()},
+        cores=int(facts.env.get("cpu_cores") or 0),
+    )
+
+
+def amdahl(fraction: float, factor: float) -> float:
+    """Whole-step speedup when ``fraction`` of the step gets ``factor`` times faster."""
+    return 1.0 / ((1.0 - fraction) + fraction / factor)
+
+
+def dtype_name(name: str | None) -> str:
+    """"torch.bfloat16" -> "bfloat16"; "" for None."""
+    return (name or "").removeprefix("torch.")
+
+
+def per_step_ms(profile: ProfileFacts | None, match, key: str = "self_cpu_ms") -> float | None:
+    """Sum of ``key`` over profiled ops whose name satisfies ``match``, per profiled step.
+
+    None when there is no profile, no profiled step, or no matching op (unknown, not zero).
+    """
+    if profile is None or profile.steps <= 0:
+        return None
+    hits = [float(op.get(key) or 0.0) for op in profile.top_ops if match(str(op.get("name", "")))]
+    return sum(hits) / profile.steps if hits else None
+
+
+def matmul_share(profile: ProfileFacts | None) -> float | None:
+    """Share (0..1) of the profiled ops' self CPU time in matmul/convolution ops; None if unknown."""
+    if profile is None or not profile.top_ops:
+        return None
+    total = sum(float(op.get("self_cpu_ms") or 0.0) for op in profile.top_ops)
+    if total <= 0:
+        return None
+    mm = sum(
+        float(op.get("self_cpu_ms") or 0.0)
+        for op in profile.top_ops
+        if str(op.get("name", "")).startswith(_MATMUL_OPS)
+    )
+    return mm / total
+
+
+def r(value: float, digits: int = 3) -> float:
+    """Round for evidence and reports (keeps JSON readable)."""
+    return round(float(value), digits)

@@ -1,0 +1,95 @@
+"""Hand-made Facts for the diagnosis tests: one healthy baseline, varied per test."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from torchboost.config import BoostConfig
+from torchboost.diagnose.facts import (
+    Facts,
+    LoaderFacts,
+    ModelFacts,
+    OptimizerFacts,
+    PrecisionFacts,
+    ProfileFacts,
+    StepRecord,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GIB = 2**30
+
+
+def steps(n=10, *, data=10.0, forward=40.0, backward=40.0, optimizer=5.0, other=5.0, start=0):
+    """``n`` identical steps; total = the sum of the phases."""
+    total = data + forward + backward + optimizer + other
+    return [
+        StepRecord(index=start + i, total_ms=total, data_ms=data, forward_ms=forward,
+                   backward_ms=backward, optimizer_ms=optimizer)
+        for i in range(n)
+    ]
+
+
+def make_facts(device="cpu", *, cores=8, cpu_bf16=True, can_compile=True, cuda_bf16=True, **phases) -> Facts:
+    """A run with no finding worth making unless a test changes something.
+
+    Defaults: 10 steps of 100 ms (data 10, forward 40, backward 40, optimizer 5, other 5),
+    bf16 autocast, compiled, AdamW already fused, workers already there, memory mostly used.
+    """
+    env = {
+        "device": device, "cpu_cores": cores, "cpu_bf16": cpu_bf16, "cuda_bf16": cuda_bf16,
+        "can_compile": can_compile, "ram_bytes": 64 * GIB,
+    }
+    return Facts(
+        env=env,
+        command=["python", "train.py"],
+        steps=steps(**phases),
+        loader=LoaderFacts(num_workers=2, pin_memory=device == "cuda", persistent_workers=True,
+                           batch_size=32, num_batches=100),
+        model=ModelFacts(class_name="Net", parameters=1_000_000, trainable_parameters=1_000_000,
+                         param_dtypes=["torch.float32"], device=device, compiled=True),
+        precision=PrecisionFacts(autocast=True, autocast_dtype="bfloat16", cudnn_benchmark=True),
+        optimizer=OptimizerFacts(class_name="AdamW", foreach=None, fused=True, supports_fused=True),
+        cpu_threads=max(1, cores - 2),
+        peak_memory_bytes=60 * GIB if device == "cuda" else 0,
+        device_memory_total_bytes=80 * GIB if device == "cuda" else 0,
+        peak_rss_bytes=50 * GIB,
+    )
+
+
+def with_(facts: Facts, **changes) -> Facts:
+    """A copy of ``facts`` with nested parts changed: ``with_(f, loader={"num_workers": 0})``."""
+    out = replace(facts)
+    for name, value in changes.items():
+        if isinstance(value, dict):
+            setattr(out, name, replace(getattr(facts, name), **value))
+        else:
+            setattr(out, name, value)
+    return out
+
+
+def check_finding(finding, rule_id):
+    """The common shape every finding must have; returns it for further checks."""
+    assert finding is not None, f"{rule_id} did not fire"
+    assert finding.id == rule_id
+    assert finding.expected_speedup > 1.0
+    assert finding.title and finding.formula and finding.fix_torch
+    assert finding.evidence and all(isinstance(v, (int, float, str)) for v in finding.evidence.values())
+    # Every fragment is valid torchboost.toml (comment-only fragments are the empty table).
+    BoostConfig.from_dict(tomllib.loads(finding.fix_toml))
+    assert f"= {finding.expected_speedup:.3f}" in finding.formula  # the formula shows its result
+    return finding
+
+
+def profile(sync=0.0, ops=(), steps_profiled=5, sync_ops=None):
+    """A ProfileFacts with ``ops`` given as (name, self_cpu_ms, self_device_ms) totals."""
+    return ProfileFacts(
+        steps=steps_profiled,
+        top_ops=[{"name": n, "self_cpu_ms": c, "self_device_ms": d, "calls": 1} for n, c, d in ops],
+        sync_count_per_step=sync,
+        sync_ops=sync_ops or {},
+    )
