@@ -1,0 +1,87 @@
+"""Loss parity: a candidate is kept only when its losses agree with the baseline's.
+
+Same seed, same data order, so the comparison is step by step:
+
+- ``exact`` (changes that keep fp32 maths: compile, fused optimizer, threads): the first
+  ``first_steps`` losses within ``exact_rtol`` relative. Later steps may drift by
+  reassociation, so only the first steps are held to this.
+- ``reduced`` (bf16/fp16): the mean of the last ``last_steps`` losses within
+  ``reduced_rtol`` relative.
+- Either way, any NaN/inf rejects the candidate, and so does divergence: the last losses
+  above the baseline's by more than ``reduced_rtol``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["ParityVerdict", "check_parity", "EXACT", "REDUCED"]
+
+EXACT = "exact"
+REDUCED = "reduced"
+
+
+@dataclass(frozen=True)
+class ParityVerdict:
+    """Whether a candidate's losses match the baseline's, and why not when they don't."""
+
+    ok: bool
+    kind: str
+    detail: str
+    """The numbers behind the verdict, in words."""
+
+
+def _mean_last(losses: Sequence[float], n: int) -> float:
+    return statistics.fmean(losses[-n:])
+
+
+def check_parity(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    kind: str,
+    first_steps: int = 3,
+    exact_rtol: float = 1e-3,
+    last_steps: int = 5,
+    reduced_rtol: float = 0.02,
+) -> ParityVerdict:
+    """Compare per-step losses of a candidate run against the baseline run."""
+    if kind not in (EXACT, REDUCED):
+        raise ValueError(f"kind: expected {EXACT!r} or {REDUCED!r}; got {kind!r}")
+    for i, value in enumerate(candidate):
+        if not math.isfinite(value):
+            return ParityVerdict(False, kind, f"loss is {value} at step {i}")
+    steps = min(len(baseline), len(candidate))
+    if steps == 0:
+        return ParityVerdict(False, kind, "no losses recorded to compare")
+
+    n_last = min(last_steps, steps)
+    base_last = _mean_last(baseline[:steps], n_last)
+    cand_last = _mean_last(candidate[:steps], n_last)
+    last_rel = abs(cand_last - base_last) / max(abs(base_last), 1e-12)
+    if cand_last > base_last and last_rel > reduced_rtol:
+        return ParityVerdict(
+            False, kind,
+            f"diverged: mean of the last {n_last} losses {cand_last:.4g} vs baseline {base_last:.4g} "
+            f"({100 * last_rel:.1f}% higher, limit {100 * reduced_rtol:.0f}%)",
+        )
+
+    if kind == EXACT:
+        n_first = min(first_steps, steps)
+        worst = max(
+            abs(c - b) / max(abs(b), 1e-12) for b, c in zip(baseline[:n_first], candidate[:n_first])
+        )
+        ok = worst <= exact_rtol
+        return ParityVerdict(
+            ok, kind,
+            f"first {n_first} losses within {worst:.2e} relative (limit {exact_rtol:.0e})",
+        )
+    ok = last_rel <= reduced_rtol
+    return ParityVerdict(
+        ok, kind,
+        f"mean of the last {n_last} losses {cand_last:.4g} vs baseline {base_last:.4g} "
+        f"({100 * last_rel:.2f}%, limit {100 * reduced_rtol:.0f}%)",
+    )

@@ -1,0 +1,233 @@
+"""Step-by-step search: pull one lever at a time, keep it only if faster and still correct.
+
+The search is a pure function of its measurements: it takes a ``measure(settings,
+repeat) -> TrialResult`` callable, so it is tested with a fake in milliseconds, and a
+resumed run that replays recorded measurements makes the same choices.
+
+For each lever, largest expected gain first:
+
+1. screen: measure each candidate the lever proposes once, on top of the incumbent;
+   drop those that fail or break loss parity with the baseline;
+2. confirm: the fastest survivor against the incumbent, measured in turn (A B A B) until
+   ``clear_pairs`` consecutive ratios agree on the verdict or ``max_repeats`` run out;
+3. keep it when the median ratio beats ``min_gain``, and (for compile) when the compile
+   time pays for itself over the planned run; otherwise revert.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torchboost.tune.levers import Lever, TuneContext
+from torchboost.tune.parity import check_parity
+from torchboost.tune.trial_result import TrialResult, describe_settings
+
+__all__ = ["Decision", "SearchOptions", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even"]
+
+Settings = dict[str, Any]
+Measure = Callable[[Settings, int], TrialResult]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search; gains are fractions (0.03 = 3% faster)."""
+
+    budget_s: float = 600.0
+    """Stop starting new trials after this many seconds; keep the best so far."""
+    min_gain: float = 0.03
+    """A lever is kept only when it makes the median step at least this much faster."""
+    max_repeats: int = 3
+    """Most A/B pairs measured to confirm one lever."""
+    clear_pairs: int = 2
+    """Stop confirming once this many pairs in a row agree on the verdict."""
+    run_steps: int | None = None
+    """Planned length of the real run in steps, for amortising compile time."""
+
+
+@dataclass
+class Decision:
+    """What happened to one candidate of one lever."""
+
+    lever: str
+    settings: Settings
+    """The changes this candidate made on top of the incumbent."""
+    status: str
+    """"kept", "rejected" (slower, not faster enough, or not worth its compile time),
+    "incorrect" (loss parity failed), "failed" (crashed), "skipped" (not applicable)."""
+    reason: str
+    ratio: float | None = None
+    """Median step time of the candidate / incumbent (below 1 is faster)."""
+    ratios: list[float] = field(default_factory=list)
+    median_step_ms: float | None = None
+    break_even_steps: float | None = None
+
+
+@dataclass
+class WaterfallStep:
+    """One bar of the waterfall: the configuration after keeping one more lever."""
+
+    label: str
+    settings: Settings
+    median_step_ms: float
+    speedup: float
+    """Baseline median step / this step's median step."""
+    spread: float
+    """Max minus min of the pair ratios that confirmed it (0 for the baseline)."""
+
+
+@dataclass
+class TuneOutcome:
+    """The result of a search: the winning settings and the story of how they won."""
+
+    baseline: TrialResult
+    settings: Settings
+    waterfall: list[WaterfallStep]
+    decisions: list[Decision]
+    trials_run: int
+    elapsed_s: float
+    stopped_by_budget: bool = False
+    error: str | None = None
+
+    @property
+    def speedup(self) -> float:
+        """Baseline median step over the final configuration's."""
+        return self.waterfall[-1].speedup if self.waterfall else 1.0
+
+
+def compile_break_even(compile_s: float, eager_ms: float, compiled_ms: float) -> float:
+    """Steps after which compiling has paid for itself; inf when compiled is not faster."""
+    saving_ms = eager_ms - compiled_ms
+    return math.inf if saving_ms <= 0 else 1e3 * compile_s / saving_ms
+
+
+class _Runner:
+    """Counts repeats per settings so each measurement has a stable (settings, repeat) key."""
+
+    def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float]):
+        self._measure = measure
+        self._counts: dict[str, int] = {}
+        self._options = options
+        self._clock = clock
+        self.start = clock()
+        self.trials = 0
+
+    def out_of_budget(self) -> bool:
+        return self._clock() - self.start >= self._options.budget_s
+
+    def __call__(self, settings: Settings) -> TrialResult:
+        key = describe_settings(settings)
+        repeat = self._counts.get(key, 0)
+        self._counts[key] = repeat + 1
+        self.trials += 1
+        return self._measure(dict(settings), repeat)
+
+
+def run_search(
+    levers: list[Lever],
+    context: TuneContext,
+    measure: Measure,
+    options: SearchOptions = SearchOptions(),
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    on_decision: Callable[[Decision], None] | None = None,
+) -> TuneOutcome:
+    """Measure the baseline, then try each lever in order; see the module docstring."""
+    run = _Runner(measure, options, clock)
+    baseline = run({})
+    decisions: list[Decision] = []
+
+    def decide(decision: Decision) -> None:
+        decisions.append(decision)
+        if on_decision is not None:
+            on_decision(decision)
+
+    if not baseline.ok:
+        return TuneOutcome(baseline, {}, [], decisions, run.trials, clock() - run.start,
+                           error=f"the baseline run failed: {baseline.error}")
+
+    incumbent: Settings = {}
+    incumbent_ms = baseline.median_step_ms
+    waterfall = [WaterfallStep("baseline", {}, incumbent_ms, 1.0, 0.0)]
+    stopped = False
+    for lever in levers:
+        if run.out_of_budget():
+            stopped = True
+            break
+        proposals = lever.propose(incumbent, context)
+        if not proposals:
+            continue
+        survivors: list[tuple[float, Settings, TrialResult]] = []
+        for change in proposals:
+            if run.out_of_budget():
+                stopped = True
+                break
+            candidate = {**incumbent, **change}
+            result = run(candidate)
+            if not result.ok:
+                decide(Decision(lever.id, change, "failed", result.error or "the trial failed"))
+                continue
+            verdict = check_parity(baseline.losses, result.losses, kind=lever.parity)
+            if not verdict.ok:
+                decide(Decision(lever.id, change, "incorrect", verdict.detail,
+                                median_step_ms=result.median_step_ms))
+                continue
+            survivors.append((result.median_step_ms, change, result))
+        if not survivors:
+            continue
+        best_ms, change, best = min(survivors, key=lambda item: item[0])
+        for other_ms, other, _ in survivors:
+            if other is not change:
+                decide(Decision(lever.id, other, "rejected",
+                                f"slower than {describe_settings(change)} in screening",
+                                ratio=other_ms / incumbent_ms, median_step_ms=other_ms))
+        candidate = {**incumbent, **change}
+        ratios = [best_ms / incumbent_ms]
+        inc_times, cand_times = [incumbent_ms], [best_ms]
+        threshold = 1.0 - options.min_gain
+        while len(ratios) < options.max_repeats and not run.out_of_budget():
+            recent = ratios[-options.clear_pairs:]
+            if len(recent) == options.clear_pairs and (
+                all(r < threshold for r in recent) or all(r >= threshold for r in recent)
+            ):
+                break
+            a = run(incumbent)
+            b = run(candidate)
+            if not (a.ok and b.ok):
+                break
+            inc_times.append(a.median_step_ms)
+            cand_times.append(b.median_step_ms)
+            ratios.append(b.median_step_ms / a.median_step_ms)
+        ratio = statistics.median(ratios)
+        cand_ms = statistics.median(cand_times)
+        decision = Decision(lever.id, change, "kept", "", ratio=ratio, ratios=ratios, median_step_ms=cand_ms)
+        if ratio >= threshold:
+            decision.status = "rejected"
+            decision.reason = (
+                f"{'slower' if ratio > 1 else 'not faster enough'}: median ratio {ratio:.3f} over "
+                f"{len(ratios)} pair(s) (needs < {threshold:.2f})"
+            )
+        elif lever.is_compile:
+            eager_ms = statistics.median(inc_times)
+            decision.break_even_steps = compile_break_even(best.compile_s, eager_ms, cand_ms)
+            if options.run_steps is not None and decision.break_even_steps >= options.run_steps:
+                decision.status = "rejected"
+                decision.reason = (
+                    f"compile takes {best.compile_s:.1f} s and saves {eager_ms - cand_ms:.2f} ms/step: "
+                    f"it pays off after {decision.break_even_steps:.0f} steps, the run has {options.run_steps}"
+                )
+        if decision.status == "kept":
+            decision.reason = f"median ratio {ratio:.3f} over {len(ratios)} pair(s)"
+            incumbent = candidate
+            incumbent_ms = cand_ms
+            label = f"+ {lever.title}"
+            waterfall.append(WaterfallStep(
+                label, dict(candidate), cand_ms, baseline.median_step_ms / cand_ms,
+                max(ratios) - min(ratios),
+            ))
+        decide(decision)
+    return TuneOutcome(baseline, incumbent, waterfall, decisions, run.trials, clock() - run.start,
+                       stopped_by_budget=stopped)

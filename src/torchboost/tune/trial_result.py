@@ -1,0 +1,76 @@
+"""TrialResult: what one trial of one candidate measured, as plain data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TrialResult", "trial_key", "describe_settings"]
+
+
+def trial_key(settings: dict[str, Any], repeat: int) -> str:
+    """A stable key for (candidate settings, repeat index)."""
+    return json.dumps({"settings": settings, "repeat": repeat}, sort_keys=True)
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    """Short text for a candidate: ``loader.num_workers=2, cpu.threads=1`` or ``baseline``."""
+    if not settings:
+        return "baseline"
+    return ", ".join(f"{k}={_show(v)}" for k, v in sorted(settings.items()))
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass
+class TrialResult:
+    """One run of the user's script with one candidate configuration.
+
+    ``settings`` are dotted config keys changed from the user's own setup (empty for the
+    baseline). Times are milliseconds, memory bytes.
+    """
+
+    settings: dict[str, Any]
+    repeat: int = 0
+    ok: bool = True
+    """False when the trial crashed, timed out, or produced non-finite losses."""
+    error: str | None = None
+    step_ms: list[float] = field(default_factory=list)
+    """Per measured step (warm-up excluded)."""
+    losses: list[float] = field(default_factory=list)
+    """Per step from the first, warm-up included (parity compares from step 0)."""
+    samples_per_step: int | None = None
+    peak_memory_bytes: int = 0
+    compile_s: float = 0.0
+    """Extra time the warm-up (compiling) steps took over measured steps, seconds."""
+    wall_s: float = 0.0
+
+    @property
+    def median_step_ms(self) -> float:
+        """Median measured step time; +inf for a failed trial (never the fastest)."""
+        if not self.ok or not self.step_ms:
+            return math.inf
+        return statistics.median(self.step_ms)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Throughput from the median step, when the batch size is known."""
+        if self.samples_per_step is None or not math.isfinite(self.median_step_ms):
+            return None
+        return 1e3 * self.samples_per_step / self.median_step_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialResult":
+        """Inverse of :meth:`to_dict`; unknown keys are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,142 @@
+"""The search on fake measurements: coupled knobs, parity, compile amortisation, budget."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from torchboost.tune.levers import TuneContext, default_levers, order_levers
+from torchboost.tune.parity import EXACT, REDUCED, check_parity
+from torchboost.tune.search import SearchOptions, compile_break_even, run_search
+from torchboost.tune.trial_result import TrialResult
+
+CPU2 = TuneContext(device="cpu", cpu_cores=2, cpu_bf16=False, can_compile=True)
+BASE_LOSSES = [2.0 - 0.05 * i for i in range(20)]
+
+# The 2-core loader-bound script from the issue: ms per step by (workers, threads).
+HOST_MS = {(0, 2): 84.0, (2, 2): 88.0, (1, 2): 127.0, (2, 1): 62.0, (1, 1): 95.0}
+
+
+class FakeScript:
+    """Step time = host time x per-lever factors; a little deterministic noise per repeat."""
+
+    def __init__(self, factors=None, losses=None, compile_s=0.0, noise=0.01):
+        self.factors = factors or {}
+        self.losses = losses or {}
+        self.compile_s = compile_s
+        self.noise = itertools.cycle([1.0, 1.0 + noise, 1.0 - noise])
+        self.calls = []
+
+    def __call__(self, settings, repeat):
+        self.calls.append((dict(settings), repeat))
+        host = (settings.get("loader.num_workers", 0), settings.get("cpu.threads", 2))
+        ms = HOST_MS.get(host, 100.0)
+        losses = list(BASE_LOSSES)
+        for key, value in settings.items():
+            ms *= self.factors.get((key, value), 1.0)
+            if (key, value) in self.losses:
+                losses = self.losses[(key, value)]
+        ms *= next(self.noise)
+        compile_s = self.compile_s if settings.get("compile.mode", "off") != "off" else 0.0
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 5, losses=losses,
+                           samples_per_step=32, compile_s=compile_s)
+
+
+def test_coupled_workers_and_threads_are_found():
+    script = FakeScript()
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=1000))
+    assert outcome.settings["loader.num_workers"] == 2
+    assert outcome.settings["cpu.threads"] == 1
+    assert outcome.speedup == pytest.approx(84 / 62, rel=0.03)
+    # A one-knob-at-a-time tuner from the default (threads fixed at 2) would stay at baseline:
+    one_knob = {w: HOST_MS[(w, 2)] for w in (0, 1, 2)}
+    assert min(one_knob, key=one_knob.get) == 0
+
+
+def test_slower_lever_is_reverted_with_reason():
+    script = FakeScript(factors={("precision.mode", "bf16"): 1.8})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert "precision.mode" not in outcome.settings
+    bf16 = [d for d in outcome.decisions if d.lever == "precision"]
+    assert bf16 and bf16[0].status == "rejected" and "slower" in bf16[0].reason
+    assert bf16[0].ratio == pytest.approx(1.8, rel=0.05)
+
+
+def test_diverging_candidate_is_rejected_as_incorrect():
+    nan_losses = BASE_LOSSES[:3] + [math.inf] + [math.nan] * 16
+    script = FakeScript(factors={("precision.mode", "bf16"): 0.5}, losses={("precision.mode", "bf16"): nan_losses})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    assert decision.status == "incorrect"
+    assert "step 3" in decision.reason
+    assert "precision.mode" not in outcome.settings  # twice as fast, but wrong: never chosen
+
+
+def test_faster_correct_reduced_precision_is_kept():
+    close = [x * 1.005 for x in BASE_LOSSES]
+    script = FakeScript(factors={("precision.mode", "bf16"): 0.6}, losses={("precision.mode", "bf16"): close})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert outcome.settings["precision.mode"] == "bf16"
+
+
+def test_compile_kept_only_when_it_pays_for_itself():
+    script = FakeScript(factors={("compile.mode", "default"): 0.9}, compile_s=30.0)
+    short = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=50))
+    decision = next(d for d in short.decisions if d.lever == "compile")
+    assert decision.status == "rejected"
+    assert "pays off after" in decision.reason
+    # 62 ms * 10% = 6.2 ms saved per step -> 30 s / 6.2 ms ~ 4800 steps.
+    assert decision.break_even_steps == pytest.approx(30_000 / 6.2, rel=0.15)  # 1% noise on both
+    long = run_search(default_levers(), CPU2, FakeScript(factors={("compile.mode", "default"): 0.9}, compile_s=30.0),
+                      SearchOptions(run_steps=100_000))
+    assert long.settings.get("compile.mode") == "default"
+
+
+def test_budget_stops_with_best_so_far():
+    ticks = itertools.count()
+    outcome = run_search(default_levers(), CPU2, FakeScript(), SearchOptions(budget_s=3), clock=lambda: next(ticks))
+    assert outcome.stopped_by_budget
+    assert outcome.trials_run <= 4
+
+
+def test_failed_baseline_is_reported():
+    def crash(settings, repeat):
+        return TrialResult(settings=settings, repeat=repeat, ok=False, error="exit code 1")
+
+    outcome = run_search(default_levers(), CPU2, crash)
+    assert outcome.error and "exit code 1" in outcome.error
+    assert outcome.settings == {}
+
+
+def test_same_measurements_same_choice():
+    first = run_search(default_levers(), CPU2, FakeScript(), SearchOptions())
+    second = run_search(default_levers(), CPU2, FakeScript(), SearchOptions())
+    assert first.settings == second.settings
+    assert [d.status for d in first.decisions] == [d.status for d in second.decisions]
+
+
+def test_order_follows_expected_gain():
+    levers = order_levers(default_levers(), {"compile.enable": 1.4, "data.workers": 1.1})
+    assert [lv.id for lv in levers][:2] == ["compile", "host"]
+
+
+def test_break_even():
+    assert compile_break_even(10.0, 20.0, 10.0) == pytest.approx(1000)
+    assert compile_break_even(10.0, 10.0, 12.0) == math.inf
+
+
+@pytest.mark.parametrize(
+    "candidate,kind,ok",
+    [
+        ([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], EXACT, True),
+        ([2.0005, 1.9, 1.8, 1.7, 1.6, 1.5], EXACT, True),
+        ([2.01, 1.9, 1.8, 1.7, 1.6, 1.5], EXACT, False),  # 0.5% off at step 0: not fp32-equal
+        ([2.05, 1.95, 1.83, 1.72, 1.61, 1.52], REDUCED, True),
+        ([2.0, 1.9, 1.8, 1.9, 2.0, 2.1], REDUCED, False),  # diverges
+        ([2.0, 1.9, float("nan"), 1.7, 1.6, 1.5], REDUCED, False),
+    ],
+)
+def test_parity(candidate, kind, ok):
+    assert check_parity([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], candidate, kind=kind).ok is ok
