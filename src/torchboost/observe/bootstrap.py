@@ -1,0 +1,97 @@
+"""Child-process entry: install the observer, run the user's script as ``__main__``, write facts.
+
+Usage (started by :func:`torchboost.observe.run_observed`, not by hand)::
+
+    python -m torchboost.observe.bootstrap SPEC.json -- SCRIPT.py ARGS...
+    python -m torchboost.observe.bootstrap SPEC.json -- -m PACKAGE.MODULE ARGS...
+
+The script sees the ``sys.argv`` and ``sys.path[0]`` it would see if run directly. The
+exit status is the script's own: 0 when the observer stopped it after enough steps or
+it finished, its ``sys.exit`` code, or 1 after an uncaught exception (whose traceback
+is printed to stderr as Python would).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from typing import Sequence
+
+from torchboost.observe.instrument import Instrumentation
+from torchboost.observe.recorder import StepRecorder, StopObserving
+from torchboost.observe.spec import ObserveSpec
+
+__all__ = ["main"]
+
+_USAGE = "usage: python -m torchboost.observe.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the target under observation; returns the exit status to leave with."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--" or (argv[2] == "-m" and len(argv) < 4):
+        print(_USAGE, file=sys.stderr)
+        return 2
+    spec = ObserveSpec.read(argv[0])
+    recorder = StepRecorder(spec)
+    instrumentation = Instrumentation(recorder).install()
+    exit_code = 0
+    try:
+        _run_target(argv[2:])
+        recorder.ended = "finished"
+    except StopObserving:
+        recorder.ended = "stopped"
+    except SystemExit as exc:
+        exit_code = _exit_status(exc.code)
+        recorder.ended = "finished" if exit_code == 0 else "crashed"
+    except KeyboardInterrupt:
+        recorder.ended, exit_code = "crashed", 130
+    except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
+        _print_user_traceback(exc)
+        recorder.ended, exit_code = "crashed", 1
+    finally:
+        instrumentation.uninstall()
+        recorder.profile.close()
+        try:
+            recorder.write_facts(exit_code)
+        except Exception as exc:  # noqa: BLE001 - keep the script's own exit status
+            print(f"torchboost: could not write {spec.facts_path}: {exc}", file=sys.stderr)
+    return exit_code
+
+
+def _run_target(target: list[str]) -> None:
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]  # run_module puts the module's file in argv[0]
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+    else:
+        script = target[0]
+        sys.argv = [script, *target[1:]]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
+    return 1
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    # Drop our own and runpy's frames so the traceback starts in the user's code.
+    tb = exc.__traceback__
+    skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    def ours(name: str) -> bool:
+        return name.startswith("<frozen runpy") or os.path.abspath(name) in skip
+
+    while tb is not None and ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

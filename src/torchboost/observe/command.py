@@ -1,0 +1,91 @@
+"""Diagnose an unmodified training script: run a few steps under observation, say what bounds them.
+
+``torchboost doctor [--steps N] [--warmup W] [--out DIR] [--json] [--full] -- python train.py ARGS``
+
+Runs the script in a child process with instrumentation injected
+(:mod:`torchboost.observe.bootstrap`), stops it after ``W + N`` steps and a short
+profiler window, then diagnoses the facts and writes the report folder. Exit status:
+the script's own when it crashed, 1 when no training step was seen, 2 on bad usage,
+0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from torchboost.observe.runner import ObservedRun, Progress, UsageError, run_observed
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the doctor's options to its sub-command parser."""
+    parser.add_argument("--steps", type=int, default=20, metavar="N", help="recorded steps after warm-up (default 20)")
+    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="unrecorded warm-up steps (default 5)")
+    parser.add_argument("--out", default="torchboost-doctor", metavar="DIR",
+                        help="report folder (default ./torchboost-doctor)")
+    parser.add_argument("--json", action="store_true", help="print report.json to stdout instead of tables")
+    parser.add_argument("--full", action="store_true", help="let the script run to its end, recording every step")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Observe ``args.command``, diagnose, report; returns the exit status (see module docstring)."""
+    err = Console(stderr=True)
+    try:
+        observed = _observe(args, err)
+    except UsageError as exc:
+        print(f"torchboost doctor: error: {exc}", file=sys.stderr)
+        return 2
+    facts = observed.facts
+    if facts is None or not facts.steps:
+        _explain_no_steps(observed, err)
+        return observed.exit_code or 1
+
+    from torchboost.diagnose import diagnose
+    from torchboost.report.doctor import print_doctor_report, write_doctor_report
+
+    findings = diagnose(facts)
+    paths = write_doctor_report(facts, findings, observed.out_dir)
+    if args.json:
+        report = next((Path(p) for p in paths.values() if Path(p).name == "report.json"), None)
+        sys.stdout.write(report.read_text(encoding="utf-8") if report else "{}\n")
+    else:
+        print_doctor_report(facts, findings, Console(), paths)
+    if facts.ended == "finished" and not args.full:
+        err.print(f"note: the script ended on its own after {len(facts.steps)} recorded step(s), "
+                  f"fewer than the {args.steps} asked for; the report covers what was seen.")
+    elif facts.ended == "crashed":
+        err.print(f"note: the script crashed (exit status {observed.exit_code}); "
+                  f"the report covers the {len(facts.steps)} step(s) seen before.")
+    return observed.exit_code
+
+
+def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
+    def show(progress: Progress) -> None:
+        of = f"/{progress.of}" if progress.of else ""
+        status.update(f"{progress.stage} step {progress.step}{of}")
+
+    with err.status("starting the script under observation...") as status:
+        return run_observed(
+            args.command,
+            steps=args.steps,
+            warmup=args.warmup,
+            out_dir=args.out,
+            full=args.full,
+            on_progress=show,
+            stdout=(lambda: sys.stderr) if args.json else None,
+        )
+
+
+def _explain_no_steps(observed: ObservedRun, err: Console) -> None:
+    if observed.exit_code:
+        err.print(f"torchboost doctor: the script exited with status {observed.exit_code} "
+                  "before completing a training step; nothing to diagnose.")
+        return
+    err.print("torchboost doctor: no training step seen: the script never called optimizer.step() "
+              "or loss.backward(). Point the doctor at a script that trains (a loop with a "
+              "backward and an optimizer step).", highlight=False)

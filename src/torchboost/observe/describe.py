@@ -1,0 +1,134 @@
+"""Turn live objects (DataLoader, module, optimizer, torch settings) into plain facts.
+
+Called rarely (once per epoch for a loader, once at the end of warm-up for the rest),
+never per step, so these may walk parameters.
+"""
+
+from __future__ import annotations
+
+import inspect
+import resource
+import sys
+from typing import Any
+
+import torch
+import torch.optim.optimizer as _optim
+
+from torchboost.diagnose.facts import LoaderFacts, ModelFacts, OptimizerFacts, PrecisionFacts
+
+__all__ = [
+    "describe_loader",
+    "describe_model",
+    "describe_optimizer",
+    "precision_settings",
+    "peak_rss_bytes",
+    "find_grad_scaler",
+]
+
+
+def _safe_len(obj: Any) -> int | None:
+    try:
+        return int(len(obj))
+    except Exception:  # IterableDataset without __len__, samplers that refuse
+        return None
+
+
+def describe_loader(loader: torch.utils.data.DataLoader) -> LoaderFacts:
+    """The settings of ``loader`` that decide how fast it feeds the loop."""
+    batch_size = loader.batch_size
+    if batch_size is None:  # a custom batch_sampler carries the size
+        batch_size = getattr(loader.batch_sampler, "batch_size", None)
+    iterable = isinstance(loader.dataset, torch.utils.data.IterableDataset)
+    return LoaderFacts(
+        num_workers=int(loader.num_workers),
+        pin_memory=bool(loader.pin_memory),
+        persistent_workers=bool(loader.persistent_workers),
+        prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+        batch_size=batch_size,
+        iterable=iterable,
+        dataset_len=_safe_len(loader.dataset),
+        num_batches=_safe_len(loader),
+    )
+
+
+def describe_model(module: torch.nn.Module) -> ModelFacts:
+    """Size, dtypes, device and layout of a root module."""
+    inner = getattr(module, "_orig_mod", module)  # torch.compile's OptimizedModule wraps it
+    params = list(inner.parameters())
+    devices = sorted({str(p.device) for p in params}) or ["cpu"]
+    conv_weights = [m.weight for m in inner.modules() if isinstance(m, torch.nn.Conv2d)]
+    channels_last = bool(conv_weights) and all(
+        w.is_contiguous(memory_format=torch.channels_last) for w in conv_weights
+    ) and any(not w.is_contiguous() for w in conv_weights)  # 1x1 weights are both: not evidence
+    return ModelFacts(
+        class_name=type(inner).__name__,
+        parameters=sum(p.numel() for p in params),
+        trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
+        param_dtypes=sorted({str(p.dtype).removeprefix("torch.") for p in params}),
+        device=devices[0],
+        compiled=inner is not module or _is_compiled(module),
+        has_conv2d=bool(conv_weights),
+        channels_last=channels_last,
+    )
+
+
+def _is_compiled(module: torch.nn.Module) -> bool:
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    return optimized is not None and isinstance(module, optimized)
+
+
+def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") -> OptimizerFacts:
+    """Class and multi-tensor settings of ``optimizer`` (from its defaults and first group)."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    merged = {**optimizer.defaults, **group}
+    try:
+        accepts_fused = "fused" in inspect.signature(type(optimizer).__init__).parameters
+    except (TypeError, ValueError):
+        accepts_fused = False
+    supported = getattr(_optim, "_get_fused_kernels_supported_devices", lambda: ["cuda"])
+    return OptimizerFacts(
+        class_name=type(optimizer).__name__,
+        foreach=merged.get("foreach"),
+        fused=merged.get("fused"),
+        supports_fused=accepts_fused and device.split(":")[0] in supported(),
+    )
+
+
+def precision_settings(autocast_dtype: str | None, grad_scaler: bool) -> PrecisionFacts:
+    """Numeric settings now in effect, with what the forward hook saw of autocast."""
+    matmul = torch.backends.cuda.matmul
+    tf32 = bool(getattr(matmul, "allow_tf32", False)) or torch.get_float32_matmul_precision() != "highest"
+    return PrecisionFacts(
+        autocast=autocast_dtype is not None,
+        autocast_dtype=autocast_dtype,
+        grad_scaler=grad_scaler,
+        tf32_matmul=tf32,
+        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+    )
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process, bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def find_grad_scaler(max_depth: int = 12) -> Any | None:
+    """The GradScaler driving the current optimizer step, found on the call stack, or None.
+
+    Called once, from the first optimizer step hook: ``GradScaler.step`` calls
+    ``optimizer.step`` from one of its own methods, so a caller frame's ``self`` is it.
+    """
+    scaler_type = getattr(torch.amp, "GradScaler", None)
+    if scaler_type is None:
+        return None
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, scaler_type):
+            return candidate
+        frame = frame.f_back
+    return None

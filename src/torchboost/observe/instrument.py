@@ -1,0 +1,186 @@
+"""The one module that patches PyTorch to observe a training loop, and restores it.
+
+What is touched, and why each is the least invasive way to see that phase:
+
+* ``torch.utils.data.DataLoader.__iter__`` - learn which loader feeds the loop and its
+  settings (once per epoch);
+* ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` - time spent waiting
+  for each batch (both single- and multi-process iterators inherit it);
+* ``torch.autograd.backward`` - backward time and the loss (``Tensor.backward`` calls
+  it through the module attribute, so one patch covers both spellings);
+* global module forward pre/post hooks (public API) - forward time of outermost calls
+  and whether autocast was on;
+* global optimizer step pre/post hooks (public API) - optimizer time and step
+  boundaries.
+
+Hooks only read ``time.perf_counter`` and add to the recorder; they never synchronise
+the device. Inside code being compiled by ``torch.compile`` they do nothing, so they do
+not break graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable
+
+import torch
+import torch.optim.optimizer as _optim
+import torch.utils.data.dataloader as _dl
+from torch.nn.modules import module as _nn_module
+
+from torchboost.observe.recorder import BACKWARD, FORWARD, OPTIMIZER, StepRecorder
+
+__all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
+
+PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
+    (_dl.DataLoader, "__iter__"),
+    (_dl._BaseDataLoaderIter, "__next__"),
+    (torch.autograd, "backward"),
+)
+"""(owner, attribute) pairs replaced while installed and restored by ``uninstall``."""
+
+
+class Instrumentation:
+    """Installs the observer's patches and hooks feeding ``recorder``; ``uninstall`` undoes all.
+
+    Use as a context manager, or ``install()`` / ``uninstall()``. Installing twice in
+    one process is refused, since the second would wrap the first's wrappers.
+    """
+
+    _active: "Instrumentation | None" = None
+
+    def __init__(self, recorder: StepRecorder, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.recorder = recorder
+        self._clock = clock
+        self._originals: list[tuple[Any, str, Any]] = []
+        self._handles: list[Any] = []
+        self._fwd_depth = 0
+        self._fwd_t0 = 0.0
+        self._bwd_depth = 0
+        self._opt_depth = 0
+        self._opt_t0 = 0.0
+        self._autocast_devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+    @property
+    def installed(self) -> bool:
+        """True between ``install()`` and ``uninstall()``."""
+        return Instrumentation._active is self
+
+    def install(self) -> "Instrumentation":
+        """Patch and register hooks; raises RuntimeError if an instrumentation is already active."""
+        if Instrumentation._active is not None:
+            raise RuntimeError("torchboost instrumentation is already installed in this process")
+        Instrumentation._active = self
+        wrappers = (self._wrap_iter, self._wrap_next, self._wrap_backward)
+        for (owner, name), wrap in zip(PATCHED_ATTRIBUTES, wrappers):
+            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            self._originals.append((owner, name, original))
+            setattr(owner, name, wrap(original))
+        self._handles = [
+            _nn_module.register_module_forward_pre_hook(self._forward_pre),
+            _nn_module.register_module_forward_hook(self._forward_post, always_call=True),
+            _optim.register_optimizer_step_pre_hook(self._optimizer_pre),
+            _optim.register_optimizer_step_post_hook(self._optimizer_post),
+        ]
+        return self
+
+    def uninstall(self) -> None:
+        """Restore every patched attribute and remove the hooks; safe to call twice."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        for owner, name, original in reversed(self._originals):
+            setattr(owner, name, original)
+        self._originals = []
+        if Instrumentation._active is self:
+            Instrumentation._active = None
+
+    def __enter__(self) -> "Instrumentation":
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    # -- wrappers --------------------------------------------------------------------------
+    def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self.recorder
+
+        @functools.wraps(original)
+        def __iter__(loader: Any) -> Any:
+            iterator = original(loader)
+            recorder.loader_iter(loader, iterator)
+            return iterator
+
+        return __iter__
+
+    def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder, clock = self.recorder, self._clock
+
+        @functools.wraps(original)
+        def __next__(iterator: Any) -> Any:
+            start = clock()
+            batch = original(iterator)
+            recorder.loader_batch(iterator, (clock() - start) * 1000.0)
+            return batch
+
+        return __next__
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder, clock = self.recorder, self._clock
+
+        @functools.wraps(original)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._bwd_depth:  # backward from inside a backward hook: part of the outer one
+                return original(tensors, *args, **kwargs)
+            self._bwd_depth = 1
+            recorder.backward_tensor(tensors)
+            recorder.phase_begin(BACKWARD)
+            start = clock()
+            try:
+                result = original(tensors, *args, **kwargs)
+            finally:
+                self._bwd_depth = 0
+                recorder.phase_end(BACKWARD, (clock() - start) * 1000.0)
+            recorder.backward_done()  # may end the run with StopObserving
+            return result
+
+        return backward
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():  # traced by dynamo: fold the hook away
+            return
+        if self._fwd_depth:
+            self._fwd_depth += 1
+            return
+        self._fwd_depth = 1
+        self.recorder.forward_begin(module, self._autocast_devices)
+        self._fwd_t0 = self._clock()
+
+    def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        depth = self._fwd_depth
+        if depth > 1:
+            self._fwd_depth = depth - 1
+        elif depth == 1:
+            self._fwd_depth = 0
+            self.recorder.phase_end(FORWARD, (self._clock() - self._fwd_t0) * 1000.0)
+
+    def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._opt_depth:
+            self._opt_depth += 1
+            return
+        self._opt_depth = 1
+        self.recorder.optimizer_begin(optimizer)
+        self._opt_t0 = self._clock()
+
+    def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        depth = self._opt_depth
+        if depth > 1:
+            self._opt_depth = depth - 1
+        elif depth == 1:
+            self._opt_depth = 0
+            self.recorder.phase_end(OPTIMIZER, (self._clock() - self._opt_t0) * 1000.0)
+            self.recorder.optimizer_done(optimizer)  # may end the run with StopObserving

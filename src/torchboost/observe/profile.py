@@ -1,0 +1,136 @@
+"""A bounded torch.profiler window driven by the observer's step boundaries.
+
+The window spans a few steps (warm-up then active, via ``torch.profiler.schedule``);
+only the active steps reach the op table and the Chrome trace, which keeps the trace
+small. Its results are plain :class:`~torchboost.diagnose.facts.ProfileFacts`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from torchboost.diagnose.facts import ProfileFacts
+
+__all__ = ["ProfileWindow", "SYNC_OPS", "summarize_events"]
+
+SYNC_OPS = (
+    "aten::_local_scalar_dense",
+    "aten::item",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+)
+"""Events that mean the host waited for the device (``aten::item`` calls
+``_local_scalar_dense``, so only the latter and the CUDA runtime calls are summed)."""
+_COUNTED_SYNCS = tuple(name for name in SYNC_OPS if name != "aten::item")
+_TOP_OPS = 20
+
+
+class ProfileWindow:
+    """One profiler window: ``start()`` at a step boundary, ``step()`` at each following one.
+
+    ``step()`` returns True once the window is over; :attr:`facts` then holds the
+    result and the trace is at ``trace_path``. Any profiler failure (another profiler
+    already running, for one) ends the window with ``facts`` None and ``error`` set,
+    so the user's run goes on.
+    """
+
+    def __init__(self, trace_path: Path, *, warmup: int = 1, active: int = 2, cuda: bool = False) -> None:
+        self.trace_path = Path(trace_path)
+        self.warmup = warmup
+        self.active = active
+        self.cuda = cuda
+        self.facts: ProfileFacts | None = None
+        self.error: str | None = None
+        self._prof: profile | None = None
+        self._steps = 0
+
+    @property
+    def running(self) -> bool:
+        """The profiler is recording (between ``start()`` and the end of the window)."""
+        return self._prof is not None
+
+    def start(self) -> None:
+        """Begin the window at a step boundary."""
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        try:
+            self._prof = profile(
+                activities=activities,
+                schedule=schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1),
+                on_trace_ready=self._ready,
+            )
+            self._prof.start()
+        except Exception as exc:  # noqa: BLE001 - the user's run must go on
+            self._fail(exc)
+
+    def step(self) -> bool:
+        """Mark a step boundary; True when the window has ended."""
+        if self._prof is None:
+            return True
+        self._steps += 1
+        try:
+            self._prof.step()
+            if self._steps >= self.warmup + self.active:
+                self._prof.stop()
+                self._prof = None
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+        return self._prof is None
+
+    def close(self) -> None:
+        """Stop a window cut short (script ended or crashed); keeps what is complete."""
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        try:
+            prof.stop()
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"profiler stop failed: {exc}"
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = f"torch.profiler unavailable: {exc}"
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            try:
+                prof.stop()
+            except Exception:  # noqa: BLE001 - already failing; the first error is the one to show
+                pass
+
+    def _ready(self, prof: profile) -> None:
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(self.trace_path))
+        self.facts = summarize_events(prof.key_averages(), steps=self.active)
+        self.facts.trace_path = self.trace_path.name
+
+
+def summarize_events(averages: Any, *, steps: int) -> ProfileFacts:
+    """Op table and sync counts from ``prof.key_averages()`` over ``steps`` active steps."""
+    rows = []
+    syncs: dict[str, int] = {}
+    for event in averages:
+        name = event.key
+        if name in SYNC_OPS:
+            syncs[name] = syncs.get(name, 0) + int(event.count)
+        if name.startswith("ProfilerStep#"):
+            continue  # the step range itself, not an op
+        device_us = getattr(event, "self_device_time_total", None)
+        if device_us is None:
+            device_us = getattr(event, "self_cuda_time_total", 0.0)
+        rows.append({
+            "name": name,
+            "self_cpu_ms": float(event.self_cpu_time_total) / 1000.0,
+            "self_device_ms": float(device_us or 0.0) / 1000.0,
+            "calls": int(event.count),
+        })
+    rows.sort(key=lambda r: max(r["self_cpu_ms"], r["self_device_ms"]), reverse=True)
+    counted = sum(syncs.get(name, 0) for name in _COUNTED_SYNCS)
+    return ProfileFacts(
+        steps=steps,
+        top_ops=rows[:_TOP_OPS],
+        sync_count_per_step=counted / steps if steps else 0.0,
+        sync_ops=syncs,
+    )

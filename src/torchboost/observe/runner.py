@@ -1,0 +1,177 @@
+"""Parent side of the doctor: start the user's command in an observed child, collect its facts.
+
+The child is ``sys.executable -u -m torchboost.observe.bootstrap SPEC.json -- TARGET...``:
+the same interpreter and environment torchboost runs in (the user's ``python`` word is
+accepted and replaced by it). Its stderr passes through to ours (and its last lines are
+kept); its stdout passes through to ``stdout`` (ours unless told otherwise).
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Sequence
+
+from torchboost.diagnose.facts import Facts
+from torchboost.observe.spec import ObserveSpec
+
+__all__ = ["ObservedRun", "Progress", "UsageError", "parse_command", "run_observed"]
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
+_TAIL_CHARS = 8000
+
+
+class UsageError(ValueError):
+    """The doctor was asked something it cannot run; the message says what to type instead."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where the child is: ``stage`` ("warm-up", "observing", "profiling", "running"), step of ``of``."""
+
+    stage: str
+    step: int
+    of: int | None
+
+
+@dataclass
+class ObservedRun:
+    """Result of :func:`run_observed`."""
+
+    facts: Facts | None
+    """What the child wrote (None if it died before writing anything)."""
+    exit_code: int
+    """The child's exit status: the script's own."""
+    stderr_tail: str
+    """The last few thousand characters the child wrote to stderr."""
+    out_dir: Path
+    """Folder holding facts.json (and trace.json when a profile was taken)."""
+
+
+def parse_command(command: Sequence[str]) -> list[str]:
+    """The bootstrap target for a user's command: ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``.
+
+    Accepts ``python train.py ARGS``, ``train.py ARGS`` and ``python -m pkg.mod ARGS``;
+    raises :class:`UsageError` otherwise.
+    """
+    words = list(command)
+    if not words:
+        raise UsageError("no command to observe; put it after '--', e.g. torchboost doctor -- python train.py")
+    first = words[0]
+    if _PYTHON.match(os.path.basename(first)) or first == sys.executable:
+        words = words[1:]
+    if not words:
+        raise UsageError("no script after 'python'; e.g. torchboost doctor -- python train.py")
+    if words[0] == "-m":
+        if len(words) < 2:
+            raise UsageError("no module after 'python -m'; e.g. torchboost doctor -- python -m pkg.train")
+        return words
+    if words[0].startswith("-"):
+        raise UsageError(f"python option {words[0]!r} is not supported; run 'python SCRIPT' or 'python -m MODULE'")
+    if not Path(words[0]).is_file():
+        raise UsageError(f"script not found: {words[0]} (check the path, relative to {os.getcwd()})")
+    return words
+
+
+def run_observed(
+    command: Sequence[str],
+    *,
+    steps: int = 20,
+    warmup: int = 5,
+    out_dir: Path | str = "torchboost-doctor",
+    full: bool = False,
+    on_progress: Callable[[Progress], None] | None = None,
+    stdout: Callable[[], IO[str]] | None = None,
+) -> ObservedRun:
+    """Run ``command`` in an observed child process and return what was seen.
+
+    ``steps`` recorded steps follow ``warmup`` unrecorded ones; then a 3-step profiler
+    window, then the child stops the script (unless ``full``). ``on_progress`` is called
+    from this thread about five times a second while the child runs. ``stdout`` returns
+    the stream for the child's stdout (default ``sys.stdout``; ``--json`` sends it to
+    stderr). Raises :class:`UsageError` for a command it cannot run or ``steps < 1``.
+    """
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
+    target = parse_command(command)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    facts_path = out / "facts.json"
+    with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
+        spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
+                           progress_path=str(Path(tmp) / "progress.json"), command=list(command))
+        for stale in (facts_path, spec.trace_path):
+            stale.unlink(missing_ok=True)  # an old run's files must not pass for this one's
+        spec_path = Path(tmp) / "spec.json"
+        spec.write(spec_path)
+        argv = [sys.executable, "-u", "-m", "torchboost.observe.bootstrap", str(spec_path), "--", *target]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        tail: collections.deque[str] = collections.deque()
+        relays = [
+            threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None), daemon=True),
+            threading.Thread(target=_relay, args=(proc.stderr, lambda: sys.stderr, tail), daemon=True),
+        ]
+        for relay in relays:
+            relay.start()
+        try:
+            _wait(proc, Path(spec.progress_path), on_progress)
+        except BaseException:
+            proc.kill()  # our own interrupt: do not leave the child running
+            proc.wait()
+            raise
+        for relay in relays:
+            relay.join(timeout=5)
+    facts = Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8"))) if facts_path.is_file() else None
+    return ObservedRun(facts=facts, exit_code=proc.returncode, stderr_tail="".join(tail)[-_TAIL_CHARS:], out_dir=out)
+
+
+def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None) -> None:
+    last = None
+    while True:
+        try:
+            proc.wait(timeout=0.2)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        if on_progress is None:
+            continue
+        try:
+            data = json.loads(progress_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not written yet
+        if data != last:
+            last = data
+            on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of")))
+
+
+def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]], tail: collections.deque[str] | None) -> None:
+    # The stream is looked up per chunk: a live progress display swaps sys.stderr.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fd = pipe.fileno()
+    kept = 0
+    while True:
+        chunk = os.read(fd, 65536)
+        text = decoder.decode(chunk, final=not chunk)
+        if text:
+            out = stream()
+            out.write(text)
+            out.flush()
+            if tail is not None:
+                tail.append(text)
+                kept += len(text)
+                while kept - len(tail[0]) >= _TAIL_CHARS and len(tail) > 1:
+                    kept -= len(tail.popleft())
+        if not chunk:
+            pipe.close()
+            return

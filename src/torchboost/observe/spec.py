@@ -1,0 +1,89 @@
+"""What the doctor's child process is told to do: step counts and where to write facts.
+
+The parent writes an :class:`ObserveSpec` to a JSON file and passes that file's path on
+the child's command line (never through an environment variable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchboost._io import atomic_write_bytes
+
+__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE"]
+
+FACTS_FILE = "facts.json"
+"""Name of the facts file inside the output folder."""
+TRACE_FILE = "trace.json"
+"""Name of the Chrome-trace file inside the output folder."""
+
+
+@dataclass(frozen=True)
+class ObserveSpec:
+    """Step counts and output locations for one observed run.
+
+    The run is: ``warmup`` steps (not recorded), ``steps`` recorded steps, then a
+    profiler window of ``profile_warmup + profile_active`` steps (not recorded: the
+    profiler slows them), then the script is stopped, unless ``full``.
+    """
+
+    out_dir: str
+    """Folder for facts.json and trace.json (absolute path)."""
+    steps: int = 20
+    """Recorded training steps after warm-up."""
+    warmup: int = 5
+    """Steps run before recording starts (first-call costs, compile, caches)."""
+    full: bool = False
+    """Let the script run to its own end, recording every step after warm-up."""
+    profile_warmup: int = 1
+    """Profiler warm-up steps (recorded by the profiler, then discarded)."""
+    profile_active: int = 2
+    """Profiler steps kept in the op table and the trace; small keeps trace.json small."""
+    progress_path: str | None = None
+    """File the child rewrites with {"stage", "step", "of"} for the parent's progress line."""
+    flush_interval_s: float = 1.0
+    """Least time between two rewrites of facts.json during the run, seconds."""
+    command: list[str] = field(default_factory=list)
+    """The user's command, as typed, for the facts."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
+        if self.profile_active < 0 or self.profile_warmup < 0:
+            raise ValueError("profile_warmup and profile_active must be 0 or more")
+
+    @property
+    def facts_path(self) -> Path:
+        """Where the child writes facts.json."""
+        return Path(self.out_dir) / FACTS_FILE
+
+    @property
+    def trace_path(self) -> Path:
+        """Where the child writes the Chrome trace."""
+        return Path(self.out_dir) / TRACE_FILE
+
+    @property
+    def profile_steps(self) -> int:
+        """Steps the profiler window spans (0: no profile)."""
+        return self.profile_warmup + self.profile_active if self.profile_active else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        return dataclasses.asdict(self)
+
+    def write(self, path: Path) -> None:
+        """Write the spec as JSON to ``path``."""
+        atomic_write_bytes(Path(path), json.dumps(self.to_dict(), indent=2).encode())
+
+    @classmethod
+    def read(cls, path: Path) -> "ObserveSpec":
+        """Read a spec written by :meth:`write`."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

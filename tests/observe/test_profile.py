@@ -1,0 +1,55 @@
+"""The profiler window: valid small Chrome trace, op table and sync counts."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from torchboost.observe.profile import ProfileWindow
+
+
+def _profile(tmp_path, sync: bool):
+    model = torch.nn.Linear(16, 16)
+    window = ProfileWindow(tmp_path / "trace.json", warmup=1, active=2)
+    window.start()
+    done = False
+    while not done:
+        loss = model(torch.randn(8, 16)).pow(2).mean()
+        loss.backward()
+        if sync:
+            loss.item()  # a host-device sync on a GPU; counted on any device
+        done = window.step()
+    return window
+
+
+def test_trace_is_valid_chrome_json_and_small(tmp_path):
+    window = _profile(tmp_path, sync=False)
+    assert window.error is None and window.facts is not None
+    path = tmp_path / "trace.json"
+    with path.open() as fh:
+        assert "traceEvents" in json.load(fh)
+    assert path.stat().st_size < 3_000_000
+    assert window.facts.trace_path == "trace.json"
+    names = [op["name"] for op in window.facts.top_ops]
+    assert "aten::addmm" in names and not any(n.startswith("ProfilerStep#") for n in names)
+
+
+def test_item_per_step_is_counted_as_a_sync(tmp_path):
+    with_sync = _profile(tmp_path, sync=True).facts
+    without = _profile(tmp_path, sync=False).facts
+    assert with_sync.sync_count_per_step == 1.0
+    assert without.sync_count_per_step == 0.0  # the broken twin: no item(), no sync
+
+
+def test_a_profiler_that_cannot_start_fails_softly(tmp_path, monkeypatch):
+    import torchboost.observe.profile as profile_mod
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("profiler already in use")
+
+    monkeypatch.setattr(profile_mod, "profile", refuse)
+    window = ProfileWindow(tmp_path / "trace.json")
+    window.start()
+    assert window.step() is True  # over at once: the run goes on
+    assert "already in use" in window.error and window.facts is None

@@ -1,0 +1,93 @@
+"""Step accounting with a fake clock: stages, what is recorded, when the run stops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchboost.diagnose.facts import Facts
+from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
+from torchboost.observe.recorder import BACKWARD, DATA, FORWARD
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _recorder(tmp_path, **kw):
+    clock = _Clock()
+    kw.setdefault("profile_active", 0)
+    spec = ObserveSpec(out_dir=str(tmp_path), progress_path=str(tmp_path / "progress.json"), **kw)
+    return StepRecorder(spec, clock=clock), clock
+
+
+def _step(rec, clock, data_ms=3.0, fwd_ms=2.0, bwd_ms=4.0, extra_ms=1.0):
+    rec.phase_end(DATA, data_ms)
+    rec.phase_end(FORWARD, fwd_ms)
+    rec.phase_end(BACKWARD, bwd_ms)
+    clock.now += (data_ms + fwd_ms + bwd_ms + extra_ms) / 1000.0
+    rec.backward_done()
+
+
+def test_warmup_is_skipped_and_the_run_stops_after_the_steps(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=3, warmup=2)
+    for _ in range(4):
+        _step(rec, clock)
+    with pytest.raises(StopObserving):
+        _step(rec, clock)
+    facts = rec.facts()
+    assert [s.index for s in facts.steps] == [2, 3, 4]
+    step = facts.steps[0]
+    assert step.total_ms == pytest.approx(10.0)
+    assert (step.data_ms, step.forward_ms, step.backward_ms) == (3.0, 2.0, 4.0)
+    assert step.other_ms == pytest.approx(1.0)
+    assert facts.ended == "stopped" and facts.step_source == "backward"
+
+
+def test_full_run_keeps_recording_and_never_stops(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=2, warmup=1, full=True)
+    for _ in range(10):
+        _step(rec, clock)
+    assert len(rec.facts().steps) == 9 and rec.facts().target_steps is None
+
+
+def test_facts_file_is_written_at_first_then_throttled_then_at_the_end(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=3, warmup=0, flush_interval_s=1e9)
+
+    def written() -> Facts:
+        return Facts.from_dict(json.loads((tmp_path / "facts.json").read_text()))
+
+    _step(rec, clock)
+    assert len(written().steps) == 1  # a crash from now on keeps what was seen
+    _step(rec, clock)
+    assert len(written().steps) == 1  # throttled: not rewritten after every step
+    with pytest.raises(StopObserving):
+        _step(rec, clock)
+    assert len(written().steps) == 3 and written().steps[2].index == 2
+
+
+def test_progress_file_says_the_stage(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=5, warmup=2)
+    _step(rec, clock)
+    assert json.loads((tmp_path / "progress.json").read_text()) == {"stage": "warm-up", "step": 1, "of": 2}
+    _step(rec, clock)
+    _step(rec, clock)
+    clock.now += 1.0  # past the progress throttle
+    _step(rec, clock)
+    assert json.loads((tmp_path / "progress.json").read_text()) == {"stage": "observing", "step": 2, "of": 5}
+
+
+def test_observer_failures_are_recorded_not_raised(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=2, warmup=1)
+
+    class BadLoader:  # describe_loader reads attributes this lacks
+        pass
+
+    rec.loader_iter(BadLoader(), object())
+    _step(rec, clock)
+    assert rec.errors and "AttributeError" in rec.errors[0]

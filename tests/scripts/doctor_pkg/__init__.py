@@ -1,0 +1,1 @@
+"""A package whose ``train`` module is run with ``python -m doctor_pkg.train``."""
