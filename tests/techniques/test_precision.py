@@ -68,7 +68,9 @@ def _optim(model: nn.Module):
 
 def _batches():
     g = torch.Generator().manual_seed(2)
-    return [(torch.randn(32, 16, generator=g), torch.randn(32, 1, generator=g)) for _ in range(_STEPS)]
+    return [
+        (torch.randn(32, 16, generator=g), torch.randn(32, 1, generator=g)) for _ in range(_STEPS)
+    ]
 
 
 def _run_with(precision: Precision):

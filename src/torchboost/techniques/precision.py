@@ -213,7 +213,9 @@ def make_precision(mode: str, device_type: str) -> Precision:
     """
     if mode not in _CONCRETE:
         hint = "; resolve it first with resolve_precision()" if mode == "auto" else ""
-        raise ConfigError(f"precision.mode: expected one of {', '.join(_CONCRETE)}; got {mode!r}{hint}")
+        raise ConfigError(
+            f"precision.mode: expected one of {', '.join(_CONCRETE)}; got {mode!r}{hint}"
+        )
     if mode == "fp32":
         return Precision(device_type)
     if mode == "tf32":
@@ -248,7 +250,9 @@ def _warn_once(key: str, message: str) -> None:
 
 def _resolve_explicit(mode: str, env: _envmod.Environment) -> tuple[str, str]:
     if mode == "tf32" and not env.tf32:
-        where = f"{env.device} (compute capability {env.compute_capability})" if env.compute_capability else env.device
+        where = env.device
+        if env.compute_capability:
+            where += f" (compute capability {env.compute_capability})"
         raise ConfigError(
             'precision.mode "tf32" needs a CUDA GPU of compute capability 8.0 (Ampere) or '
             f'newer; this machine runs on {where}. Use "fp32", or "auto".'
@@ -279,7 +283,7 @@ def _resolve_cuda(env: _envmod.Environment) -> tuple[str, str]:
 
 def _resolve_cpu(env: _envmod.Environment) -> tuple[str, str]:
     if not env.cpu_bf16:
-        return "fp32", "the CPU has no bf16 instructions (avx512_bf16/amx_bf16); bf16 would be slower"
+        return "fp32", "the CPU has no bf16 instructions (avx512_bf16/amx_bf16): bf16 is slower"
     speedup = _envmod.measure_cpu_bf16_speedup()
     measured = f"a bf16 matmul measured {speedup:.2f}x the speed of fp32"
     if speedup >= CPU_BF16_MIN_SPEEDUP:
