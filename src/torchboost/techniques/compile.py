@@ -161,8 +161,10 @@ class _RecompileLimitFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         shared = _ACTIVE.get()
-        if shared is not None and "recompile_limit" in record.getMessage():
-            shared.recompile_limit()
+        if shared is not None and record.levelno >= logging.WARNING:
+            message = record.getMessage()
+            if "hit config." in message and "recompile_limit" in message:
+                shared.recompile_limit()
         return True
 
 
