@@ -83,7 +83,7 @@ def test_faster_correct_reduced_precision_is_kept():
 
 def test_compile_kept_only_when_it_pays_for_itself():
     script = FakeScript(factors={("compile.mode", "default"): 0.9}, compile_s=30.0)
-    short = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=50))
+    short = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=500))
     decision = next(d for d in short.decisions if d.lever == "compile")
     assert decision.status == "rejected"
     assert "pays off after" in decision.reason
@@ -140,3 +140,11 @@ def test_break_even():
 )
 def test_parity(candidate, kind, ok):
     assert check_parity([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], candidate, kind=kind).ok is ok
+
+
+def test_compile_that_cannot_pay_off_is_not_even_tried():
+    script = FakeScript(factors={("compile.mode", "default"): 0.5}, compile_s=30.0)
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=20))
+    decision = next(d for d in outcome.decisions if d.lever == "compile")
+    assert decision.status == "skipped" and "cannot pay off" in decision.reason
+    assert not any(s.get("compile.mode") for s, _ in script.calls)

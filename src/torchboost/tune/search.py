@@ -46,6 +46,11 @@ class SearchOptions:
     """Stop confirming once this many pairs in a row agree on the verdict."""
     run_steps: int | None = None
     """Planned length of the real run in steps, for amortising compile time."""
+    compile_min_s: float = 10.0
+    """The least a first compile costs (seconds); on a 2-core CPU even a tiny model's
+    first compile takes tens of seconds."""
+    compile_max_gain: float = 0.5
+    """The largest share of a step compile is assumed to save, for the pre-check."""
 
 
 @dataclass
@@ -160,6 +165,16 @@ def run_search(
         proposals = lever.propose(incumbent, context)
         if not proposals:
             continue
+        if lever.is_compile and options.run_steps is not None:
+            most_saved_s = options.run_steps * incumbent_ms * options.compile_max_gain / 1e3
+            if most_saved_s < options.compile_min_s:
+                least_break_even = 1e3 * options.compile_min_s / (incumbent_ms * options.compile_max_gain)
+                decide(Decision(lever.id, proposals[0], "skipped",
+                                f"cannot pay off: {options.run_steps} steps x {incumbent_ms:.1f} ms save at most "
+                                f"{most_saved_s:.1f} s, and a compile costs at least {options.compile_min_s:.0f} s "
+                                f"(break-even at least {least_break_even:.0f} steps)",
+                                break_even_steps=least_break_even))
+                continue
         survivors: list[tuple[float, Settings, TrialResult]] = []
         for change in proposals:
             if run.out_of_budget():

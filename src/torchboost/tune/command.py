@@ -1,0 +1,104 @@
+"""Tune a training script step by step; keep only what is faster and still correct.
+
+``torchboost tune [--out DIR] [--budget SECONDS] [--run-steps N] [--steps-per-trial N]
+[--resume] -- python train.py ARGS``: runs the doctor on the script, then short trials of
+it in child processes, one candidate configuration each, and writes the winner to
+``torchboost.toml`` with a report in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from torchboost.observe.runner import UsageError, parse_command
+from torchboost.tune.runner import TuneOptions, TuneRun, tune_script
+from torchboost.tune.search import Decision
+from torchboost.tune.trial_result import TrialResult, describe_settings
+
+__all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]
+
+
+def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> None:
+    """The options ``tune`` and ``demo`` share."""
+    parser.add_argument("--out", default=out_default, help=f"report folder (default {out_default})")
+    parser.add_argument("--budget", type=float, default=600.0, metavar="SECONDS",
+                        help="stop starting trials after this long, keeping the best so far (default 600)")
+    parser.add_argument("--run-steps", type=int, default=None, metavar="N",
+                        help="steps the real run will take, to amortise compile time (default: from the script)")
+    parser.add_argument("--steps-per-trial", type=int, default=12, metavar="N",
+                        help="measured steps per trial, after warm-up (default 12)")
+    parser.add_argument("--warmup", type=int, default=3, metavar="N", help="warm-up steps per trial (default 3)")
+    parser.add_argument("--resume", action="store_true", help="reuse the finished trials in DIR/journal.jsonl")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``torchboost tune``."""
+    add_tune_options(parser, out_default="torchboost-tune")
+    parser.add_argument("--config", default="torchboost.toml", help="where to write the winner (default torchboost.toml)")
+
+
+def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
+    """TuneOptions from parsed arguments; raises UsageError for values out of range."""
+    if args.budget <= 0:
+        raise UsageError(f"--budget must be positive, got {args.budget}")
+    if args.steps_per_trial < 3:
+        raise UsageError(f"--steps-per-trial must be at least 3, got {args.steps_per_trial}")
+    if args.warmup < 1:
+        raise UsageError(f"--warmup must be at least 1, got {args.warmup}")
+    if args.run_steps is not None and args.run_steps < 1:
+        raise UsageError(f"--run-steps must be at least 1, got {args.run_steps}")
+    return TuneOptions(out_dir=Path(args.out), config_path=Path(config), budget_s=args.budget,
+                       run_steps=args.run_steps, steps_per_trial=args.steps_per_trial,
+                       warmup=args.warmup, resume=args.resume)
+
+
+def tune_with_progress(command: list[str], options: TuneOptions, console: Console) -> TuneRun:
+    """Run tune_script with a live progress bar and one line per decision."""
+    with Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("diagnosing the baseline", total=options.budget_s)
+        started = progress.get_time()
+
+        def on_trial(settings: dict[str, Any], repeat: int, result: TrialResult | None) -> None:
+            progress.update(task, completed=min(progress.get_time() - started, options.budget_s))
+            if result is None:
+                progress.update(task, description=f"trial: {describe_settings(settings)} (#{repeat + 1})")
+
+        def on_decision(decision: Decision) -> None:
+            mark = {"kept": "[green]kept[/]", "incorrect": "[red]incorrect[/]", "failed": "[red]failed[/]"}
+            status = mark.get(decision.status, f"[yellow]{decision.status}[/]")
+            progress.console.print(f"  {status} {describe_settings(decision.settings)}: {decision.reason}",
+                                   highlight=False)
+
+        return tune_script(command, options, on_trial=on_trial, on_decision=on_decision)
+
+
+def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
+    """The final table: waterfall, then where the files are."""
+    from torchboost.report.tune import print_tune_report, write_tune_report
+
+    paths = write_tune_report(run, options.out_dir)
+    print_tune_report(run, console, paths, config_path=options.config_path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``torchboost tune``."""
+    console = Console(stderr=True)
+    try:
+        parse_command(args.command)
+        options = options_from_args(args, config=args.config)
+    except UsageError as exc:
+        print(f"torchboost tune: error: {exc}", file=sys.stderr)
+        return 2
+    tuned = tune_with_progress(args.command, options, console)
+    if tuned.outcome.error is not None:
+        console.print(f"[red]torchboost tune:[/] {tuned.outcome.error}", highlight=False)
+        return 1
+    print_outcome(tuned, options, console)
+    return 0

@@ -1,0 +1,165 @@
+"""Tune a user's script end to end: diagnose, search with real trials, write torchboost.toml.
+
+This is the only part of tuning that runs processes; the search it drives
+(:mod:`torchboost.tune.search`) is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from torchboost._io import atomic_write_bytes
+from torchboost.config import BoostConfig
+from torchboost.diagnose import diagnose
+from torchboost.diagnose.facts import Facts
+from torchboost.observe.runner import run_observed
+from torchboost.tune.journal import Journal
+from torchboost.tune.levers import TuneContext, default_levers, order_levers
+from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
+from torchboost.tune.trial import run_trial
+from torchboost.tune.trial_result import TrialResult, describe_settings
+
+__all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header"]
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune; seconds and steps as named."""
+
+    out_dir: Path = Path("torchboost-tune")
+    config_path: Path = Path("torchboost.toml")
+    budget_s: float = 600.0
+    run_steps: int | None = None
+    """Planned length of the real run in steps (compile amortisation); None: from the script."""
+    steps_per_trial: int = 12
+    warmup: int = 3
+    resume: bool = False
+    trial_timeout_s: float = 300.0
+    min_gain: float = 0.03
+    max_repeats: int = 3
+
+
+@dataclass
+class TuneRun:
+    """Everything a tuning run produced."""
+
+    facts: Facts | None
+    findings: list[Any]
+    outcome: TuneOutcome
+    config: BoostConfig
+    run_steps: int | None
+    reused_trials: int
+
+
+def context_from_facts(facts: Facts) -> TuneContext:
+    """What the search needs to know about the machine and script, from the doctor's facts."""
+    env = facts.env or {}
+    loader = facts.loader
+    return TuneContext(
+        device=str(env.get("device", "cpu")),
+        cpu_cores=int(env.get("cpu_cores", 1)),
+        cpu_bf16=bool(env.get("cpu_bf16", False)),
+        cuda_bf16=bool(env.get("cuda_bf16", False)),
+        tf32=bool(env.get("tf32", False)),
+        can_compile=bool(env.get("can_compile", True)) and not (facts.model and facts.model.compiled),
+        iterable_dataset=bool(loader and loader.iterable),
+        has_loader=loader is not None,
+        has_optimizer=facts.optimizer is not None,
+        uses_booster=bool(getattr(facts, "uses_booster", False)),
+    )
+
+
+def settings_to_config(settings: dict[str, Any]) -> BoostConfig:
+    """A torchboost.toml config: the user's own setup ("off"/"keep") plus the kept settings."""
+    data = BoostConfig.off().to_dict()
+    for dotted, value in settings.items():
+        section, key = dotted.split(".", 1)
+        data[section][key] = value
+    return BoostConfig.from_dict(data)
+
+
+def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:
+    """Comment lines for torchboost.toml: the command, and each kept technique's measured gain."""
+    lines = [f"Tuned by torchboost for: {' '.join(command)}",
+             f"Baseline {outcome.baseline.median_step_ms:.2f} ms/step; tuned "
+             f"{outcome.waterfall[-1].median_step_ms:.2f} ms/step ({outcome.speedup:.2f}x)."]
+    kept = [d for d in outcome.decisions if d.status == "kept"]
+    for d in kept:
+        lines.append(f"kept {describe_settings(d.settings)}: {1 / d.ratio:.2f}x faster ({d.reason})")
+    if not kept:
+        lines.append("no technique was faster beyond noise and still correct: nothing changed")
+    return "\n".join(lines)
+
+
+def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOptions,
+                       on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None):
+    trials_dir = options.out_dir / "trials"
+
+    def measure(settings: dict[str, Any], repeat: int) -> TrialResult:
+        recorded = journal.lookup(settings, repeat)
+        if recorded is not None:
+            return recorded
+        if on_trial is not None:
+            on_trial(settings, repeat, None)
+        result = run_trial(command, settings, repeat, steps=options.steps_per_trial, warmup=options.warmup,
+                           out_dir=trials_dir / "current", timeout_s=options.trial_timeout_s)
+        journal.append(result)
+        if on_trial is not None:
+            on_trial(settings, repeat, result)
+        return result
+
+    return measure
+
+
+def _doctor_facts(command: Sequence[str], options: TuneOptions) -> Facts | None:
+    doctor_dir = options.out_dir / "doctor"
+    facts_path = doctor_dir / "facts.json"
+    if options.resume and facts_path.is_file():
+        return Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8")))
+    observed = run_observed(command, steps=options.steps_per_trial, warmup=options.warmup,
+                            out_dir=doctor_dir, echo=False)
+    return observed.facts
+
+
+def tune_script(
+    command: Sequence[str],
+    options: TuneOptions = TuneOptions(),
+    *,
+    on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None = None,
+    on_decision: Callable[[Decision], None] | None = None,
+) -> TuneRun:
+    """Diagnose, search and write ``options.config_path``; see :mod:`torchboost.tune`."""
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    facts = _doctor_facts(command, options)
+    findings = diagnose(facts) if facts is not None and facts.steps else []
+    context = context_from_facts(facts) if facts is not None else TuneContext()
+    levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})
+    run_steps = options.run_steps
+    if run_steps is None and facts is not None:
+        run_steps = facts.planned_steps
+    journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume)
+    search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
+                                   max_repeats=options.max_repeats, run_steps=run_steps)
+    outcome = run_search(levers, context, _journaled_measure(journal, command, options, on_trial),
+                         search_options, on_decision=on_decision)
+    config = settings_to_config(outcome.settings)
+    if outcome.error is None:
+        config.to_toml(options.config_path, header=toml_header(outcome, command))
+    summary = {
+        "command": list(command),
+        "run_steps": run_steps,
+        "settings": outcome.settings,
+        "speedup": outcome.speedup,
+        "trials_run": outcome.trials_run,
+        "reused_trials": journal.reused,
+        "error": outcome.error,
+        "decisions": [dataclasses.asdict(d) for d in outcome.decisions],
+        "waterfall": [dataclasses.asdict(w) for w in outcome.waterfall],
+    }
+    atomic_write_bytes(options.out_dir / "outcome.json", json.dumps(summary, indent=2, default=str).encode())
+    return TuneRun(facts=facts, findings=findings, outcome=outcome, config=config, run_steps=run_steps,
+                   reused_trials=journal.reused)

@@ -1,0 +1,70 @@
+"""One trial: the user's script in its own child process, with one candidate's settings applied.
+
+The trial reuses the doctor's observed child (same injection, same step detection) with
+the profiler off, and turns what it recorded into a :class:`TrialResult`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchboost.observe.runner import run_observed
+from torchboost.tune.trial_result import TrialResult
+
+__all__ = ["run_trial", "result_from_facts"]
+
+
+def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit_code: int,
+                      error_tail: str = "", wall_s: float = 0.0) -> TrialResult:
+    """Build a TrialResult from an observed run's Facts (None when the child wrote nothing)."""
+    if facts is None or not facts.steps:
+        last = error_tail.strip().splitlines()[-1] if error_tail.strip() else ""
+        why = f"no training step completed (exit code {exit_code})" + (f": {last}" if last else "")
+        return TrialResult(settings=settings, repeat=repeat, ok=False, error=why, wall_s=wall_s)
+    step_ms = [s.total_ms for s in facts.steps]
+    warmup_ms = list(getattr(facts, "warmup_step_ms", []) or [])
+    median_ms = statistics.median(step_ms)
+    compile_s = max(0.0, (sum(warmup_ms) - len(warmup_ms) * median_ms) / 1e3) if warmup_ms else 0.0
+    losses = list(getattr(facts, "warmup_losses", []) or []) + list(facts.losses)
+    batch = facts.loader.batch_size if facts.loader is not None else None
+    result = TrialResult(
+        settings=settings, repeat=repeat, step_ms=step_ms, losses=losses, samples_per_step=batch,
+        peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
+        compile_s=compile_s, wall_s=wall_s,
+    )
+    if facts.ended == "crashed" or exit_code != 0:
+        result.ok = False
+        result.error = f"the script exited with code {exit_code}"
+    elif any(not math.isfinite(x) for x in losses):
+        bad = next(i for i, x in enumerate(losses) if not math.isfinite(x))
+        result.ok = False
+        result.error = f"loss is {losses[bad]} at step {bad}"
+    return result
+
+
+def run_trial(
+    command: Sequence[str],
+    settings: dict[str, Any],
+    repeat: int,
+    *,
+    steps: int,
+    warmup: int,
+    out_dir: Path,
+    timeout_s: float | None = None,
+) -> TrialResult:
+    """Run ``command`` once with ``settings`` applied; ``warmup`` steps, then ``steps`` measured."""
+    start = time.monotonic()
+    observed = run_observed(
+        command, steps=steps, warmup=warmup, out_dir=out_dir, apply=settings, profile=False,
+        echo=False, timeout_s=timeout_s,
+    )
+    wall = time.monotonic() - start
+    if observed.timed_out:
+        return TrialResult(settings=settings, repeat=repeat, ok=False,
+                           error=f"timed out after {timeout_s:.0f} s", wall_s=wall)
+    return result_from_facts(observed.facts, settings, repeat, exit_code=observed.exit_code,
+                             error_tail=observed.stderr_tail, wall_s=wall)
