@@ -1,0 +1,56 @@
+"""Small formatting helpers shared by the terminal, Markdown and HTML renderers."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+PHASE_LABELS = {
+    "data": "waiting for data",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer step",
+    "other": "other (host code, syncs, logging)",
+}
+
+
+def ms(value: float | None) -> str:
+    """"12.3 ms", or "n/a" when unknown."""
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def speedup(value: float) -> str:
+    """"x1.25"."""
+    return f"x{value:.2f}"
+
+
+def command(parts: list[str]) -> str:
+    """The command line as a shell would read it."""
+    return shlex.join(parts) if parts else "(unknown)"
+
+
+def value(v: Any) -> str:
+    """An evidence value: byte counts in GiB too, floats trimmed."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.4e}"
+    return f"{v:,}"
+
+
+def evidence_value(key: str, v: Any) -> str:
+    """:func:`value`, with GiB added for ``*_bytes`` keys."""
+    text = value(v)
+    if key.endswith("_bytes") and isinstance(v, (int, float)) and not isinstance(v, bool):
+        text += f" ({v / 2**30:.2f} GiB)"
+    return text
+
+
+def headline(report: dict[str, Any]) -> str:
+    """One line: steps, median/p90 step time, throughput."""
+    st = report["step_time_ms"]
+    parts = [f"{report['steps_observed']} steps observed ({report['ended']})",
+             f"median step {ms(st['median'])}", f"p90 {ms(st['p90'])}"]
+    if report.get("samples_per_s"):
+        parts.append(f"{report['samples_per_s']:.1f} samples/s")
+    return " · ".join(parts)

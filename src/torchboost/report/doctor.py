@@ -1,0 +1,158 @@
+"""The doctor's report: ``report.json`` (documented below), ``report.md`` and ``report.html``.
+
+``report.json`` schema (``schema_version`` 1). Times in milliseconds, shares in percent::
+
+    schema_version     int     1; bumped when a key changes meaning or disappears
+    torchboost_version str
+    command            [str]   the observed command line
+    ended              str     "stopped" (after the planned steps) | "finished" (the script
+                               ended on its own) | "crashed"
+    exit_code          int     the script's exit status
+    steps_observed     int     steps recorded (warm-up excluded by the observer)
+    steps_measured     int     steps the statistics rest on
+    step_time_ms       {median, p90, mean: float | null}   null when no step was observed
+    breakdown_pct      {data, forward, backward, optimizer, other: float}   sums to ~100
+    phase_ms           {data, forward, backward, optimizer, other: float}   mean per step
+    samples_per_s      float | null   null when the batch size is unknown
+    findings           [ {id, title, severity ("high"|"medium"|"low"),
+                          evidence {name: number | str}, fix {toml: str, torch: str},
+                          expected_speedup: float, formula: str, notes: [str]} ]
+                       ranked by expected_speedup, largest first
+    notes              [str]   how the run ended and what that means for the figures
+    trace              str | null   profiler trace file, relative to the report folder
+    facts              object  torchboost.diagnose.facts.Facts.to_dict(): everything observed
+
+Non-finite numbers (a NaN loss) are written as null, so any JSON parser reads the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from torchboost._io import atomic_write_bytes
+from torchboost.diagnose.facts import Facts
+from torchboost.diagnose.finding import Finding
+from torchboost.diagnose.summary import Summary, summarize
+
+__all__ = ["SCHEMA_VERSION", "build_report", "run_notes", "write_doctor_report", "print_doctor_report"]
+
+SCHEMA_VERSION = 1
+"""Version of the report.json layout documented in this module."""
+
+_FEW_STEPS = 5
+_JITTER_RATIO = 1.5
+
+
+def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[str]:
+    """What a reader must know to trust the figures: how the run ended, how much was seen."""
+    n = summary.steps_observed
+    notes: list[str] = []
+    if n == 0:
+        notes.append("No training step was observed: the script ended before its first "
+                     "optimizer.step() (or backward()), so there is nothing to diagnose.")
+    if facts.ended == "crashed":
+        notes.append(f"The script crashed (exit code {facts.exit_code}) after {n} observed steps; "
+                     "the figures cover the steps before the crash.")
+    elif facts.ended == "finished":
+        if facts.target_steps and n < facts.target_steps:
+            notes.append(f"The script ended after {n} of {facts.target_steps} steps; "
+                         f"the figures rest on those {n}.")
+        else:
+            notes.append(f"The script ran to its end; {n} steps observed.")
+    elif n:
+        planned = f"; the script would have run {facts.planned_steps}" if facts.planned_steps else ""
+        notes.append(f"Stopped after {n} observed steps, as planned (after {facts.warmup_steps} "
+                     f"unrecorded warm-up steps){planned}.")
+    if 0 < summary.steps_measured < _FEW_STEPS:
+        notes.append(f"Only {summary.steps_measured} steps measured: timings are rough; observe more with --steps.")
+    median, p90 = summary.step_time_ms["median"], summary.step_time_ms["p90"]
+    if median and p90 and p90 > _JITTER_RATIO * median:
+        notes.append(f"Step times vary: p90 is {p90 / median:.1f}x the median "
+                     "(stalls, garbage collection, recompiles or a busy machine).")
+    if facts.step_source == "backward" and n:
+        notes.append("No optimizer was seen stepping; steps were counted at each backward().")
+    if findings:
+        notes.append("Expected speedups are estimates for one change at a time and do not multiply "
+                     "exactly; torchboost tune measures them.")
+    elif n:
+        notes.append("No rule fired: nothing obvious bounds this step at the default thresholds.")
+    if facts.profile and facts.profile.trace_path:
+        notes.append(f"Profiler trace: {facts.profile.trace_path} (open it in ui.perfetto.dev).")
+    return notes
+
+
+def _finite(value: Any) -> Any:
+    # NaN/inf are not JSON; a browser's JSON.parse rejects them.
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _finding_entry(finding: Finding) -> dict[str, Any]:
+    return {
+        "id": finding.id,
+        "title": finding.title,
+        "severity": finding.severity,
+        "evidence": dict(finding.evidence),
+        "fix": {"toml": finding.fix_toml, "torch": finding.fix_torch},
+        "expected_speedup": finding.expected_speedup,
+        "formula": finding.formula,
+        "notes": list(finding.notes),
+    }
+
+
+def build_report(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
+    """The report.json document (schema in this module's docstring); plain data, no plots."""
+    from torchboost import __version__
+
+    summary = summarize(facts)
+    return _finite({
+        "schema_version": SCHEMA_VERSION,
+        "torchboost_version": __version__,
+        "command": list(facts.command),
+        "ended": facts.ended,
+        "exit_code": facts.exit_code,
+        "steps_observed": summary.steps_observed,
+        "steps_measured": summary.steps_measured,
+        "step_time_ms": dict(summary.step_time_ms),
+        "breakdown_pct": dict(summary.breakdown_pct),
+        "phase_ms": dict(summary.phase_ms),
+        "samples_per_s": summary.samples_per_s,
+        "findings": [_finding_entry(f) for f in findings],
+        "notes": run_notes(facts, summary, findings),
+        "trace": facts.profile.trace_path if facts.profile else None,
+        "facts": facts.to_dict(),
+    })
+
+
+def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path) -> dict[str, Path]:
+    """Write report.json, report.md and report.html (plots embedded) into ``out_dir``.
+
+    Each file is replaced atomically. Returns {"json": path, "md": path, "html": path}.
+    """
+    from torchboost.report.html import render_html
+    from torchboost.report.markdown import render_markdown
+
+    out_dir = Path(out_dir)
+    report = build_report(facts, findings)
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
+    atomic_write_bytes(paths["json"], (json.dumps(report, indent=1, allow_nan=False) + "\n").encode("utf-8"))
+    atomic_write_bytes(paths["md"], render_markdown(report).encode("utf-8"))
+    atomic_write_bytes(paths["html"], render_html(report, facts.steps).encode("utf-8"))
+    return paths
+
+
+def print_doctor_report(facts: Facts, findings: list[Finding], console: Console, paths: dict[str, Path]) -> None:
+    """Print the breakdown and the ranked findings as rich tables, then where the files are."""
+    from torchboost.report.terminal import print_report
+
+    print_report(build_report(facts, findings), console, paths)

@@ -1,0 +1,60 @@
+"""report.html: a self-contained page (plots embedded as base64 PNG data URIs), from a
+jinja2 template with autoescaping on, so user strings (command, op names) stay text."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchboost.diagnose.facts import PHASES, StepRecord
+from torchboost.report import _format as fmt
+
+__all__ = ["render_html", "TEMPLATE_NAME"]
+
+TEMPLATE_NAME = "doctor.html.j2"
+"""The template in ``torchboost/report/templates``."""
+
+_ENV_KEYS = ("device", "gpu_name", "cpu_cores", "cpu_capability", "cpu_bf16", "torch_version", "compile_reason")
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _template():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a missing key is a bug, not an empty cell
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template(TEMPLATE_NAME)
+
+
+def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
+    """The HTML page for ``report`` (a build_report document); ``steps`` feed the timeline plot."""
+    from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
+
+    env_facts = report["facts"].get("env", {})
+    return _template().render(
+        report=report,
+        command=fmt.command(report["command"]),
+        headline=fmt.headline(report),
+        phases=[
+            {"name": p, "label": fmt.PHASE_LABELS[p], "color": PHASE_COLORS[p],
+             "ms": report["phase_ms"][p], "pct": report["breakdown_pct"][p]}
+            for p in PHASES
+        ],
+        findings=[
+            {**f, "speedup": fmt.speedup(f["expected_speedup"]),
+             "evidence_rows": [(k, fmt.evidence_value(k, v)) for k, v in f["evidence"].items()]}
+            for f in report["findings"]
+        ],
+        environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
+        breakdown_src=_data_uri(breakdown_png(report["breakdown_pct"])),
+        timeline_src=_data_uri(timeline_png(list(steps))),
+    )

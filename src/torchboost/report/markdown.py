@@ -1,0 +1,78 @@
+"""report.md: the doctor's report as Markdown, rendered from the report.json document."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from torchboost.diagnose.facts import PHASES
+from torchboost.report import _format as fmt
+
+__all__ = ["render_markdown"]
+
+
+def _fence(text: str, lang: str = "") -> str:
+    # A fence longer than any backtick run inside, so user text cannot close it early.
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    bar = "`" * max(3, longest + 1)
+    return f"{bar}{lang}\n{text}\n{bar}"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _finding(rank: int, f: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### {rank}. `{f['id']}`: {_cell(f['title'])}",
+        "",
+        f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** ({f['severity']}).",
+        "",
+        "| evidence | value |",
+        "|---|---:|",
+        *(f"| {_cell(k)} | {_cell(fmt.evidence_value(k, v))} |" for k, v in f["evidence"].items()),
+        "",
+        "Fix in `torchboost.toml`:",
+        "",
+        _fence(f["fix"]["toml"], "toml"),
+        "",
+        "Or in plain PyTorch:",
+        "",
+        _fence(f["fix"]["torch"], "python"),
+        "",
+        f"How the speedup was estimated: {_cell(f['formula'])}",
+        "",
+    ]
+    lines += [f"- {_cell(n)}" for n in f["notes"]]
+    return lines + [""]
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The Markdown text of ``report`` (a :func:`~torchboost.report.doctor.build_report` document)."""
+    lines = [
+        "# torchboost doctor report",
+        "",
+        _fence(fmt.command(report["command"]), "sh"),
+        "",
+        fmt.headline(report),
+        "",
+        "## Where the step goes",
+        "",
+        "| phase | ms per step | share |",
+        "|---|---:|---:|",
+    ]
+    for phase in PHASES:
+        lines.append(f"| {fmt.PHASE_LABELS[phase]} | {report['phase_ms'][phase]:.2f} | "
+                     f"{report['breakdown_pct'][phase]:.1f}% |")
+    lines += ["", "## Findings, ranked by expected speedup", ""]
+    if report["findings"]:
+        lines += [f"{i}. `{f['id']}` {fmt.speedup(f['expected_speedup'])}: {_cell(f['title'])}"
+                  for i, f in enumerate(report["findings"], 1)]
+        lines.append("")
+        for i, f in enumerate(report["findings"], 1):
+            lines += _finding(i, f)
+    else:
+        lines += ["No finding.", ""]
+    lines += ["## Notes", ""]
+    lines += [f"- {_cell(n)}" for n in report["notes"]]
+    return "\n".join(lines) + "\n"

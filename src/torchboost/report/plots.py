@@ -1,0 +1,80 @@
+"""PNG plots for the HTML report: step-time breakdown and per-step timeline.
+
+Only the HTML writer calls these. matplotlib is imported inside each function and drawn
+on an Agg canvas attached to a bare Figure, so no global backend or pyplot state changes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Mapping, Sequence
+
+from torchboost.diagnose.facts import PHASES, StepRecord
+
+__all__ = ["breakdown_png", "timeline_png", "PHASE_COLORS"]
+
+PHASE_COLORS = {
+    "data": "#e45756",
+    "forward": "#4c78a8",
+    "backward": "#72b7b2",
+    "optimizer": "#f58518",
+    "other": "#bab0ac",
+}
+"""One color per phase, shared by both plots and the HTML legend."""
+
+
+def _figure(width_in: float, height_in: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=100)
+    FigureCanvasAgg(fig)  # Agg for this figure only, whatever backend the process uses
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def breakdown_png(breakdown_pct: Mapping[str, float]) -> bytes:
+    """One horizontal bar, 100% wide, split by phase (percent of step time); PNG bytes."""
+    fig = _figure(8.0, 1.4)
+    ax = fig.add_subplot(1, 1, 1)
+    left = 0.0
+    for phase in PHASES:
+        pct = float(breakdown_pct.get(phase, 0.0))
+        ax.barh([0], [pct], left=left, color=PHASE_COLORS[phase], label=f"{phase} {pct:.0f}%")
+        if pct >= 6:
+            ax.text(left + pct / 2, 0, f"{pct:.0f}%", ha="center", va="center", color="white", fontsize=9)
+        left += pct
+    if left == 0:
+        ax.text(50, 0, "no step observed", ha="center", va="center")
+    ax.set_xlim(0, 100)
+    ax.set_yticks([])
+    ax.set_xlabel("share of step time (%)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(PHASES), frameon=False, fontsize=8)
+    return _png(fig)
+
+
+def timeline_png(steps: Sequence[StepRecord]) -> bytes:
+    """Stacked bars, one per observed step (phase ms); PNG bytes."""
+    fig = _figure(8.0, 3.2)
+    ax = fig.add_subplot(1, 1, 1)
+    if not steps:
+        ax.text(0.5, 0.5, "no step observed", ha="center", va="center", transform=ax.transAxes)
+    x = [s.index for s in steps]
+    bottom = [0.0] * len(steps)
+    for phase in PHASES:
+        heights = [s.other_ms if phase == "other" else getattr(s, f"{phase}_ms") for s in steps]
+        ax.bar(x, heights, bottom=bottom, color=PHASE_COLORS[phase], label=phase, width=0.85)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms")
+    ax.legend(loc="upper right", fontsize=8, ncol=len(PHASES), frameon=False)
+    ax.margins(y=0.15)
+    return _png(fig)

@@ -1,0 +1,40 @@
+"""Hand-made Facts and Findings for the report tests."""
+
+from __future__ import annotations
+
+from torchboost.diagnose import Facts, Finding, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord, diagnose
+
+HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
+"""A user string that must stay text in every format."""
+
+
+def data_bound_facts(n_steps: int = 12) -> Facts:
+    """A CPU run waiting on data 60% of the step, with an unfused optimizer."""
+    steps = [StepRecord(index=5 + i, total_ms=100.0 + i, data_ms=60.0, forward_ms=15.0, backward_ms=10.0,
+                        optimizer_ms=10.0) for i in range(n_steps)]
+    return Facts(
+        env={"device": "cpu", "cpu_cores": 8, "cpu_bf16": True, "can_compile": True, "ram_bytes": 64 * 2**30,
+             "torch_version": "2.x", "cpu_capability": "AVX512"},
+        command=["python", "train.py", "--tag", HOSTILE],
+        steps=steps,
+        warmup_steps=5,
+        loader=LoaderFacts(num_workers=0, batch_size=32, num_batches=100),
+        model=ModelFacts(class_name="Net", parameters=1000, device="cpu", compiled=True,
+                         param_dtypes=["torch.float32"]),
+        optimizer=OptimizerFacts(class_name="AdamW", supports_fused=True),
+        cpu_threads=6,
+        peak_rss_bytes=60 * 2**30,
+        losses=[2.3, 2.1, float("nan")],
+        target_steps=20,
+        ended="stopped",
+    )
+
+
+def findings_for(facts: Facts) -> list[Finding]:
+    """The rules' findings plus one hand-made finding carrying hostile text."""
+    hostile = Finding(
+        id="sync.host_device", title=f"title {HOSTILE}", evidence={"sync_ops": HOSTILE, "syncs_per_step": 2.0},
+        fix_toml="# no key", fix_torch=f"print({HOSTILE!r})", expected_speedup=1.01,
+        formula=f"f = {HOSTILE}", notes=[HOSTILE],
+    )
+    return [*diagnose(facts), hostile]

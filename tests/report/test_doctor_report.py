@@ -1,0 +1,144 @@
+"""The doctor's report from hand-made facts: JSON schema, Markdown, HTML with plots, terminal."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from rich.console import Console
+
+from _report_helpers import HOSTILE, data_bound_facts, findings_for
+from torchboost.diagnose import Facts, StepRecord
+from torchboost.report import SCHEMA_VERSION, build_report, print_doctor_report, write_doctor_report
+
+PNG_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+@pytest.fixture()
+def written(tmp_path):
+    facts = data_bound_facts()
+    findings = findings_for(facts)
+    return facts, findings, write_doctor_report(facts, findings, tmp_path / "doctor")
+
+
+def test_report_json_has_the_documented_schema(written):
+    facts, findings, paths = written
+    assert set(paths) == {"json", "md", "html"} and all(p.exists() for p in paths.values())
+
+    def no_nan(token):
+        raise AssertionError(f"non-JSON number {token} in report.json")
+
+    report = json.loads(paths["json"].read_text(encoding="utf-8"), parse_constant=no_nan)
+    for key in ("schema_version", "ended", "notes", "steps_observed", "step_time_ms", "breakdown_pct",
+                "facts", "findings", "samples_per_s", "command", "trace"):
+        assert key in report, key
+    assert report["schema_version"] == SCHEMA_VERSION == 1
+    assert report["steps_observed"] == 12 and report["ended"] == "stopped"
+    assert set(report["step_time_ms"]) >= {"median", "p90"}
+    assert set(report["breakdown_pct"]) == {"data", "forward", "backward", "optimizer", "other"}
+    assert sum(report["breakdown_pct"].values()) == pytest.approx(100.0)
+    assert [f["id"] for f in report["findings"]] == [f.id for f in findings]
+    assert report["findings"][0]["id"] == "data.workers"
+    for entry in report["findings"]:
+        assert {"id", "title", "evidence", "fix", "expected_speedup"} <= set(entry)
+        assert set(entry["fix"]) == {"toml", "torch"}
+    assert report["facts"]["losses"][2] is None  # the NaN loss, written as null
+    assert Facts.from_dict(report["facts"]).steps == facts.steps
+
+
+def test_notes_say_how_the_run_ended():
+    early = replace(data_bound_facts(7), ended="finished", target_steps=20)
+    assert any("ended after 7 of 20 steps" in n for n in build_report(early, [])["notes"])
+    crashed = replace(data_bound_facts(3), ended="crashed", exit_code=1)
+    notes = build_report(crashed, [])["notes"]
+    assert any("crashed (exit code 1) after 3" in n for n in notes)
+    assert any("Only 3 steps measured" in n for n in notes)
+    assert any("No training step" in n for n in build_report(Facts(), [])["notes"])
+
+
+def test_markdown_mentions_every_finding_and_keeps_the_command(written):
+    _, findings, paths = written
+    text = paths["md"].read_text(encoding="utf-8")
+    for f in findings:
+        assert f"`{f.id}`" in text
+    assert HOSTILE in text  # inside a code fence, verbatim
+    assert "```toml\n[loader]\nnum_workers = 2" in text
+
+
+def _png_images(html: str) -> list[bytes]:
+    return [base64.b64decode(m, validate=True) for m in PNG_URI.findall(html)]
+
+
+def test_html_embeds_two_decodable_pngs_and_escapes_user_text(written):
+    import matplotlib.image
+
+    _, findings, paths = written
+    html = paths["html"].read_text(encoding="utf-8")
+    images = _png_images(html)
+    assert len(images) == 2
+    for png in images:
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
+        assert pixels.shape[0] > 50 and pixels.shape[1] > 200
+    assert "<script>alert" not in html and "&lt;script&gt;alert" in html
+    for f in findings:
+        assert f'id="finding-{f.id}"' in html
+
+
+def test_reports_without_any_step(tmp_path):
+    paths = write_doctor_report(Facts(ended="crashed", exit_code=2), [], tmp_path)
+    report = json.loads(paths["json"].read_text(encoding="utf-8"))
+    assert report["steps_observed"] == 0 and report["step_time_ms"]["median"] is None
+    assert len(_png_images(paths["html"].read_text(encoding="utf-8"))) == 2
+    assert "No finding." in paths["md"].read_text(encoding="utf-8")
+
+
+def test_rewriting_replaces_the_files(tmp_path):
+    facts = data_bound_facts()
+    write_doctor_report(facts, findings_for(facts), tmp_path)
+    paths = write_doctor_report(facts, [], tmp_path)
+    assert json.loads(paths["json"].read_text(encoding="utf-8"))["findings"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.json", "report.md"]
+
+
+def test_terminal_report_shows_the_top_finding_and_the_files(written):
+    facts, findings, paths = written
+    buf = io.StringIO()
+    console = Console(file=buf, width=160, record=True, color_system=None)
+    print_doctor_report(facts, findings, console, paths)
+    out = buf.getvalue()
+    assert "data.workers" in out and "top finding" in out
+    assert "waits for data" in out  # the top finding's title
+    assert str(paths["html"]) in out
+    assert "[red]boom[/red]" in out  # user text printed as text, not as markup
+    # The breakdown table lists each phase with its share.
+    assert "waiting for data" in out and "60." in out
+
+
+def test_analysis_never_imports_matplotlib():
+    code = (
+        "import sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from _report_helpers import data_bound_facts, findings_for\n"
+        "from torchboost.report import build_report\n"
+        "facts = data_bound_facts()\n"
+        "build_report(facts, findings_for(facts))\n"
+        "print('matplotlib' in sys.modules)\n"
+    ) % str(__import__("pathlib").Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_timeline_draws_one_bar_per_step():
+    from torchboost.report.plots import timeline_png
+
+    few = timeline_png([StepRecord(i, 10.0, 5.0, 2.0, 2.0, 1.0) for i in range(3)])
+    many = timeline_png([StepRecord(i, 10.0 + i % 7, 5.0, 2.0, 2.0, 1.0) for i in range(40)])
+    assert few.startswith(b"\x89PNG") and many.startswith(b"\x89PNG") and few != many
