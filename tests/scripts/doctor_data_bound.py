@@ -19,10 +19,10 @@ class SlowDataset(Dataset):
 
     def __getitem__(self, i: int):
         rng = np.random.default_rng(i)
-        work = rng.standard_normal((160, 160))
-        for _ in range(3):  # ~2 ms of CPU per sample: decode/augment stand-in
-            work = np.tanh(work @ work.T / 160.0)
-        x = torch.from_numpy(work[0, : self.dim].astype(np.float32))
+        work = rng.standard_normal(20000)
+        for _ in range(4):  # ~2 ms of single-threaded CPU per sample: a decode/augment stand-in
+            work = np.tanh(np.sin(work) * 1.1)
+        x = torch.from_numpy(work[: self.dim].astype(np.float32))
         return x, torch.tensor(i % 4)
 
 
@@ -31,6 +31,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     args = parser.parse_args()
     torch.manual_seed(0)
+    # One intra-op thread: a tiny model gains nothing from more, and on a busy shared
+    # machine a descheduled pool thread would stall its ops for tens of milliseconds.
+    torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(SlowDataset(), batch_size=8, shuffle=True, num_workers=0)

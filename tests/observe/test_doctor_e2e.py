@@ -1,0 +1,107 @@
+"""``torchboost doctor`` end to end on tiny scripts under tests/scripts (each child imports torch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchboost.cli import main
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _doctor(tmp_path: Path, *command: str, options: tuple[str, ...] = (), cwd: Path | None = None):
+    out = tmp_path / "report"
+    argv = [sys.executable, "-m", "torchboost.cli", "doctor", "--steps", "5", "--warmup", "2",
+            "--out", str(out), *options, "--", *command]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd)
+    return proc, out
+
+
+def _facts(out: Path) -> dict:
+    return json.loads((out / "facts.json").read_text())
+
+
+@pytest.mark.slow
+def test_data_bound_script_reports_workers_first_with_a_small_valid_trace(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_data_bound.py"), "--epochs", "1",
+                        options=("--json",))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # --json: stdout is the report document and nothing else
+    assert report["findings"][0]["id"] == "data.workers"
+    assert report["breakdown_pct"]["data"] >= 50.0
+    assert report["steps_observed"] == 5 and report["ended"] == "stopped"
+    trace = out / report["trace"]
+    with trace.open() as fh:
+        assert "traceEvents" in json.load(fh)
+    assert trace.stat().st_size < 3_000_000
+
+
+@pytest.mark.slow
+def test_bf16_autocast_on_cpu_is_recorded(tmp_path):
+    proc, out = _doctor(tmp_path, str(SCRIPTS / "doctor_bf16_cpu.py"))  # the bare-script form
+    assert proc.returncode == 0, proc.stderr
+    facts = _facts(out)
+    assert facts["precision"]["autocast"] is True
+    assert facts["precision"]["autocast_dtype"] == "bfloat16"
+    assert facts["optimizer"]["class_name"] == "AdamW"
+
+
+@pytest.mark.slow
+def test_hand_written_updates_count_steps_from_backward(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_manual_sgd.py"))
+    assert proc.returncode == 0, proc.stderr
+    facts = _facts(out)
+    assert facts["step_source"] == "backward"
+    assert len(facts["steps"]) == 5 and len(facts["losses"]) == 5
+    assert facts["optimizer"] is None
+    assert json.loads((out / "report.json").read_text())["steps_observed"] == 5
+
+
+@pytest.mark.slow
+def test_crash_at_step_3_keeps_its_traceback_exit_code_and_a_partial_report(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_crash.py"))
+    assert proc.returncode == 1
+    assert "RuntimeError: boom at step 3" in proc.stderr
+    assert 'doctor_crash.py", line' in proc.stderr  # the script's own frames are shown
+    report = json.loads((out / "report.json").read_text())
+    assert report["ended"] == "crashed" and report["exit_code"] == 1
+    assert report["steps_observed"] == 1  # steps 0-1 warm-up, step 2 recorded, step 3 raised
+
+
+@pytest.mark.slow
+def test_sys_exit_code_is_returned(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_crash.py"), "exit")
+    assert proc.returncode == 3, proc.stderr
+    assert _facts(out)["exit_code"] == 3
+
+
+@pytest.mark.slow
+def test_module_form_runs_with_its_arguments(tmp_path):
+    proc, out = _doctor(tmp_path, "python", "-m", "doctor_pkg.train", "--lr", "0.05", cwd=SCRIPTS)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_facts(out)["steps"]) == 5
+
+
+@pytest.mark.slow
+def test_no_training_step_is_a_clear_error(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_no_training.py"))
+    assert proc.returncode == 1
+    assert "no training step seen" in proc.stderr
+    assert "inference done" in proc.stdout  # the script's own output passes through
+    assert not (out / "report.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["doctor"], "no command"),
+    (["doctor", "--", "python", "no_such_script_xyz.py"], "script not found"),
+    (["doctor", "--steps", "0", "--", "python", str(SCRIPTS / "doctor_crash.py")], "--steps"),
+])
+def test_bad_usage_exits_2_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
