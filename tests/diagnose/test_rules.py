@@ -311,3 +311,9 @@ def test_channels_last_on_cuda_conv_in_reduced_precision():
     assert R.memory_channels_last(with_(make_facts("cpu"), model=CONV)) is None
     light = with_(make_facts("cuda", data=60.0, forward=15.0, backward=15.0), model=CONV)
     assert R.memory_channels_last(light) is None
+
+
+def test_headroom_without_a_loader_says_where_to_change_the_batch():
+    facts = with_(make_facts("cuda"), peak_memory_bytes=10 * GIB, loader=None)
+    f = check_finding(R.memory_headroom(facts), "memory.headroom")
+    assert "batch_size" not in f.evidence and "4x larger" in f.fix_torch

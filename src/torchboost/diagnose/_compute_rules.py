@@ -145,7 +145,6 @@ def precision_slower_on_cpu(facts: Facts, *, cpu_bf16_slow_speedup: float = 1.0)
         formula=f"1 / (1 - f + f ((1 - m) + m s)) = {speedup:.3f}; f = {f:.3f} forward+backward share, "
                 f"m = {m:.2f} matmul/conv share, s = {speed:.2f} from {how}",
         notes=notes,
-        severity="high",
     )
 
 

@@ -292,11 +292,11 @@ def memory_headroom(facts: Facts, *, memory_used_pct: float = 50.0) -> Finding |
     if k < 2 or speedup <= 1.0:
         return None
     batch = facts.loader.batch_size if facts.loader else None
-    target = f"batch_size={batch * k}" if batch else f"a batch size {k}x larger"
+    target = f"batch_size={batch * k}" if batch else f"a batch size {k}x the current one"
     return Finding(
         id="memory.headroom",
         title=f"Peak {where} is {100 * peak / total:.0f}% of {total / 2**30:.1f} GiB; "
-              f"a {k}x larger micro-batch fits",
+              f"room for a micro-batch {k}x larger",
         evidence={
             "peak_memory_bytes": peak,
             "memory_total_bytes": total,
@@ -308,7 +308,8 @@ def memory_headroom(facts: Facts, *, memory_used_pct: float = 50.0) -> Finding |
         },
         fix_toml=f"# no torchboost.toml key for the batch size: set {target} in your DataLoader\n"
                  f"# (with gradient accumulation, divide [accumulation] steps by {k} instead)",
-        fix_torch=f"loader = DataLoader(dataset, {target}, ...)",
+        fix_torch=(f"loader = DataLoader(dataset, batch_size={batch * k}, ...)" if batch
+                   else f"# build each batch {k}x larger where the script makes it"),
         expected_speedup=speedup,
         formula=f"per-sample T / (T - F + F / k) = {v.step_ms:.2f} / ({v.step_ms - fixed:.2f} + "
                 f"{fixed:.2f} / {k}) = {speedup:.3f}; F fixed ms per step (optimizer + other), "

@@ -43,10 +43,8 @@ def _findings_table(findings: list[dict[str, Any]]) -> Table:
     table.add_column("id", style="bold")
     table.add_column("finding")
     table.add_column("speedup", justify="right")
-    table.add_column("fix (torchboost.toml)")
     for i, f in enumerate(findings, 1):
-        table.add_row(str(i), Text(f["id"]), Text(f["title"]), fmt.speedup(f["expected_speedup"]),
-                      Text(f["fix"]["toml"]))
+        table.add_row(str(i), Text(f["id"]), Text(f["title"]), fmt.speedup(f["expected_speedup"]))
     return table
 
 
@@ -54,7 +52,8 @@ def _top_panel(f: dict[str, Any]) -> Panel:
     body = Table.grid(padding=(0, 1))
     body.add_row(Text("evidence:", style="bold"),
                  Text(", ".join(f"{k}={fmt.evidence_value(k, v)}" for k, v in f["evidence"].items())))
-    body.add_row(Text("PyTorch:", style="bold"), Syntax(f["fix"]["torch"], "python", theme="ansi_dark"))
+    body.add_row(Text("toml:", style="bold"), Syntax(f["fix"]["toml"], "toml", theme="ansi_dark", word_wrap=True))
+    body.add_row(Text("PyTorch:", style="bold"), Syntax(f["fix"]["torch"], "python", theme="ansi_dark", word_wrap=True))
     body.add_row(Text("estimate:", style="bold"), Text(f["formula"]))
     for note in f["notes"]:
         body.add_row(Text("note:", style="bold"), Text(note))
@@ -71,6 +70,7 @@ def print_report(report: dict[str, Any], console: Console, paths: dict[str, Path
     if report["findings"]:
         console.print(_findings_table(report["findings"]))
         console.print(_top_panel(report["findings"][0]))
+        console.print(Text("Every finding's fix and evidence are in the report files below.", style="dim"))
     else:
         console.print(Text("No finding."))
     for note in report["notes"]:
