@@ -41,6 +41,10 @@ BAD_VALUES = [
     (CpuConfig, "threads", 0, ["cpu.threads", "integer >= 1"]),
     (AccumulationConfig, "steps", 0, ["accumulation.steps", "integer >= 1"]),
     (AccumulationConfig, "steps", "auto", ["accumulation.steps", '"auto"']),
+    (AccumulationConfig, "effective_batch_size", 0, ["accumulation.effective_batch_size", "off | an integer >= 1"]),
+    (AccumulationConfig, "effective_batch_size", "auto", ["accumulation.effective_batch_size", '"auto"']),
+    (AccumulationConfig, "micro_batch_size", 0, ["accumulation.micro_batch_size", "auto | batch | an integer >= 1"]),
+    (AccumulationConfig, "micro_batch_size", 2.0, ["accumulation.micro_batch_size", "got 2.0"]),
 ]
 
 
@@ -105,7 +109,7 @@ def test_toml_round_trip(tmp_path):
             "optimizer": {"implementation": "fused"},
             "memory": {"channels_last": True},
             "cpu": {"threads": 2},
-            "accumulation": {"steps": 4},
+            "accumulation": {"steps": 4, "effective_batch_size": 128, "micro_batch_size": 16},
         }
     )
     path = tmp_path / "torchboost.toml"

@@ -5,11 +5,15 @@
     booster = torchboost.Booster()          # ./torchboost.toml when present, else defaults
     model, optimizer, loader = booster.prepare(model, optimizer, loader)
     for x, y in loader:                     # batches arrive on booster.device
-        with booster.autocast():
-            loss = criterion(model(x), y)
-        booster.backward(loss)
-        optimizer.step()                    # unscale / skip on overflow / update scale
-        optimizer.zero_grad()
+        with booster.accumulate(model):     # no_sync + a real step only at a window's end
+            with booster.autocast():
+                loss = criterion(model(x), y)
+            booster.backward(loss)          # or backward(loss_sum, num_items=n_tokens)
+            optimizer.step()                # unscale / skip on overflow / update scale
+            optimizer.zero_grad()
+
+Or ``booster.train_step(batch, compute_loss)``: one optimizer step on a batch split into
+micro-batches that fit memory. Under ``torchrun`` the same script runs with DDP.
 
 The Booster composes the technique modules (``torchboost.techniques``) and owns no
 technique logic. Techniques switched off are null objects chosen in ``prepare``, so the
@@ -18,6 +22,7 @@ step code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch
 
 from __future__ import annotations
 
+import functools
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -26,13 +31,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchboost.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from torchboost.checkpoint import CheckpointError, ResumableLoader, load_checkpoint, save_checkpoint
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
 from torchboost.env import Environment, probe
 from torchboost.prepared import BoostedOptimizer, BoostedScheduler
 from torchboost.resolve import ResolvedConfig, resolve
+from torchboost.techniques.accumulation import Accumulator, MicroBatcher
 from torchboost.techniques.compile import CompileStats, apply_compile
 from torchboost.techniques.cpu import apply_threads
+from torchboost.techniques.distributed import SingleProcess, make_distributed, unwrap_model
 from torchboost.techniques.loader import DeviceLoader, rebuild_loader
 from torchboost.techniques.memory import apply_channels_last, to_channels_last
 from torchboost.techniques.optimizer import apply_optimizer_implementation
@@ -97,7 +104,14 @@ class Booster:
         self.compile_stats: CompileStats | None = None
         """How compilation went (first-call seconds, fallback), after ``prepare``."""
         self._precision: Precision | _Unprepared = _Unprepared()
+        self._accumulator: Accumulator | _Unprepared = _Unprepared()
         self._optimizer: BoostedOptimizer | None = None
+        self._loader: ResumableLoader | None = None
+        self._model: nn.Module | None = None
+        self._dist: SingleProcess | None = None
+        self.micro_batcher: MicroBatcher | None = None
+        """Runs ``train_step``; ``.size`` is the current micro-batch size (None: whole
+        batch), ``.simulate_oom_from`` a test hook. Set by ``prepare``."""
 
     # -- setting up -------------------------------------------------------------------
 
@@ -111,11 +125,14 @@ class Booster:
         """Apply every technique; returns ``(model, optimizer[, loader][, scheduler])``.
 
         The loader and scheduler are in the result only when given. The model is the
-        same object, moved and possibly compiled in place; the optimizer, loader and
-        scheduler are wrappers to use instead of the originals.
+        same object, moved and possibly compiled in place (wrapped in
+        DistributedDataParallel under torchrun); the optimizer, loader and scheduler are
+        wrappers to use instead of the originals. Under torchrun (WORLD_SIZE > 1) the
+        process group is initialised here and the loader gets a DistributedSampler.
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"prepare: model must be a torch.nn.Module; got {type(model).__name__}")
+        self._dist = make_distributed(self.env, self.device)  # first: later steps may communicate
         resolved = resolve(
             self.config, self.env, device=self.device, model=model, optimizer=optimizer, loader=loader
         )
@@ -135,26 +152,48 @@ class Booster:
         if cfg.memory.channels_last:
             apply_channels_last(model)
             batch_transform = to_channels_last
-        # 3. compile last on the model, so it traces the final layout.
+        # 3. compile on the model, so it traces the final layout;
         self.compile_stats = apply_compile(model, mode=cfg.compile.mode, scope=cfg.compile.scope)
+        # 4. DDP last: it wraps the compiled module and all-reduces its gradients.
+        model = self._dist.wrap_model(model)
+        self._model = model
+
+        prepared_loader = None
+        if loader is not None:
+            # Shard first, so the rebuilt loader keeps the DistributedSampler.
+            sharded = self._dist.shard_loader(loader)
+            rebuilt = rebuild_loader(sharded, resolved.loader) if resolved.loader is not None else sharded
+            pinned = bool(getattr(rebuilt, "pin_memory", False))
+            self._loader = prepared_loader = ResumableLoader(
+                DeviceLoader(rebuilt, self.device, non_blocking=pinned, transform=batch_transform)
+            )
+        batch_size = getattr(loader, "batch_size", None)
+        self._accumulator = Accumulator(
+            resolved.accumulation.steps,
+            position=prepared_loader,
+            unit=batch_size if isinstance(batch_size, int) else 1,
+            reduce_sum=self._dist.reduce_sum,
+            world_size=self._dist.world_size,
+            device=self.device,
+        )
+        micro = resolved.accumulation.micro_batch_size
+        self.micro_batcher = MicroBatcher(micro if isinstance(micro, int) else None)
 
         results: list[Any] = [model]
         if optimizer is not None:
             inner = apply_optimizer_implementation(optimizer, cfg.optimizer.implementation)
             if scheduler is not None and inner is not optimizer:
                 scheduler.optimizer = inner  # the schedule must drive the rebuilt optimizer
-            self._optimizer = BoostedOptimizer(inner, self._precision.step)
+            self._accumulator.optimizer = inner
+            step = functools.partial(self._accumulator.step, step_fn=self._precision.step)
+            self._optimizer = BoostedOptimizer(inner, step, self._accumulator.zero_grad)
             results.append(self._optimizer)
         elif scheduler is not None:
             raise ValueError("prepare: a scheduler needs its optimizer passed too")
         else:
             results.append(None)
-        if loader is not None:
-            rebuilt = rebuild_loader(loader, resolved.loader) if resolved.loader is not None else loader
-            pinned = bool(getattr(rebuilt, "pin_memory", False))
-            results.append(
-                DeviceLoader(rebuilt, self.device, non_blocking=pinned, transform=batch_transform)
-            )
+        if prepared_loader is not None:
+            results.append(prepared_loader)
         if scheduler is not None:
             results.append(BoostedScheduler(scheduler, self._optimizer))
         if self.verbose and self.is_main_process:
@@ -167,9 +206,45 @@ class Booster:
         """Context for forward and loss: autocast in bf16/fp16 modes, nothing otherwise."""
         return self._precision.autocast()
 
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()``, scaled in fp16 mode. Keyword args go to ``backward``."""
-        self._precision.backward(loss, **kwargs)
+    def accumulate(self, model: nn.Module | None = None, *, num_samples: int | None = None) -> AbstractContextManager:
+        """Context for one micro-step (forward, backward, ``optimizer.step()``, ``zero_grad()``).
+
+        With ``accumulation.steps = K`` the optimizer really steps on every K-th micro-step
+        and on the loader's last batch; before that, ``step`` and ``zero_grad`` do nothing
+        and a DDP ``model`` skips its all-reduce (``no_sync``). ``num_samples``: samples in
+        this micro-batch, when it does not come from the prepared loader.
+        """
+        return self._accumulator.micro_step(model if model is not None else self._model, num_samples=num_samples)
+
+    def backward(self, loss: torch.Tensor, *, num_items: int | float | torch.Tensor | None = None, **kwargs: Any) -> None:
+        """``loss.backward()``, scaled in fp16 mode, weighted for accumulation.
+
+        ``loss`` is a mean over the micro-batch; or, with ``num_items``, a sum over that
+        many items (e.g. non-padding tokens), and the step then uses the window's sum
+        divided by its total item count. Other keyword args go to ``backward``.
+        """
+        self._accumulator.backward(loss, self._precision.backward, num_items=num_items, **kwargs)
+
+    def train_step(self, batch: Any, compute_loss: Any) -> torch.Tensor:
+        """One optimizer step on ``batch``, in micro-batches that fit memory.
+
+        ``compute_loss(micro_batch)`` returns the micro-batch's mean loss, or
+        ``(loss_sum, num_items)``; it runs under the configured precision. A micro-batch
+        that runs out of memory halves the micro-batch size and re-runs the batch from its
+        start (no step lost). Steps and zeroes the prepared optimizer; returns the batch's
+        loss, detached.
+        """
+        if self._optimizer is None or self.micro_batcher is None:
+            raise RuntimeError("train_step: call Booster.prepare(model, optimizer, ...) first")
+        return self.micro_batcher.run(
+            batch,
+            compute_loss,
+            model=self._model,
+            optimizer=self._optimizer,
+            accumulator=self._accumulator,
+            autocast=self.autocast,
+            backward=self.backward,
+        )
 
     def unscale_(self, optimizer: BoostedOptimizer | None = None) -> None:
         """Unscale gradients in place before clipping them (fp16); a no-op otherwise."""
@@ -187,7 +262,14 @@ class Booster:
     @property
     def is_main_process(self) -> bool:
         """Rank 0 (or not distributed): the process that prints and saves."""
+        if self._dist is not None:
+            return self._dist.rank == 0
         return self.env.dist_env.get("RANK", "0") == "0"
+
+    @property
+    def world_size(self) -> int:
+        """Training processes (1 unless launched by torchrun with several)."""
+        return self._dist.world_size if self._dist is not None else 1
 
     def summary(self) -> str:
         """The resolved configuration and the reason for each choice, as text."""
@@ -209,11 +291,20 @@ class Booster:
         """Write a checkpoint atomically: model, optimizer, scheduler, scaler, ``extra``.
 
         ``extra`` values must be tensors or plain containers of numbers and strings (they
-        are read back with ``weights_only=True``).
+        are read back with ``weights_only=True``). The prepared loader's position and the
+        RNG states are saved too, so ``load`` resumes mid-epoch. Call it at an accumulation
+        window's end (after ``optimizer.step()``); only rank 0 writes.
         """
+        if not isinstance(self._accumulator, _Unprepared) and not self._accumulator.at_boundary:
+            raise CheckpointError(
+                "save: an accumulation window is open (its gradients are not in a checkpoint); "
+                "save after optimizer.step() at the window's end"
+            )
         state: dict[str, Any] = {"format": _CHECKPOINT_FORMAT, "extra": extra}
+        if self._loader is not None:
+            state["loader"] = self._loader.state_dict()
         if model is not None:
-            state["model"] = model.state_dict()
+            state["model"] = unwrap_model(model).state_dict()
         if optimizer is not None:
             state["optimizer"] = optimizer.state_dict()
         if scheduler is not None:
@@ -240,9 +331,11 @@ class Booster:
     ) -> dict[str, Any]:
         """Restore what ``save`` wrote into the given objects; returns the ``extra`` dict.
 
-        Refuses (``CheckpointError``) a file that holds anything that would run code.
+        The prepared loader resumes at the saved position on its next pass. Refuses
+        (``CheckpointError``) a file that holds anything that would run code.
         """
         state = load_checkpoint(path, map_location=self.device)
+        model = unwrap_model(model) if model is not None else None
         wanted = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
         for key, target in wanted.items():
             if target is None:
@@ -257,4 +350,6 @@ class Booster:
             self._optimizer.__dict__["skipped_steps"] = int(state["steps"]["skipped"])
         if isinstance(scheduler, BoostedScheduler):
             scheduler.sync()
+        if "loader" in state and self._loader is not None:
+            self._loader.load_state_dict(state["loader"])
         return dict(state.get("extra", {}))

@@ -19,7 +19,9 @@ The configuration lives in one TOML file, ``torchboost.toml``::
     [cpu]
     threads = "auto"         # auto | keep | int >= 1
     [accumulation]
-    steps = 1
+    steps = 1                # micro-batches per optimizer step, or:
+    effective_batch_size = "off"  # off | samples per optimizer step (all processes)
+    micro_batch_size = "auto"     # auto | batch | int >= 1  (Booster.train_step)
 
 ``"auto"`` is resolved at ``Booster.prepare`` time from the hardware (see
 :mod:`torchboost.resolve`); ``"keep"`` leaves the user's own setting untouched.
@@ -199,15 +201,28 @@ class CpuConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class AccumulationConfig:
-    """Gradient accumulation."""
+    """Gradient accumulation and automatic micro-batching.
+
+    Give either ``steps`` or ``effective_batch_size`` (both only when they agree): with
+    the loader's batch size B and W processes, ``effective_batch_size = steps * B * W``.
+    """
 
     section: ClassVar[str] = "accumulation"
 
     steps: int = 1
-    """Micro-batches per optimizer step (>= 1)."""
+    """Micro-batches (loader batches) per optimizer step (>= 1)."""
+    effective_batch_size: IntOrWord = "off"
+    """off | samples per optimizer step over all processes (>= 1); gives ``steps`` from
+    the loader's batch size, and must divide by it."""
+    micro_batch_size: IntOrWord = AUTO
+    """auto | batch | samples per micro-batch (>= 1) in ``Booster.train_step``. auto: the
+    largest that fits memory (the whole batch first, halved on out-of-memory); batch: the
+    whole batch, halved on out-of-memory."""
 
     def __post_init__(self) -> None:
         _check_int_or_word("accumulation.steps", self.steps, 1, ())
+        _check_int_or_word("accumulation.effective_batch_size", self.effective_batch_size, 1, ("off",))
+        _check_int_or_word("accumulation.micro_batch_size", self.micro_batch_size, 1, (AUTO, "batch"))
 
 
 _SECTIONS: dict[str, type] = {

@@ -24,7 +24,9 @@ _ORDER_WARNINGS = (
 
 
 class BoostedOptimizer(torch.optim.Optimizer):
-    """Wraps an optimizer: ``step()`` goes through the precision policy.
+    """Wraps an optimizer: ``step()`` goes through accumulation and the precision policy.
+
+    Under gradient accumulation ``step()`` and ``zero_grad()`` only act at a window's end.
 
     It subclasses ``torch.optim.Optimizer`` so that LR schedulers and ``isinstance``
     checks accept it, but it owns no parameters: ``param_groups``, ``state`` and
@@ -33,9 +35,18 @@ class BoostedOptimizer(torch.optim.Optimizer):
 
     # Optimizer.__init__ is deliberately not called: it would register parameters a
     # second time. Every attribute below delegates to the wrapped optimizer.
-    def __init__(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[torch.optim.Optimizer], bool]):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        step_fn: Callable[[torch.optim.Optimizer], bool | None],
+        zero_grad_fn: Callable[[torch.optim.Optimizer, bool], None] | None = None,
+    ):
+        """``step_fn(optimizer)`` steps: True, False when skipped (fp16 overflow), None when
+        deferred (mid accumulation window: not a step at all). ``zero_grad_fn(optimizer,
+        set_to_none)`` clears gradients (default: the optimizer's own ``zero_grad``)."""
         self.__dict__["optimizer"] = optimizer
         self.__dict__["_step_fn"] = step_fn
+        self.__dict__["_zero_grad_fn"] = zero_grad_fn
         self.__dict__["real_steps"] = 0
         """Optimizer steps that updated the weights."""
         self.__dict__["skipped_steps"] = 0
@@ -75,13 +86,19 @@ class BoostedOptimizer(torch.optim.Optimizer):
                 "(a gradient scaler cannot re-run a closure); call the closure yourself, then step()"
             )
         stepped = self._step_fn(self.optimizer)
-        self.__dict__["step_was_skipped"] = not stepped
+        self.__dict__["step_was_skipped"] = stepped is False
+        if stepped is None:  # mid accumulation window: gradients still accumulating
+            return
         key = "real_steps" if stepped else "skipped_steps"
         self.__dict__[key] += 1
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear gradients; ``set_to_none`` frees their memory instead of writing zeros."""
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        """Clear gradients (not mid accumulation window); ``set_to_none`` frees their memory
+        instead of writing zeros."""
+        if self._zero_grad_fn is None:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+        else:
+            self._zero_grad_fn(self.optimizer, set_to_none)
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         return self.optimizer.state_dict()

@@ -17,6 +17,7 @@ from torch import nn
 
 from torchboost.config import BoostConfig
 from torchboost.env import Environment
+from torchboost.techniques.accumulation import ResolvedAccumulation, resolve_accumulation
 from torchboost.techniques.compile import resolve_compile
 from torchboost.techniques.loader import LoaderSettings, resolve_host
 from torchboost.techniques.memory import resolve_channels_last
@@ -40,6 +41,8 @@ class ResolvedConfig:
     loader: LoaderSettings | None = None
     threads: int | None = None
     """Intra-op threads to set, None to leave as is."""
+    accumulation: ResolvedAccumulation | None = None
+    """Micro-steps per optimizer step and the micro-batch size for ``train_step``."""
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(field, value, reason) for every field, in config order."""
@@ -98,6 +101,14 @@ def resolve(
             config.optimizer.implementation, optimizer, device=device
         )
 
+    batch_size = getattr(loader, "batch_size", None)
+    accumulation = resolve_accumulation(
+        config.accumulation,
+        batch_size=batch_size if isinstance(batch_size, int) else None,
+        world_size=max(1, int(env.dist_env.get("WORLD_SIZE", "1"))),
+    )
+    reasons.update(accumulation.reasons)
+
     channels_last, reasons["memory.channels_last"] = resolve_channels_last(
         config.memory.channels_last, model, device=device, precision_mode=precision_mode
     )
@@ -116,5 +127,12 @@ def resolve(
         optimizer={"implementation": implementation},
         memory={"channels_last": channels_last},
         cpu={"threads": threads if threads is not None else "keep"},
+        accumulation={
+            "steps": accumulation.steps,
+            "effective_batch_size": accumulation.effective_batch_size,
+            "micro_batch_size": accumulation.micro_batch_size,
+        },
     )
-    return ResolvedConfig(config=concrete, reasons=reasons, loader=settings, threads=threads)
+    return ResolvedConfig(
+        config=concrete, reasons=reasons, loader=settings, threads=threads, accumulation=accumulation
+    )

@@ -1,0 +1,446 @@
+"""Gradient accumulation and automatic micro-batching, exact by construction.
+
+A *window* is the run of micro-steps (forward + backward) between two optimizer steps.
+The accumulated gradient equals the gradient of the whole window's loss:
+
+* by default the mean over every sample in the window: each micro-step's loss (a mean
+  over its micro-batch) is back-propagated times its sample count (in units of the
+  loader's batch size, so a full micro-batch has weight exactly 1), and once the last
+  micro-step's backward is done the gradients are divided by the window's total weight.
+  Uneven micro-batches and a shorter last window are therefore right, not approximately;
+* with ``num_items``: the loss passed is a *sum* (e.g. over non-padding tokens), and the
+  gradients are divided by the window's total item count.
+
+Under DDP the gradients are averaged over the W processes by DDP itself, so the divisor
+is the global total over W (one scalar all-reduce per window, outside DDP's buckets).
+With one micro-step per window and no ``num_items`` nothing extra happens at all, so
+accumulation "off" is plain PyTorch bit for bit.
+
+Normalising right after the last backward (not at ``optimizer.step()``) means gradient
+clipping, ``unscale_`` and any inspection between backward and step see the true
+gradient. In fp16 the division acts on scaled gradients; it is linear and keeps inf/NaN,
+so the scaler's overflow check is unchanged.
+
+:class:`MicroBatcher` runs ``Booster.train_step``: it splits one batch into micro-batches,
+and when one runs out of memory it clears the partial gradients, halves the size and
+re-runs the batch from its start, so no step is lost. :func:`is_oom` is the one place that
+decides what an out-of-memory error is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from torchboost.config import AccumulationConfig, ConfigError
+from torchboost.techniques.loader import map_tensors
+
+__all__ = [
+    "Accumulator",
+    "MicroBatchWarning",
+    "MicroBatcher",
+    "ResolvedAccumulation",
+    "batch_size_of",
+    "is_oom",
+    "resolve_accumulation",
+    "split_batch",
+]
+
+# Substrings of out-of-memory errors that do not raise torch.OutOfMemoryError (cuBLAS or
+# cuDNN failing to allocate a workspace, MPS, HIP).
+_OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "MPS backend out of memory")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` means the device ran out of memory (CUDA, cuBLAS/cuDNN, MPS)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MARKERS)
+
+
+class MicroBatchWarning(UserWarning):
+    """A micro-batch ran out of memory and ``train_step`` halved the micro-batch size."""
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedAccumulation:
+    """Concrete accumulation settings. Plain data."""
+
+    steps: int
+    """Micro-steps per optimizer step."""
+    effective_batch_size: int | str
+    """Samples per optimizer step over all processes, or "off" when the batch size is unknown."""
+    micro_batch_size: int | str
+    """"batch" (whole batch first) or samples per micro-batch, for ``train_step``."""
+    reasons: dict[str, str]
+    """Why, keyed "accumulation.<field>"."""
+
+
+def resolve_accumulation(
+    cfg: AccumulationConfig, *, batch_size: int | None, world_size: int = 1
+) -> ResolvedAccumulation:
+    """Turn ``[accumulation]`` into concrete settings for a loader of ``batch_size`` samples per
+    batch (None when unknown) on ``world_size`` processes.
+
+    Raises :class:`ConfigError` when ``effective_batch_size`` does not divide by
+    ``batch_size * world_size`` or disagrees with an explicit ``steps``.
+    """
+    per_step = batch_size * world_size if batch_size else None
+    where = f"the loader's batch size {batch_size} x {world_size} process(es) = {per_step}"
+    reasons: dict[str, str] = {}
+    if cfg.effective_batch_size == "off":
+        steps = cfg.steps
+        reasons["accumulation.steps"] = "as configured"
+        effective: int | str = steps * per_step if per_step else "off"
+        reasons["accumulation.effective_batch_size"] = (
+            f"{steps} step(s) x {where}" if per_step else "no loader batch size to derive it from"
+        )
+    else:
+        wanted = int(cfg.effective_batch_size)
+        if per_step is None:
+            raise ConfigError(
+                f"accumulation.effective_batch_size = {wanted} needs a DataLoader with a batch_size "
+                "passed to prepare; set accumulation.steps instead"
+            )
+        if wanted % per_step:
+            low, high = max(per_step, wanted // per_step * per_step), (wanted // per_step + 1) * per_step
+            raise ConfigError(
+                f"accumulation.effective_batch_size = {wanted} does not divide by {where}; "
+                f"use a multiple of {per_step} (e.g. {low} or {high}) or set accumulation.steps"
+            )
+        steps = wanted // per_step
+        if cfg.steps not in (1, steps):
+            raise ConfigError(
+                f"accumulation.steps = {cfg.steps} disagrees with effective_batch_size = {wanted} "
+                f"({steps} steps with {where}); set only one of them"
+            )
+        effective = wanted
+        reasons["accumulation.steps"] = f"effective_batch_size {wanted} / {where}"
+        reasons["accumulation.effective_batch_size"] = "as configured"
+    micro: int | str = cfg.micro_batch_size
+    if micro == "auto":
+        micro = "batch"
+        reasons["accumulation.micro_batch_size"] = (
+            "auto: train_step tries the whole batch, halving on out-of-memory until it fits"
+        )
+    else:
+        reasons["accumulation.micro_batch_size"] = "as configured (halved on out-of-memory)"
+    return ResolvedAccumulation(steps, effective, micro, reasons)
+
+
+# -- batches -----------------------------------------------------------------------------
+
+
+def batch_size_of(batch: Any) -> int | None:
+    """Samples in ``batch``: the first dimension of its first tensor (None without tensors)."""
+    sizes: list[int] = []
+
+    def seen(t: torch.Tensor) -> torch.Tensor:
+        if not sizes and t.dim() > 0:
+            sizes.append(int(t.shape[0]))
+        return t
+
+    map_tensors(batch, seen)
+    return sizes[0] if sizes else None
+
+
+def split_batch(batch: Any, size: int) -> Iterator[tuple[Any, int]]:
+    """Yield ``(micro_batch, samples)`` slices of ``size`` samples along the first dimension.
+
+    Every tensor whose first dimension is the batch size is sliced; other values are
+    passed to each micro-batch unchanged.
+    """
+    total = batch_size_of(batch)
+    if total is None:
+        raise ValueError("split_batch: the batch holds no tensor with a batch dimension")
+    for start in range(0, total, size):
+        stop = min(start + size, total)
+        cut = lambda t, a=start, b=stop: t[a:b] if t.dim() > 0 and t.shape[0] == total else t  # noqa: E731
+        yield map_tensors(batch, cut), stop - start
+
+
+# -- the window -----------------------------------------------------------------------------
+
+
+def _local_sum(total: torch.Tensor) -> torch.Tensor:
+    return total
+
+
+class Accumulator:
+    """Counts micro-steps into windows and normalises the gradient at each window's end.
+
+    Args:
+        steps: micro-steps per window (K >= 1).
+        position: the prepared loader (anything with ``current_is_last`` and
+            ``current_size``), or None; its last batch of an epoch ends the window early.
+        unit: samples that count as weight 1 (the loader's batch size; 1 when unknown).
+        reduce_sum: sums a 0-d tensor over processes (identity on one process).
+        world_size: processes whose gradients DDP averages (W).
+        device: where the count tensor lives for ``reduce_sum`` (nccl needs CUDA).
+    """
+
+    def __init__(
+        self,
+        steps: int,
+        *,
+        position: Any = None,
+        unit: int = 1,
+        reduce_sum: Callable[[torch.Tensor], torch.Tensor] = _local_sum,
+        world_size: int = 1,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1; got {steps}")
+        self.steps = steps
+        self.position = position
+        self.unit = max(1, int(unit))
+        self._reduce_sum = reduce_sum
+        self._world_size = world_size
+        self._device = torch.device(device)
+        self._accumulated = 0  # micro-steps back-propagated in the open window
+        self._weight = 0.0  # samples / unit, or items, summed over the open window
+        self._items_mode: bool | None = None
+        self._ready = False  # the window's gradient is complete and normalised
+        self._open: tuple[nn.Module | None, float | None, bool] | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        """Whose parameters are normalised when a micro-step names no model."""
+
+    @property
+    def at_boundary(self) -> bool:
+        """No micro-step is waiting for an optimizer step: a checkpoint may be taken."""
+        return self._accumulated == 0
+
+    @contextlib.contextmanager
+    def micro_step(self, model: nn.Module | None = None, *, num_samples: int | None = None) -> Iterator[None]:
+        """Context for one micro-step's forward and backward.
+
+        On a window's non-final micro-steps a DDP ``model`` runs under ``no_sync()``, so
+        gradients are all-reduced once per window. ``num_samples`` is the micro-batch's
+        sample count; by default the prepared loader's current batch gives it.
+        """
+        if num_samples is None and self.position is not None:
+            num_samples = self.position.current_size
+        weight = None if num_samples is None else num_samples / self.unit
+        loader_last = bool(self.position is not None and self.position.current_is_last)
+        last = self._accumulated + 1 >= self.steps or loader_last
+        with self._opened(model, weight, last):
+            yield
+
+    @contextlib.contextmanager
+    def _opened(self, model: nn.Module | None, weight: float | None, last: bool) -> Iterator[None]:
+        if self._ready:
+            raise RuntimeError(
+                "the previous accumulation window ended without optimizer.step(); call "
+                "optimizer.step() and optimizer.zero_grad() inside every accumulate() block"
+            )
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        self._open = (model, weight, last)
+        try:
+            with sync:
+                yield
+        finally:
+            self._open = None
+
+    def backward(
+        self,
+        loss: torch.Tensor,
+        backward: Callable[..., None],
+        *,
+        num_items: int | float | torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Back-propagate one micro-step through ``backward`` (the precision's), weighted.
+
+        ``num_items`` given: ``loss`` is a sum over that many items. Otherwise ``loss`` is a
+        mean over the micro-batch.
+        """
+        if self._open is None:
+            if self.steps == 1:
+                self._single(loss, backward, num_items, kwargs)
+                return
+            raise RuntimeError(
+                f"accumulation.steps = {self.steps}: wrap each micro-step in "
+                "`with booster.accumulate(model):` so the window's end is known"
+            )
+        model, weight, last = self._open
+        mode = num_items is not None
+        if self._items_mode is not None and mode != self._items_mode:
+            raise ValueError("pass num_items to every backward of a window, or to none of them")
+        self._items_mode = mode
+        if mode:
+            backward(loss, **kwargs)
+            self._weight += float(num_items)
+        else:
+            if weight is None:
+                raise ValueError(
+                    "the micro-batch's sample count is unknown (not from the prepared loader): "
+                    "pass num_samples= to accumulate(), or num_items= to backward()"
+                )
+            if self.steps == 1 and last and self._accumulated == 0:
+                backward(loss, **kwargs)  # one micro-step per window: plain PyTorch
+                self._accumulated, self._ready = 1, True
+                return
+                backward(loss * weight, **kwargs)
+                self._weight += weight
+        self._accumulated += 1
+        if last:
+            self._normalise(model)
+
+    def _single(self, loss: torch.Tensor, backward: Callable[..., None], num_items: Any, kwargs: dict) -> None:
+        backward(loss, **kwargs)
+        self._accumulated = 1
+        if num_items is None:
+            self._ready = True
+            return
+        self._weight = float(num_items)
+        self._items_mode = True
+        self._normalise(None)
+
+    def _normalise(self, model: nn.Module | None) -> None:
+        if self._weight == 1.0 and self._world_size == 1:
+            self._ready = True
+            return
+        params = self._params(model)
+        grads = [p.grad for p in params if p.grad is not None]
+        if self._world_size > 1:
+            # DDP averaged over W processes: multiply by W / global total.
+            total = self._reduce_sum(torch.tensor(self._weight, dtype=torch.float64, device=self._device))
+            divisor = (total / self._world_size).to(torch.float32)
+            divisors = {g.device: divisor.to(g.device) for g in grads}
+            for device in divisors:
+                torch._foreach_div_([g for g in grads if g.device == device], divisors[device])
+        elif grads:
+            if self._weight <= 0:
+                raise ValueError(f"the window's total count is {self._weight}; num_items must be > 0")
+            torch._foreach_div_(grads, self._weight)
+        self._ready = True
+
+    def _params(self, model: nn.Module | None) -> list[torch.Tensor]:
+        if model is not None:
+            return list(model.parameters())
+        if self.optimizer is not None:
+            return [p for group in self.optimizer.param_groups for p in group["params"]]
+        raise RuntimeError("no model to normalise the gradients of: pass the model to accumulate(model)")
+
+    def step(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[torch.optim.Optimizer], bool]) -> bool | None:
+        """At a window's end, ``step_fn(optimizer)`` (True, or False when skipped for
+        overflow); mid-window nothing, returning None."""
+        if self._accumulated and not self._ready:
+            return None
+        stepped = step_fn(optimizer)
+        self.reset()
+        return stepped
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
+        """Clear gradients, except mid-window, where they are still being accumulated."""
+        if self._accumulated and not self._ready:
+            return
+        optimizer.zero_grad(set_to_none=set_to_none)
+
+    def reset(self) -> None:
+        """Forget the open window (after a step, or to abandon a partial one)."""
+        self._accumulated = 0
+        self._weight = 0.0
+        self._items_mode = None
+        self._ready = False
+
+
+# -- automatic micro-batching ----------------------------------------------------------------
+
+
+class MicroBatcher:
+    """Runs one optimizer step on a batch split into micro-batches (``Booster.train_step``).
+
+    Args:
+        size: samples per micro-batch, or None for the whole batch first.
+        simulate_oom_from: a test hook: a micro-batch of this many samples or more raises
+            ``torch.OutOfMemoryError`` after its backward (partial gradients exist), as a
+            device that is out of memory would. None in real use.
+    """
+
+    def __init__(self, size: int | None = None, *, simulate_oom_from: int | None = None) -> None:
+        self.size = size
+        """The current micro-batch size (samples); lowered for good after out-of-memory."""
+        self.simulate_oom_from = simulate_oom_from
+        self.halvings = 0
+        """How many times the size was halved after running out of memory."""
+
+    def run(
+        self,
+        batch: Any,
+        compute_loss: Callable[[Any], Any],
+        *,
+        model: nn.Module,
+        optimizer: Any,
+        accumulator: Accumulator,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        backward: Callable[..., None],
+    ) -> torch.Tensor:
+        """Forward/backward every micro-batch, then step ``optimizer`` once and zero it.
+
+        ``compute_loss(micro_batch)`` returns a mean loss, or ``(loss_sum, num_items)``.
+        Returns the batch's loss (detached): the sample-weighted mean, or sum / items.
+        """
+        total = batch_size_of(batch)
+        if total is None:
+            raise ValueError("train_step: the batch holds no tensor with a batch dimension")
+        size = min(self.size or total, total)
+        while True:
+            try:
+                loss = self._attempt(batch, compute_loss, size, model, accumulator, autocast, backward)
+                break
+            except Exception as exc:  # noqa: BLE001 - anything but out-of-memory is re-raised
+                if not is_oom(exc) or size == 1:
+                    raise
+            # Outside the except block: the traceback, and the activations it holds, are freed.
+            accumulator.reset()
+            optimizer.zero_grad(set_to_none=True)
+            _free_device_memory()
+            size = max(1, size // 2)
+            self.size = size
+            self.halvings += 1
+            warnings.warn(
+                f"train_step: a micro-batch ran out of memory; re-running the batch with "
+                f"micro-batches of {size} samples (kept from now on)",
+                MicroBatchWarning,
+                stacklevel=3,
+            )
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _attempt(self, batch, compute_loss, size, model, accumulator, autocast, backward) -> torch.Tensor:
+        parts = list(split_batch(batch, size))
+        summed, count = None, 0.0
+        for index, (micro, samples) in enumerate(parts):
+            with accumulator._opened(model, samples / size, last=index == len(parts) - 1):
+                with autocast():
+                    out = compute_loss(micro)
+                if isinstance(out, tuple):
+                    loss, items = out
+                    backward(loss, num_items=items)
+                    part, weight = loss.detach().float(), float(items)
+                else:
+                    backward(out)
+                    part, weight = out.detach().float() * samples, float(samples)
+                if self.simulate_oom_from is not None and samples >= self.simulate_oom_from:
+                    raise torch.OutOfMemoryError(f"simulated: micro-batch of {samples} samples")
+            summed = part if summed is None else summed + part
+            count += weight
+        assert summed is not None
+        return summed / count
+
+
+def _free_device_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
