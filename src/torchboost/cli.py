@@ -15,8 +15,9 @@ from typing import Sequence
 __all__ = ["main", "split_command"]
 
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("torchboost.demo", "run a built-in workload plain and boosted, side by side"),
+    "demo": ("torchboost.demo", "diagnose and tune a built-in workload, then show the before/after"),
     "doctor": ("torchboost.observe.command", "diagnose an unmodified training script"),
+    "tune": ("torchboost.tune.command", "measure techniques one by one on your script; write torchboost.toml"),
 }
 
 

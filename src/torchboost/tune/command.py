@@ -58,7 +58,8 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
                        warmup=args.warmup, resume=args.resume)
 
 
-def tune_with_progress(command: list[str], options: TuneOptions, console: Console) -> TuneRun:
+def tune_with_progress(command: list[str], options: TuneOptions, console: Console,
+                       facts: Any = None) -> TuneRun:
     """Run tune_script with a live progress bar and one line per decision."""
     with Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -76,7 +77,7 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
             progress.console.print(f"  {status} {describe_settings(decision.settings)}: {decision.reason}",
                                    highlight=False)
 
-        return tune_script(command, options, on_trial=on_trial, on_decision=on_decision)
+        return tune_script(command, options, on_trial=on_trial, on_decision=on_decision, facts=facts)
 
 
 def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:

@@ -131,10 +131,12 @@ def tune_script(
     *,
     on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None = None,
     on_decision: Callable[[Decision], None] | None = None,
+    facts: Facts | None = None,
 ) -> TuneRun:
-    """Diagnose, search and write ``options.config_path``; see :mod:`torchboost.tune`."""
+    """Diagnose (unless ``facts`` of a doctor run are given), search, write ``options.config_path``."""
     options.out_dir.mkdir(parents=True, exist_ok=True)
-    facts = _doctor_facts(command, options)
+    if facts is None:
+        facts = _doctor_facts(command, options)
     findings = diagnose(facts) if facts is not None and facts.steps else []
     context = context_from_facts(facts) if facts is not None else TuneContext()
     levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})

@@ -1,0 +1,97 @@
+"""Diagnose and tune a built-in training workload: the whole method, on any machine.
+
+``torchboost demo [--workload vision] [--budget SECONDS] [--out DIR]`` runs the doctor
+on a built-in workload (no data and no GPU needed), then the tuner, and prints the
+before/after. The tuned ``torchboost.toml`` and the reports land in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from torchboost.observe.runner import UsageError
+
+__all__ = ["add_arguments", "run", "demo_command", "DEMO_WORKLOADS"]
+
+DEMO_WORKLOADS = ("vision", "mlp", "data", "gpt")
+"""Built-in workloads the demo can run (``torchboost.workloads.NAME``)."""
+
+DEMO_RUN_STEPS = 400
+"""The run length the demo plans for: compile must pay for itself within it."""
+
+
+def demo_command(workload: str, *, steps: int = DEMO_RUN_STEPS) -> list[str]:
+    """The command the demo diagnoses and tunes: the workload's plain training script."""
+    return [sys.executable, "-m", f"torchboost.workloads.{workload}", "--size", "tiny", "--steps", str(steps)]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``torchboost demo``."""
+    parser.add_argument("--workload", default="vision", choices=DEMO_WORKLOADS,
+                        help="built-in workload to tune (default vision: loader-bound on a CPU)")
+    parser.add_argument("--out", default="torchboost-demo", help="report folder (default torchboost-demo)")
+    parser.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
+                        help="tuning time budget (default 120)")
+    parser.add_argument("--steps-per-trial", type=int, default=10, metavar="N",
+                        help="measured steps per trial (default 10)")
+    parser.add_argument("--warmup", type=int, default=3, metavar="N", help="warm-up steps per trial (default 3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``torchboost demo``: doctor, then tune, then the before/after."""
+    from torchboost.diagnose import diagnose
+    from torchboost.observe.runner import run_observed
+    from torchboost.report.doctor import print_doctor_report, write_doctor_report
+    from torchboost.tune.command import print_outcome, tune_with_progress
+    from torchboost.tune.runner import TuneOptions
+
+    if args.command:
+        print("torchboost demo: error: the demo runs a built-in workload and takes no command "
+              "after '--'; use 'torchboost tune -- python train.py' for your own script", file=sys.stderr)
+        return 2
+    if args.budget <= 0 or args.steps_per_trial < 3 or args.warmup < 1:
+        print("torchboost demo: error: --budget must be positive, --steps-per-trial >= 3, --warmup >= 1",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    command = demo_command(args.workload)
+    console = Console()
+    err = Console(stderr=True)
+    console.rule(f"[bold]torchboost demo[/]: the built-in '{args.workload}' workload")
+    console.print(f"command: {' '.join(command[1:])}  (plain PyTorch, unmodified)\n", highlight=False)
+
+    console.rule("1. doctor: what bounds each step")
+    try:
+        with err.status("observing the baseline..."):
+            observed = run_observed(command, steps=args.steps_per_trial, warmup=args.warmup,
+                                    out_dir=out / "doctor", echo=False)
+    except UsageError as exc:
+        print(f"torchboost demo: error: {exc}", file=sys.stderr)
+        return 2
+    facts = observed.facts
+    if facts is None or not facts.steps:
+        print(f"torchboost demo: the workload did not train (exit status {observed.exit_code}):\n"
+              f"{observed.stderr_tail}", file=sys.stderr)
+        return 1
+    findings = diagnose(facts)
+    print_doctor_report(facts, findings, console, write_doctor_report(facts, findings, out / "doctor"))
+
+    console.rule("2. tune: each technique measured, kept only if faster and still correct")
+    options = TuneOptions(out_dir=out / "tune", config_path=out / "torchboost.toml", budget_s=args.budget,
+                          run_steps=DEMO_RUN_STEPS, steps_per_trial=args.steps_per_trial, warmup=args.warmup)
+    tuned = tune_with_progress(command, options, console, facts=facts)
+    if tuned.outcome.error is not None:
+        print(f"torchboost demo: {tuned.outcome.error}", file=sys.stderr)
+        return 1
+    console.rule("3. before / after")
+    print_outcome(tuned, options, console)
+    console.print(
+        f"\nApply it to the unmodified script: "
+        f"torchboost run --config {options.config_path} -- python -m torchboost.workloads.{args.workload}",
+        highlight=False,
+    )
+    return 0
