@@ -267,6 +267,11 @@ class Booster:
         return self.env.dist_env.get("RANK", "0") == "0"
 
     @property
+    def at_window_boundary(self) -> bool:
+        """No accumulation window is open: the last micro-step stepped (a checkpoint may be taken)."""
+        return isinstance(self._accumulator, _Unprepared) or self._accumulator.at_boundary
+
+    @property
     def world_size(self) -> int:
         """Training processes (1 unless launched by torchrun with several)."""
         return self._dist.world_size if self._dist is not None else 1
@@ -295,7 +300,7 @@ class Booster:
         RNG states are saved too, so ``load`` resumes mid-epoch. Call it at an accumulation
         window's end (after ``optimizer.step()``); only rank 0 writes.
         """
-        if not isinstance(self._accumulator, _Unprepared) and not self._accumulator.at_boundary:
+        if not self.at_window_boundary:
             raise CheckpointError(
                 "save: an accumulation window is open (its gradients are not in a checkpoint); "
                 "save after optimizer.step() at the window's end"

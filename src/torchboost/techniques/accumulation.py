@@ -279,18 +279,18 @@ class Accumulator:
         if mode:
             backward(loss, **kwargs)
             self._weight += float(num_items)
+        elif last and self._accumulated == 0:
+            backward(loss, **kwargs)  # a window of one micro-step: plain PyTorch
+            self._accumulated, self._ready = 1, True
+            return
         else:
             if weight is None:
                 raise ValueError(
                     "the micro-batch's sample count is unknown (not from the prepared loader): "
                     "pass num_samples= to accumulate(), or num_items= to backward()"
                 )
-            if self.steps == 1 and last and self._accumulated == 0:
-                backward(loss, **kwargs)  # one micro-step per window: plain PyTorch
-                self._accumulated, self._ready = 1, True
-                return
-                backward(loss * weight, **kwargs)
-                self._weight += weight
+            backward(loss * weight, **kwargs)
+            self._weight += weight
         self._accumulated += 1
         if last:
             self._normalise(model)
