@@ -1,0 +1,104 @@
+"""The tuner's report.html: one self-contained page with the waterfall plot embedded as a
+base64 PNG, from a jinja2 template with autoescaping on, so user strings stay text."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchboost.report import _format as fmt
+from torchboost.report import _tune_text as words
+from torchboost.report._tune_markdown import STATUS_MEANINGS, TOP_FINDINGS, before_after
+
+__all__ = ["render_tune_html", "waterfall_png", "TUNE_TEMPLATE_NAME"]
+
+TUNE_TEMPLATE_NAME = "tune.html.j2"
+"""The template in ``torchboost/report/templates``."""
+
+_BASELINE_COLOR = "#9e9e9e"
+_KEPT_COLOR = "#54a24b"
+
+
+def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
+    """Bars of median ms/step: the baseline, then each kept technique, with the A/B pair-ratio
+    spread as error bars and the speedup vs baseline written on each bar; PNG bytes.
+
+    ``waterfall`` is report.json's list. matplotlib is drawn on a bare Agg figure here only.
+    """
+    from torchboost.report.plots import _figure, _png
+
+    fig = _figure(max(5.0, 1.6 * len(waterfall) + 2.0), 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    if not waterfall:
+        ax.text(0.5, 0.5, "no step was measured", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return _png(fig)
+    x = list(range(len(waterfall)))
+    colors = [_BASELINE_COLOR] + [_KEPT_COLOR] * (len(waterfall) - 1)
+    ax.bar(x, [w["median_step_ms"] for w in waterfall], color=colors, width=0.6)
+    # Error bars only where pairs were measured: the baseline has no ratio to spread.
+    kept = [(i, w) for i, w in enumerate(waterfall) if w["ratios"]]
+    if kept:
+        ax.errorbar([i for i, _ in kept], [w["median_step_ms"] for _, w in kept],
+                    yerr=[[w["median_step_ms"] - w["step_ms_range"][0] for _, w in kept],
+                          [w["step_ms_range"][1] - w["median_step_ms"] for _, w in kept]],
+                    fmt="none", ecolor="#333333", capsize=6)
+    for i, w in enumerate(waterfall):
+        ax.text(i, w["step_ms_range"][1], f"{w['median_step_ms']:.1f} ms\n{w['speedup']:.2f}x",
+                ha="center", va="bottom", fontsize=9)
+    ax.set_title(f"{waterfall[-1]['speedup']:.2f}x faster than the baseline", fontsize=10)
+    ax.set_xticks(x)
+    ax.set_xticklabels([_wrap(w["label"]) for w in waterfall], fontsize=8)
+    ax.set_ylabel("median ms / step (lower is faster)")
+    ax.set_ylim(0, max(w["step_ms_range"][1] for w in waterfall) * 1.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _png(fig)
+
+
+def _wrap(label: str, width: int = 18) -> str:
+    # Long technique titles under narrow bars: break them on spaces into a few lines.
+    lines, line = [], ""
+    for word in label.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "\n".join(lines + [line])
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _template():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a missing key is a bug, not an empty cell
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template(TUNE_TEMPLATE_NAME)
+
+
+def render_tune_html(report: dict[str, Any]) -> str:
+    """The HTML page for ``report`` (a :func:`~torchboost.report.tune.build_tune_report` document)."""
+    return _template().render(
+        report=report,
+        command=fmt.command(report["command"]),
+        headline=before_after(report),
+        waterfall=[{**w, "speedup_text": words.vs_baseline(w["speedup"]), "spread_text": words.spread(w)}
+                   for w in report["waterfall"]],
+        decisions=[{**d, "speed": words.speed(d["ratio"]),
+                    "ratio_text": "" if d["ratio"] is None else f"{d['ratio']:.3f}"}
+                   for d in report["decisions"]],
+        statuses=list(STATUS_MEANINGS.items()),
+        findings=[{**f, "speedup": fmt.speedup(f["expected_speedup"])} for f in report["findings"][:TOP_FINDINGS]],
+        more_findings=max(0, len(report["findings"]) - TOP_FINDINGS),
+        waterfall_src=_data_uri(waterfall_png(report["waterfall"])),
+    )

@@ -1,0 +1,95 @@
+"""Phrases of the tuner's report, shared by report.json, Markdown, HTML and the terminal.
+
+Each takes plain numbers or report.json entries and returns words, so every format says
+the same thing the same way. Ratios are candidate step time / incumbent step time
+(below 1 is faster); speedups are the inverse.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+_SAME_SPEED = 0.005
+"""Ratios within this of 1 read as "the same speed"."""
+
+
+def times(x: float) -> str:
+    """A factor as "1.8x", "1.35x", "2x": at most two decimals, no trailing zeros."""
+    return f"{x:.2f}".rstrip("0").rstrip(".") + "x"
+
+
+def vs_baseline(speedup: float) -> str:
+    """A waterfall bar's speedup over the baseline, always two decimals: "1.00x", "1.35x"."""
+    return f"{speedup:.2f}x"
+
+
+def speed(ratio: float | None) -> str:
+    """ "1.35x faster", "1.8x slower", "the same speed", or "not measured"."""
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return "not measured"
+    if abs(ratio - 1.0) < _SAME_SPEED:
+        return "the same speed"
+    return f"{times(1.0 / ratio)} faster" if ratio < 1 else f"{times(ratio)} slower"
+
+
+def steps(n: float) -> str:
+    """A step count in words: "4,839 steps"."""
+    return f"{math.ceil(n):,} steps"
+
+
+def break_even(entry: dict[str, Any], run_steps: int | None) -> str | None:
+    """When compiling pays for itself, in words; None for levers other than compile.
+
+    ``entry`` is a report.json decision. Compile time is repaid once the per-step saving
+    has added up to it; a compile that makes steps no faster never pays off.
+    """
+    if entry["lever"] != "compile":
+        return None
+    planned = f" (the run has {steps(run_steps)})" if run_steps else " (the run's length is unknown)"
+    n = entry["break_even_steps"]
+    if n is not None and math.isinf(n):
+        return "never: compiled steps were not faster"
+    if entry["status"] == "skipped" and n is not None:
+        return f"at least {steps(n)}{planned}"
+    if n is not None:
+        return f"after {steps(n)}{planned}"
+    if entry["status"] in ("incorrect", "failed"):
+        return "not computed: the compiled trial did not produce a usable measurement"
+    ratio = entry["ratio"]
+    if ratio is not None and ratio >= 1.0:
+        return "never: compiled steps were not faster"
+    return "not computed: compiled steps were not faster beyond noise"
+
+
+def subject(entry: dict[str, Any]) -> str:
+    """What a decision was about, as a reader names it: "bf16", or the technique's title."""
+    mode = entry["settings"].get("precision.mode")
+    return str(mode) if mode is not None else entry["technique"]
+
+
+def verdict(entry: dict[str, Any]) -> str:
+    """One line per decision, e.g. "bf16 was 1.8x slower here: rejected"."""
+    who, status = subject(entry), entry["status"]
+    if status == "incorrect":
+        return f"{who} changed the training loss beyond tolerance: incorrect, rejected"
+    if status == "failed":
+        return f"{who} made the script fail: rejected"
+    if status == "skipped":
+        return f"{who} was not tried: skipped"
+    said = speed(entry["ratio"])
+    if said == "not measured":
+        return f"{who}: {status}"
+    return f"{who} was {said} here: {status}"
+
+
+def is_reduced_precision(entry: dict[str, Any]) -> bool:
+    """The decision changed numeric precision (bf16, fp16, tf32)."""
+    return entry["settings"].get("precision.mode") is not None
+
+
+def spread(step: dict[str, Any]) -> str:
+    """A waterfall entry's pair-ratio spread: "0.021 (0.731–0.752)", or "–" for the baseline."""
+    if not step["ratios"]:
+        return "–"
+    return f"{step['spread']:.3f} ({min(step['ratios']):.3f}–{max(step['ratios']):.3f})"

@@ -1,0 +1,288 @@
+"""The tuner's report from searches over fake measurements: JSON schema, Markdown, HTML with
+the waterfall plot (decoded, and loaded in headless Chromium when present), terminal."""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from rich.console import Console
+
+from torchboost.diagnose import Facts, Finding, LoaderFacts, StepRecord
+from torchboost.report.tune import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
+from torchboost.tune.levers import TuneContext, default_levers
+from torchboost.tune.runner import TuneRun, settings_to_config
+from torchboost.tune.search import SearchOptions, run_search
+from torchboost.tune.trial_result import TrialResult
+
+HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
+"""User text that must stay text in every format."""
+
+CPU2 = TuneContext(device="cpu", cpu_cores=2, cpu_bf16=False, can_compile=True)
+BASE_LOSSES = [2.0 - 0.05 * i for i in range(20)]
+# A 2-core loader-bound script: ms per step by (loader workers, intra-op threads).
+HOST_MS = {(0, 2): 84.0, (2, 2): 88.0, (1, 2): 127.0, (2, 1): 62.0, (1, 1): 95.0}
+PNG_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class FakeScript:
+    """Step time = host time x per-setting factors, with a little deterministic noise;
+    settings in ``crash`` fail, settings in ``losses`` change the loss curve."""
+
+    def __init__(self, factors=None, losses=None, crash=(), compile_s=0.0, noise=0.01):
+        self.factors = factors or {}
+        self.losses = losses or {}
+        self.crash = set(crash)
+        self.compile_s = compile_s
+        self.noise = itertools.cycle([1.0, 1.0 + noise, 1.0 - noise])
+
+    def __call__(self, settings, repeat):
+        if any(item in self.crash for item in settings.items()):
+            return TrialResult(settings=dict(settings), repeat=repeat, ok=False, error=f"exit code 1: {HOSTILE}")
+        ms = HOST_MS.get((settings.get("loader.num_workers", 0), settings.get("cpu.threads", 2)), 100.0)
+        losses = list(BASE_LOSSES)
+        for item in settings.items():
+            ms *= self.factors.get(item, 1.0)
+            losses = self.losses.get(item, losses)
+        compile_s = self.compile_s if settings.get("compile.mode", "off") != "off" else 0.0
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms * next(self.noise)] * 5,
+                           losses=losses, samples_per_step=32, compile_s=compile_s)
+
+
+def _facts() -> Facts:
+    return Facts(env={"device": "cpu", "cpu_cores": 2}, command=["python", "train.py", "--tag", HOSTILE],
+                 steps=[StepRecord(i, 84.0, data_ms=50.0) for i in range(5)],
+                 loader=LoaderFacts(num_workers=0, batch_size=32))
+
+
+def _findings() -> list[Finding]:
+    def finding(fid, title, gain):
+        return Finding(id=fid, title=title, evidence={}, fix_toml="", fix_torch="", expected_speedup=gain, formula="")
+
+    # Out of order on purpose: the report ranks them.
+    return [finding("precision.slower_on_cpu", "bf16 is slower than fp32 on this CPU", 1.1),
+            finding("data.workers", f"The loop waits for data {HOSTILE}", 1.6)]
+
+
+def _tune_run(script: FakeScript, run_steps: int | None, reused: int = 0, **search) -> TuneRun:
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=run_steps, **search))
+    return TuneRun(facts=_facts(), findings=_findings(), outcome=outcome, config=settings_to_config(outcome.settings),
+                   run_steps=run_steps, reused_trials=reused)
+
+
+def mixed_run() -> TuneRun:
+    """Workers kept; bf16 1.8x slower; compile faster but not repaid in 500 steps; fused
+    optimizer crashes, foreach no faster; deeper prefetch changes the loss."""
+    script = FakeScript(
+        factors={("precision.mode", "bf16"): 1.8, ("compile.mode", "default"): 0.9},
+        losses={("loader.prefetch_factor", 4): [x * 1.02 for x in BASE_LOSSES]},
+        crash=[("optimizer.implementation", "fused")], compile_s=30.0, noise=0.0,
+    )
+    return _tune_run(script, run_steps=500, reused=4)
+
+
+def skipped_compile_run() -> TuneRun:
+    """A 20-step run: compile cannot pay off and is not even tried."""
+    return _tune_run(FakeScript(factors={("compile.mode", "default"): 0.5}, compile_s=30.0), run_steps=20)
+
+
+def _config_file(tmp_path, run: TuneRun):
+    path = tmp_path / "torchboost.toml"
+    run.config.to_toml(path, header=f"written by the test {HOSTILE}")
+    return path
+
+
+@pytest.fixture()
+def written(tmp_path):
+    run = mixed_run()
+    config_path = _config_file(tmp_path, run)
+    return run, config_path, write_tune_report(run, tmp_path / "tune", config_path=config_path)
+
+
+def test_report_json_has_the_documented_schema(written):
+    run, config_path, paths = written
+    assert set(paths) == {"json", "md", "html"} and all(p.exists() for p in paths.values())
+
+    def no_nan(token):
+        raise AssertionError(f"non-JSON number {token} in report.json")
+
+    report = json.loads(paths["json"].read_text(encoding="utf-8"), parse_constant=no_nan)
+    for key in ("schema_version", "kind", "command", "status", "error", "before", "after", "speedup", "settings",
+                "waterfall", "decisions", "precision", "findings", "trials", "run_steps", "stopped_by_budget",
+                "elapsed_s", "config", "notes", "samples_per_step"):
+        assert key in report, key
+    assert report["schema_version"] == TUNE_SCHEMA_VERSION == 1 and report["kind"] == "tune"
+    assert report["status"] == "tuned" and report["error"] is None
+    assert report["speedup"] == pytest.approx(84 / 62)
+    assert report["before"] == {"median_step_ms": 84.0, "samples_per_s": pytest.approx(32e3 / 84)}
+    assert report["after"]["median_step_ms"] == pytest.approx(62.0)
+    assert report["settings"] == {"loader.num_workers": 2, "loader.persistent_workers": True, "cpu.threads": 1}
+    assert [w["label"] for w in report["waterfall"]] == ["baseline", "+ loader workers + CPU threads"]
+    kept = report["waterfall"][1]
+    assert kept["samples_per_s"] == pytest.approx(32e3 / 62) and kept["ratios"]
+    assert kept["step_ms_range"][0] <= kept["median_step_ms"] <= kept["step_ms_range"][1]
+    statuses = {d["status"] for d in report["decisions"]}
+    assert statuses == {"kept", "rejected", "incorrect", "failed"}
+    for d in report["decisions"]:
+        assert {"lever", "technique", "settings", "change", "status", "reason", "ratio", "ratios",
+                "median_step_ms", "break_even_steps", "break_even", "verdict"} <= set(d)
+    compile_decision = next(d for d in report["decisions"] if d["lever"] == "compile")
+    assert compile_decision["status"] == "rejected"
+    assert compile_decision["break_even_steps"] == pytest.approx(30_000 / 6.2, rel=0.02)
+    assert compile_decision["break_even"] == "after 4,839 steps (the run has 500 steps)"
+    assert report["precision"] == ["bf16 was 1.8x slower here: rejected"]
+    assert [f["id"] for f in report["findings"]] == ["data.workers", "precision.slower_on_cpu"]
+    assert report["trials"] == {"total": run.outcome.trials_run, "run": run.outcome.trials_run - 4, "reused": 4}
+    assert report["run_steps"] == 500 and report["stopped_by_budget"] is False
+    assert report["config"] == {"path": str(config_path), "toml": config_path.read_text(encoding="utf-8")}
+    assert report["command"][-1] == HOSTILE
+
+
+def test_markdown_mentions_every_status_and_the_break_even(written, tmp_path):
+    run, config_path, paths = written
+    text = paths["md"].read_text(encoding="utf-8")
+    for status in ("kept", "rejected", "incorrect", "failed"):
+        assert f"| **{status}** |" in text, status
+    assert "break-even after 4,839 steps (the run has 500 steps)" in text
+    assert "**bf16 was 1.8x slower here: rejected**" in text
+    assert "4 reused from the journal" in text and "Planned run: 500 steps" in text
+    assert "1. `data.workers` expected x1.60" in text
+    assert "```toml\n# written by the test" in text and str(config_path) in text
+    assert HOSTILE in text  # the command, verbatim inside its code fence
+    assert "\\| `tick`" in text  # a "|" in a table cell is escaped, so the row keeps its columns
+    assert "waits for data \\<script>" in text  # and a "<" cannot open an HTML tag where Markdown is rendered
+
+    skipped = write_tune_report(skipped_compile_run(), tmp_path / "short")["md"].read_text(encoding="utf-8")
+    assert "| **skipped** |" in skipped
+    assert "break-even at least" in skipped and "(the run has 20 steps)" in skipped
+
+
+def _png_images(html: str) -> list[bytes]:
+    return [base64.b64decode(m, validate=True) for m in PNG_URI.findall(html)]
+
+
+def test_html_embeds_a_decodable_waterfall_and_escapes_user_text(written):
+    import matplotlib.image
+
+    run, _, paths = written
+    html = paths["html"].read_text(encoding="utf-8")
+    images = _png_images(html)
+    assert len(images) == 1 and 'id="plot-waterfall"' in html
+    pixels = matplotlib.image.imread(io.BytesIO(images[0]), format="png")
+    assert pixels.shape[0] > 150 and pixels.shape[1] > 300
+    assert "<script>alert" not in html and "&lt;script&gt;alert" in html
+    assert html.count('<tr id="decision-') == len(run.outcome.decisions)
+    assert "bf16 was 1.8x slower here: rejected" in html
+    assert "after 4,839 steps" in html
+
+
+def test_waterfall_plot_changes_with_its_bars():
+    from torchboost.report._tune_html import waterfall_png
+
+    report = build_tune_report(mixed_run())
+    one = waterfall_png(report["waterfall"][:1])
+    two = waterfall_png(report["waterfall"])
+    empty = waterfall_png([])
+    assert all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in (one, two, empty))
+    assert len({one, two, empty}) == 3
+
+
+def _terminal(run: TuneRun, paths, config_path) -> str:
+    buf = io.StringIO()
+    print_tune_report(run, Console(file=buf, width=220, color_system=None), paths, config_path=config_path)
+    return buf.getvalue()
+
+
+def test_terminal_reads_as_a_before_after(written):
+    run, config_path, paths = written
+    out = _terminal(run, paths, config_path)
+    assert "Before: 84.0 ms/step (381 samples/s)" in out and "After: 62.0 ms/step (516 samples/s)" in out
+    assert "1.35x faster" in out
+    assert "bf16 was 1.8x slower here: rejected" in out
+    assert "torch.compile break-even: after 4,839 steps (the run has 500 steps)" in out
+    for status in ("kept", "rejected", "incorrect", "failed"):
+        assert re.search(rf"│ {status}\s+│", out), status
+    assert "[red]boom[/red]" in out  # the crash message and command: text, not markup
+    for path in (*paths.values(), config_path):
+        assert str(path) in out
+    assert "it changes: cpu.threads=1, loader.num_workers=2, loader.persistent_workers=True" in out
+
+
+def test_budget_and_unknown_run_length_are_said(tmp_path):
+    ticks = itertools.count()
+    outcome = run_search(default_levers(), CPU2, FakeScript(), SearchOptions(budget_s=3), clock=lambda: next(ticks))
+    run = TuneRun(facts=None, findings=[], outcome=outcome, config=settings_to_config(outcome.settings),
+                  run_steps=None, reused_trials=0)
+    report = build_tune_report(run)
+    assert report["stopped_by_budget"] is True
+    assert any("time budget stopped the search" in n for n in report["notes"])
+    assert any("run length is unknown" in n for n in report["notes"])
+    assert report["config"]["path"] is None and "[loader]" in report["config"]["toml"]
+    text = write_tune_report(run, tmp_path)["md"].read_text(encoding="utf-8")
+    assert "time budget stopped the search" in text and "No finding." in text
+
+
+def test_failed_baseline_still_writes_a_report(tmp_path):
+    def crash(settings, repeat):
+        return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"exit code 3 {HOSTILE}")
+
+    outcome = run_search(default_levers(), CPU2, crash)
+    run = TuneRun(facts=_facts(), findings=[], outcome=outcome, config=settings_to_config({}), run_steps=None,
+                  reused_trials=0)
+    paths = write_tune_report(run, tmp_path, config_path=tmp_path / "torchboost.toml")
+    report = json.loads(paths["json"].read_text(encoding="utf-8"))
+    assert report["status"] == "failed" and "exit code 3" in report["error"]
+    assert report["waterfall"] == [] and report["config"]["toml"] is None
+    assert "Not written: the baseline did not run." in paths["md"].read_text(encoding="utf-8")
+    assert len(_png_images(paths["html"].read_text(encoding="utf-8"))) == 1
+    out = _terminal(run, paths, tmp_path / "torchboost.toml")
+    assert "Not tuned" in out and "[red]boom[/red]" in out and "was not written" in out
+
+
+def test_kept_and_incorrect_reduced_precision_are_said():
+    close = [x * 1.005 for x in BASE_LOSSES]
+    faster = _tune_run(FakeScript(factors={("precision.mode", "bf16"): 0.6}, losses={("precision.mode", "bf16"): close},
+                                  noise=0.0), run_steps=None)
+    assert build_tune_report(faster)["precision"] == ["bf16 was 1.67x faster here: kept"]
+    nan = BASE_LOSSES[:3] + [float("nan")] * 17
+    wrong = _tune_run(FakeScript(factors={("precision.mode", "bf16"): 0.5}, losses={("precision.mode", "bf16"): nan}),
+                      run_steps=None)
+    report = build_tune_report(wrong)
+    assert report["precision"] == ["bf16 changed the training loss beyond tolerance: incorrect, rejected"]
+    assert report["settings"].get("precision.mode") is None
+
+
+def _loaded_images(html_path, profile_dir) -> tuple[int, int]:
+    """(loaded, total) images as the page's own script counts them after load."""
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--no-first-run", f"--user-data-dir={profile_dir}", "--virtual-time-budget=5000",
+         "--dump-dom", html_path.as_uri()],
+        capture_output=True, text=True, timeout=90,
+    )
+    body = re.search(r"<body[^>]*>", out.stdout)
+    assert body, f"no <body> in chromium's DOM dump; stderr: {out.stderr[-2000:]}"
+    loaded = re.search(r'data-images-loaded="(\d+)"', body.group(0))
+    total = re.search(r'data-images-total="(\d+)"', body.group(0))
+    assert loaded and total, f"the page's load script did not run: {body.group(0)}"
+    return int(loaded.group(1)), int(total.group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary on PATH")
+def test_waterfall_loads_in_chromium_and_a_broken_one_is_caught(written, tmp_path):
+    _, _, paths = written
+    assert _loaded_images(paths["html"], tmp_path / "profile") == (1, 1)
+    html = paths["html"].read_text(encoding="utf-8")
+    # The broken twin: valid base64, but not a PNG, must be reported as not loaded.
+    broken = tmp_path / "broken.html"
+    broken.write_text(re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,AAAAAAAA", html),
+                      encoding="utf-8")
+    assert _loaded_images(broken, tmp_path / "profile") == (0, 1)
