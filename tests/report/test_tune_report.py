@@ -221,12 +221,14 @@ def test_budget_and_unknown_run_length_are_said(tmp_path):
     run = TuneRun(facts=None, findings=[], outcome=outcome, config=settings_to_config(outcome.settings),
                   run_steps=None, reused_trials=0)
     report = build_tune_report(run)
-    assert report["stopped_by_budget"] is True
+    assert report["stopped_by_budget"] is True and report["status"] == "unchanged"
     assert any("time budget stopped the search" in n for n in report["notes"])
     assert any("run length is unknown" in n for n in report["notes"])
     assert report["config"]["path"] is None and "[loader]" in report["config"]["toml"]
     text = write_tune_report(run, tmp_path)["md"].read_text(encoding="utf-8")
     assert "time budget stopped the search" in text and "No finding." in text
+    out = _terminal(run, {}, tmp_path / "torchboost.toml")
+    assert "nothing changed" in out and "it changes: nothing" in out and "time budget stopped" in out
 
 
 def test_failed_baseline_still_writes_a_report(tmp_path):
@@ -286,3 +288,16 @@ def test_waterfall_loads_in_chromium_and_a_broken_one_is_caught(written, tmp_pat
     broken.write_text(re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,AAAAAAAA", html),
                       encoding="utf-8")
     assert _loaded_images(broken, tmp_path / "profile") == (0, 1)
+
+
+def test_the_tune_command_prints_and_writes_this_report(tmp_path):
+    from torchboost.tune.command import print_outcome
+    from torchboost.tune.runner import TuneOptions
+
+    run = mixed_run()
+    options = TuneOptions(out_dir=tmp_path / "tune", config_path=_config_file(tmp_path, run))
+    buf = io.StringIO()
+    print_outcome(run, options, Console(file=buf, width=200, color_system=None))
+    assert sorted(p.name for p in options.out_dir.iterdir()) == ["report.html", "report.json", "report.md"]
+    out = buf.getvalue()
+    assert "1.35x faster" in out and str(options.config_path) in out
