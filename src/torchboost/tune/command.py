@@ -84,7 +84,7 @@ def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
     """The final table: waterfall, then where the files are."""
     from torchboost.report.tune import print_tune_report, write_tune_report
 
-    paths = write_tune_report(run, options.out_dir)
+    paths = write_tune_report(run, options.out_dir, config_path=options.config_path)
     print_tune_report(run, console, paths, config_path=options.config_path)
 
 
