@@ -175,3 +175,24 @@ def test_only_the_first_optimizer_marks_boundaries(tmp_path):
     # 1 warm-up + 3 recorded: stopped from opt_a's step of iteration index 3.
     assert stop.traceback is not None and i == 3
     assert len(recorder.facts().steps) == 3
+
+
+def test_after_warmup_hooks_move_from_global_to_the_roots_and_are_removed(tmp_path):
+    model = nn.Sequential(nn.Linear(2, 4), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = _snapshot()
+    recorder = StepRecorder(_spec(tmp_path, steps=3, warmup=2))
+    inst = Instrumentation(recorder).install()
+    try:
+        with pytest.raises(StopObserving):
+            for i in range(10):
+                model(torch.randn(1, 2)).sum().backward()
+                optimizer.step()
+                if i == 2:  # warm-up is over: only the root carries hooks now
+                    assert dict(nn_module._global_forward_hooks) == before["forward_hooks"]
+                    assert len(model._forward_hooks) == 1 and not model[0]._forward_hooks
+    finally:
+        inst.uninstall()
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert_restored(before)
+    assert all(s.forward_ms > 0 for s in recorder.facts().steps)

@@ -9,7 +9,10 @@ What is touched, and why each is the least invasive way to see that phase:
 * ``torch.autograd.backward`` - backward time and the loss (``Tensor.backward`` calls
   it through the module attribute, so one patch covers both spellings);
 * global module forward pre/post hooks (public API) - forward time of outermost calls
-  and whether autocast was on;
+  and whether autocast was on. Global hooks send every submodule call through
+  PyTorch's slower hook path, so once warm-up ends they are swapped for hooks on the
+  root modules seen (the model, a loss module); not when ``torch.compile`` has run,
+  since changing hooks would invalidate its guards and recompile;
 * global optimizer step pre/post hooks (public API) - optimizer time and step
   boundaries.
 
@@ -21,6 +24,7 @@ not break graphs.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from typing import Any, Callable
 
@@ -77,12 +81,14 @@ class Instrumentation:
             original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
             self._originals.append((owner, name, original))
             setattr(owner, name, wrap(original))
-        self._handles = [
+        self._narrowed = False
+        self._handles = [  # the two global forward hooks first: _narrow_to_roots swaps them
             _nn_module.register_module_forward_pre_hook(self._forward_pre),
             _nn_module.register_module_forward_hook(self._forward_post, always_call=True),
             _optim.register_optimizer_step_pre_hook(self._optimizer_pre),
             _optim.register_optimizer_step_post_hook(self._optimizer_post),
         ]
+        self.recorder.on_warmup_end.append(self._narrow_to_roots)
         return self
 
     def uninstall(self) -> None:
@@ -101,6 +107,17 @@ class Instrumentation:
 
     def __exit__(self, *exc: object) -> None:
         self.uninstall()
+
+    def _narrow_to_roots(self, roots: list[torch.nn.Module]) -> None:
+        if not self.installed or self._narrowed or not roots or _compile_has_run(roots):
+            return
+        self._narrowed = True
+        global_hooks, self._handles = self._handles[:2], self._handles[2:]
+        for handle in global_hooks:
+            handle.remove()
+        for module in roots:
+            self._handles.append(module.register_forward_pre_hook(self._forward_pre))
+            self._handles.append(module.register_forward_hook(self._forward_post, always_call=True))
 
     # -- wrappers --------------------------------------------------------------------------
     def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -184,3 +201,13 @@ class Instrumentation:
             self._opt_depth = 0
             self.recorder.phase_end(OPTIMIZER, (self._clock() - self._opt_t0) * 1000.0)
             self.recorder.optimizer_done(optimizer)  # may end the run with StopObserving
+
+
+def _compile_has_run(roots: list[torch.nn.Module]) -> bool:
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", {})
+    if counters.get("frames", {}).get("total", 0):
+        return True
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(eval_frame, "OptimizedModule", ())
+    return any(isinstance(m, optimized) for m in roots) if optimized else False

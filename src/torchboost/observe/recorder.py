@@ -17,7 +17,6 @@ import json
 import os
 import time
 import weakref
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -107,6 +106,9 @@ class StepRecorder:
         self.errors: list[str] = []
         """Failures inside the observer itself; recorded, never raised into the script."""
         self._bf16_speedup: float | None = None
+        self._progress: _ProgressFile | None = None
+        self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []
+        """Called with :meth:`roots` once warm-up ends (the instrumentation narrows its hooks)."""
 
     # -- called by the hooks -------------------------------------------------------------
     def loader_iter(self, loader: Any, iterator: Any) -> None:
@@ -167,6 +169,10 @@ class StepRecorder:
         if self._primary is not None and self._primary() is optimizer:
             self.boundary()
 
+    def roots(self) -> list[torch.nn.Module]:
+        """Live modules seen called outermost (the model, a loss module, ...)."""
+        return [m for m in (entry[0]() for entry in self._roots.values()) if m is not None]
+
     # -- boundaries ----------------------------------------------------------------------
     def boundary(self) -> None:
         """End the current step; may start/drive the profiler or raise :class:`StopObserving`."""
@@ -188,8 +194,10 @@ class StepRecorder:
         self._discard_next = False
         self._pending_loss = None
         self.acc[:] = (0.0, 0.0, 0.0, 0.0)
-        if self._boundaries == spec.warmup:
+        if self._boundaries == max(spec.warmup, 1):
             self._guarded(self._snapshot_settings)
+            for callback in self.on_warmup_end:
+                self._guarded(callback, self.roots())
         self._guarded(self._report, recorded_end, profiled_end)  # before the profiler starts: flush is not profiled
         if self._boundaries == recorded_end and spec.profile_steps:
             self.profile.start()
@@ -320,7 +328,9 @@ class StepRecorder:
                 stage, step, of = "profiling", done - recorded_end, self.spec.profile_steps
             else:
                 stage, step, of = "running", done - self.spec.warmup, None
-            _write_progress(Path(self.spec.progress_path), {"stage": stage, "step": step, "of": of})
+            if self._progress is None:
+                self._progress = _ProgressFile(self.spec.progress_path)
+            self._progress.write({"stage": stage, "step": step, "of": of})
             self._last_progress = now
         if self.steps and not self.profile.running and (
             done == recorded_end or now - self._last_flush >= self.spec.flush_interval_s
@@ -328,8 +338,20 @@ class StepRecorder:
             self.write_facts()
 
 
-def _write_progress(path: Path, data: dict[str, Any]) -> None:
-    # Progress is advisory: a plain replace, no fsync, so it costs microseconds.
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+class _ProgressFile:
+    """The progress line, rewritten in place with one ``pwrite``: microseconds, no fsync.
+
+    Advisory data for the parent's display: a reader that catches a half-written line
+    skips it. Padded to a fixed width so a shorter line leaves no tail of the last one.
+    """
+
+    _WIDTH = 96
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+
+    def write(self, data: dict[str, Any]) -> None:
+        os.pwrite(self._fd, json.dumps(data).ljust(self._WIDTH).encode(), 0)
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -45,8 +45,10 @@ class ObserveSpec:
     """Profiler steps kept in the op table and the trace; small keeps trace.json small."""
     progress_path: str | None = None
     """File the child rewrites with {"stage", "step", "of"} for the parent's progress line."""
-    flush_interval_s: float = 1.0
-    """Least time between two rewrites of facts.json during the run, seconds."""
+    flush_interval_s: float = 5.0
+    """Least time between two rewrites of facts.json during the run, seconds (each costs
+    tens of milliseconds with its fsync; facts are also written when recording ends and
+    when the script exits or crashes)."""
     command: list[str] = field(default_factory=list)
     """The user's command, as typed, for the facts."""
 
