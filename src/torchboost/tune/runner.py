@@ -17,6 +17,7 @@ from torchboost.config import BoostConfig
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.runner import run_observed
+from torchboost.trial import overlay
 from torchboost.tune.journal import Journal
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
@@ -75,11 +76,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
 
 def settings_to_config(settings: dict[str, Any]) -> BoostConfig:
     """A torchboost.toml config: the user's own setup ("off"/"keep") plus the kept settings."""
-    data = BoostConfig.off().to_dict()
-    for dotted, value in settings.items():
-        section, key = dotted.split(".", 1)
-        data[section][key] = value
-    return BoostConfig.from_dict(data)
+    return overlay(BoostConfig.off(), settings)
 
 
 def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:

@@ -1,0 +1,196 @@
+"""Apply torchboost settings to an unmodified training script, from inside its process.
+
+Used by ``torchboost tune`` trials and ``torchboost run``. Settings are dotted
+``torchboost.toml`` keys (``{"loader.num_workers": 2, "cpu.threads": 1}``). What each
+one touches, and when:
+
+* ``cpu.threads`` and ``precision.mode = "tf32"``: process-wide switches, set at install;
+* ``loader.*``: ``DataLoader.__init__`` is wrapped so loaders over map-style datasets are
+  built with the new values (an IterableDataset is left alone: more workers would each
+  yield the whole unsharded stream);
+* ``precision.mode = "bf16"`` and ``compile.mode``: the root module (the first module
+  called from outside any other forward) gets its ``forward`` compiled and/or run under
+  bf16 autocast with floating outputs cast back to fp32 for the loss. It takes effect
+  from the second forward call, the first one being already under way;
+* ``optimizer.implementation``: before an optimizer's first step (its state still
+  empty), its param groups are switched to the fused or foreach kernels in place.
+
+When the script itself prepares a :class:`torchboost.Booster`, the Booster applies the
+configuration (it reads the trial's settings, see :mod:`torchboost.trial`) and the
+model and optimizer levers here stand down, so nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from typing import Any, Callable
+
+import torch
+import torch.optim.optimizer as _optim
+import torch.utils.data.dataloader as _dl
+from torch import nn
+from torch.nn.modules import module as _nn_module
+from torch.utils.data import IterableDataset
+
+from torchboost import trial as _trial
+from torchboost.techniques.compile import apply_compile
+from torchboost.techniques.cpu import apply_threads
+from torchboost.techniques.optimizer import FUSED_DEVICES, FOREACH_OPTIMIZERS
+
+__all__ = ["Applier", "SUPPORTED_SETTINGS", "NOCODE_UNSUPPORTED"]
+
+SUPPORTED_SETTINGS = (
+    "cpu.threads", "precision.mode", "compile.mode", "compile.scope", "loader.num_workers",
+    "loader.pin_memory", "loader.persistent_workers", "loader.prefetch_factor", "optimizer.implementation",
+)
+"""Settings this module can apply to a script that does not use the Booster."""
+
+NOCODE_UNSUPPORTED = {
+    "precision.mode=fp16": "fp16 needs a gradient scaler in the loop: use the Booster",
+    "memory.channels_last": "inputs must be converted too: use the Booster",
+    "accumulation": "accumulation changes the loop: use the Booster",
+}
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
+
+
+def _to_fp32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() and value.dtype != torch.float32 else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_to_fp32(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_fp32(v) for k, v in value.items()}
+    return value
+
+
+class Applier:
+    """Installs the patches for ``settings``; ``uninstall`` restores everything."""
+
+    def __init__(self, settings: dict[str, Any]):
+        unknown = [k for k in settings if k not in SUPPORTED_SETTINGS]
+        if settings.get("precision.mode") == "fp16":
+            unknown.append("precision.mode=fp16")
+        if unknown:
+            raise ValueError(f"cannot apply {', '.join(unknown)} to a script without the Booster")
+        self.settings = dict(settings)
+        self._originals: list[tuple[Any, str, Any]] = []
+        self._handles: list[Any] = []
+        self._root: weakref.ref | None = None
+        self._depth = 0
+        self.notes: list[str] = []
+        """What was applied, in words, for the trial's record."""
+
+    # -- install / uninstall -----------------------------------------------------------
+
+    def install(self) -> "Applier":
+        """Apply process-wide settings now and patch for the rest."""
+        s = self.settings
+        if "cpu.threads" in s:
+            apply_threads(int(s["cpu.threads"]))
+            self.notes.append(f"intra-op threads set to {s['cpu.threads']}")
+        if s.get("precision.mode") == "tf32":
+            torch.set_float32_matmul_precision("high")
+            torch.backends.cudnn.allow_tf32 = True
+            self.notes.append("TF32 matmuls on")
+        if any(k.startswith("loader.") for k in s):
+            self._patch(_dl.DataLoader, "__init__", self._wrap_loader_init)
+        if s.get("precision.mode") in _AUTOCAST_DTYPES or s.get("compile.mode", "off") != "off":
+            self._handles.append(_nn_module.register_module_forward_pre_hook(self._on_forward_pre))
+            self._handles.append(_nn_module.register_module_forward_hook(self._on_forward_post))
+        if s.get("optimizer.implementation", "default") not in ("default", "auto"):
+            self._handles.append(_optim.register_optimizer_step_pre_hook(self._on_first_step))
+        return self
+
+    def uninstall(self) -> None:
+        """Remove every patch and hook (the model keeps what was applied to it)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for owner, name, original in reversed(self._originals):
+            setattr(owner, name, original)
+        self._originals.clear()
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = getattr(owner, name)
+        self._originals.append((owner, name, original))
+        setattr(owner, name, make(original))
+
+    # -- loader --------------------------------------------------------------------------
+
+    def _wrap_loader_init(self, original: Callable) -> Callable:
+        signature = inspect.signature(original)
+        wanted = {k.split(".", 1)[1]: v for k, v in self.settings.items() if k.startswith("loader.")}
+
+        @functools.wraps(original)
+        def __init__(loader_self: Any, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(loader_self, *args, **kwargs)
+            dataset = bound.arguments.get("dataset")
+            if not isinstance(dataset, IterableDataset):
+                arguments = dict(bound.arguments)
+                arguments.pop("self", None)
+                arguments.update(wanted)
+                workers = int(arguments.get("num_workers", 0) or 0)
+                if workers == 0:
+                    arguments["persistent_workers"] = False
+                    arguments["prefetch_factor"] = None
+                return original(loader_self, **arguments)
+            return original(loader_self, *args, **kwargs)
+
+        return __init__
+
+    # -- model ---------------------------------------------------------------------------
+
+    def _on_forward_pre(self, module: nn.Module, args: Any) -> None:
+        self._depth += 1
+        if self._depth == 1 and self._root is None and not _trial.booster_prepared():
+            self._root = weakref.ref(module)
+
+    def _on_forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._depth -= 1
+        root = self._root() if self._root is not None else None
+        if self._depth == 0 and root is module and "forward" not in module.__dict__:
+            self._boost_root(module)
+
+    def _boost_root(self, module: nn.Module) -> None:
+        s = self.settings
+        if s.get("compile.mode", "off") != "off":
+            apply_compile(module, mode=s["compile.mode"], scope=s.get("compile.scope", "model"))
+            self.notes.append(f"compiled {type(module).__name__} ({s['compile.mode']})")
+        dtype = _AUTOCAST_DTYPES.get(s.get("precision.mode", ""))
+        if dtype is not None:
+            inner = module.forward
+            device_type = next((p.device.type for p in module.parameters()), "cpu")
+
+            @functools.wraps(inner)
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                with torch.autocast(device_type, dtype=dtype):
+                    out = inner(*args, **kwargs)
+                return _to_fp32(out)
+
+            module.forward = forward
+            self.notes.append(f"bf16 autocast around {type(module).__name__}.forward")
+
+    # -- optimizer -----------------------------------------------------------------------
+
+    def _on_first_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if _trial.booster_prepared() or optimizer.state:
+            return
+        implementation = self.settings["optimizer.implementation"]
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        device = params[0].device.type if params else "cpu"
+        cls = type(optimizer)
+        supported = (
+            implementation == "fused" and device in FUSED_DEVICES.get(cls, ())
+        ) or (implementation == "foreach" and cls in FOREACH_OPTIMIZERS)
+        if not supported:
+            return
+        flags = {"fused": implementation == "fused", "foreach": implementation == "foreach"}
+        if implementation == "fused":
+            flags["foreach"] = None
+        for group in optimizer.param_groups:
+            group.update(flags)
+        optimizer.defaults.update(flags)
+        self.notes.append(f"{cls.__name__} switched to {implementation}")
