@@ -39,3 +39,26 @@ def test_steps_below_one_is_a_usage_error(tmp_path):
     script.write_text("")
     with pytest.raises(UsageError, match="--steps"):
         run_observed(["python", str(script)], steps=0, out_dir=tmp_path)
+
+
+def _observed(tmp_path, *, steps_seen: int, exit_code: int):
+    from torchboost.diagnose.facts import Facts
+    from torchboost.observe import ObservedRun
+
+    return ObservedRun(facts=Facts(warmup_steps=5), exit_code=exit_code, stderr_tail="",
+                       out_dir=tmp_path, steps_seen=steps_seen)
+
+
+@pytest.mark.parametrize("steps_seen, exit_code, message", [
+    (0, 0, "no training step seen"),
+    (0, 3, "exited with status 3 before completing a training step"),
+    (4, 0, "all within the 5 warm-up steps"),
+])
+def test_why_nothing_was_recorded_is_explained(tmp_path, steps_seen, exit_code, message):
+    from rich.console import Console
+
+    from torchboost.observe.command import _explain_no_steps
+
+    console = Console(record=True, width=300)
+    _explain_no_steps(_observed(tmp_path, steps_seen=steps_seen, exit_code=exit_code), console)
+    assert message in console.export_text()

@@ -55,12 +55,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(report.read_text(encoding="utf-8") if report else "{}\n")
     else:
         print_doctor_report(facts, findings, Console(), paths)
-    if facts.ended == "finished" and not args.full:
-        err.print(f"note: the script ended on its own after {len(facts.steps)} recorded step(s), "
-                  f"fewer than the {args.steps} asked for; the report covers what was seen.")
-    elif facts.ended == "crashed":
-        err.print(f"note: the script crashed (exit status {observed.exit_code}); "
-                  f"the report covers the {len(facts.steps)} step(s) seen before.")
     return observed.exit_code
 
 
@@ -82,10 +76,15 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
 
 
 def _explain_no_steps(observed: ObservedRun, err: Console) -> None:
-    if observed.exit_code:
+    seen = observed.steps_seen
+    if seen and observed.facts is not None:
+        err.print(f"torchboost doctor: the script ended after {seen} training step(s), all within "
+                  f"the {observed.facts.warmup_steps} warm-up steps; nothing was recorded. "
+                  "Lower --warmup (or give the script more steps).", highlight=False)
+    elif observed.exit_code:
         err.print(f"torchboost doctor: the script exited with status {observed.exit_code} "
-                  "before completing a training step; nothing to diagnose.")
-        return
-    err.print("torchboost doctor: no training step seen: the script never called optimizer.step() "
-              "or loss.backward(). Point the doctor at a script that trains (a loop with a "
-              "backward and an optimizer step).", highlight=False)
+                  "before completing a training step; nothing to diagnose.", highlight=False)
+    else:
+        err.print("torchboost doctor: no training step seen: the script never called optimizer.step() "
+                  "or loss.backward(). Point the doctor at a script that trains (a loop with a "
+                  "backward and an optimizer step).", highlight=False)

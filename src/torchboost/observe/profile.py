@@ -115,7 +115,7 @@ def summarize_events(averages: Any, *, steps: int) -> ProfileFacts:
         name = event.key
         if name in SYNC_OPS:
             syncs[name] = syncs.get(name, 0) + int(event.count)
-        if name.startswith("ProfilerStep#"):
+        if name.startswith("ProfilerStep"):  # "ProfilerStep#3", "ProfilerStep*"
             continue  # the step range itself, not an op
         device_us = getattr(event, "self_device_time_total", None)
         if device_us is None:

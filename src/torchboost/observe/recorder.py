@@ -258,6 +258,7 @@ class StepRecorder:
             data["profile_error"] = self.profile.error
         if self.errors:
             data["observer_errors"] = list(self.errors)
+        data["steps_seen"] = self._boundaries  # warm-up included; not a Facts field yet
         atomic_write_bytes(self.spec.facts_path, json.dumps(data, indent=1).encode())
         self._last_flush = self.clock()
         return facts

@@ -55,6 +55,8 @@ class ObservedRun:
     """The last few thousand characters the child wrote to stderr."""
     out_dir: Path
     """Folder holding facts.json (and trace.json when a profile was taken)."""
+    steps_seen: int = 0
+    """Training steps the child saw, warm-up included (0: it never trained)."""
 
 
 def parse_command(command: Sequence[str]) -> list[str]:
@@ -132,8 +134,14 @@ def run_observed(
             raise
         for relay in relays:
             relay.join(timeout=5)
-    facts = Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8"))) if facts_path.is_file() else None
-    return ObservedRun(facts=facts, exit_code=proc.returncode, stderr_tail="".join(tail)[-_TAIL_CHARS:], out_dir=out)
+    raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
+    return ObservedRun(
+        facts=Facts.from_dict(raw) if raw is not None else None,
+        exit_code=proc.returncode,
+        stderr_tail="".join(tail)[-_TAIL_CHARS:],
+        out_dir=out,
+        steps_seen=int(raw.get("steps_seen", 0)) if raw is not None else 0,
+    )
 
 
 def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None) -> None:
