@@ -196,3 +196,23 @@ def test_after_warmup_hooks_move_from_global_to_the_roots_and_are_removed(tmp_pa
     assert not model._forward_hooks and not model._forward_pre_hooks
     assert_restored(before)
     assert all(s.forward_ms > 0 for s in recorder.facts().steps)
+
+
+def test_grad_scaler_is_seen_and_losses_are_unscaled(tmp_path):
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    recorder = StepRecorder(_spec(tmp_path, steps=3, warmup=1))
+    seen = []
+    with Instrumentation(recorder), pytest.raises(StopObserving):
+        for _ in range(10):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            seen.append(loss.item())
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    facts = recorder.facts()
+    assert facts.precision.grad_scaler
+    # Steps are counted from the optimizer's first step; the last 3 losses are the recorded ones.
+    assert facts.losses == pytest.approx(seen[-3:], rel=1e-5)

@@ -64,7 +64,9 @@ class Instrumentation:
         self._bwd_depth = 0
         self._opt_depth = 0
         self._opt_t0 = 0.0
-        self._autocast_devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+        # is_built, not is_available: the latter initialises CUDA before the script could
+        # set CUDA_VISIBLE_DEVICES.
+        self._autocast_devices = ("cpu", "cuda") if torch.backends.cuda.is_built() else ("cpu",)
 
     @property
     def installed(self) -> bool:

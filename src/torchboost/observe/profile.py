@@ -39,7 +39,7 @@ class ProfileWindow:
     so the user's run goes on.
     """
 
-    def __init__(self, trace_path: Path, *, warmup: int = 1, active: int = 2, cuda: bool = False) -> None:
+    def __init__(self, trace_path: Path, *, warmup: int = 1, active: int = 2, cuda: bool | None = None) -> None:
         self.trace_path = Path(trace_path)
         self.warmup = warmup
         self.active = active
@@ -56,7 +56,8 @@ class ProfileWindow:
 
     def start(self) -> None:
         """Begin the window at a step boundary."""
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        cuda = torch.cuda.is_initialized() if self.cuda is None else self.cuda  # None: if the script uses CUDA
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         try:
             self._prof = profile(
                 activities=activities,

@@ -206,7 +206,8 @@ class StepRecorder:
         if not spec.full and self._boundaries >= profiled_end:
             self.ended = "stopped"
             raise StopObserving
-        self._cuda = _CudaPhases() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        # is_initialized, never is_available: the observer must not be the one to start CUDA.
+        self._cuda = _CudaPhases() if torch.cuda.is_initialized() else None
         self._step_start = self.clock()  # our bookkeeping above is not part of the next step
 
     # -- facts -----------------------------------------------------------------------------
@@ -219,7 +220,7 @@ class StepRecorder:
             self._snapshot_settings()
         settings = self._settings
         loader = max(self._loaders.values(), key=lambda e: e[1])[0] if self._loaders else None
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        cuda = torch.cuda.is_initialized()
         return Facts(
             env=settings.get("env", {}),
             command=list(self.spec.command),
