@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.optim.optimizer as optim_mod
@@ -20,6 +22,7 @@ def _snapshot() -> dict[str, object]:
     state["forward_hooks"] = dict(nn_module._global_forward_hooks)
     state["optimizer_pre_hooks"] = dict(optim_mod._global_optimizer_pre_hooks)
     state["optimizer_post_hooks"] = dict(optim_mod._global_optimizer_post_hooks)
+    state["warning_filters"] = list(warnings.filters)
     return state
 
 
@@ -216,3 +219,25 @@ def test_grad_scaler_is_seen_and_losses_are_unscaled(tmp_path):
     assert facts.precision.grad_scaler
     # Steps are counted from the optimizer's first step; the last 3 losses are the recorded ones.
     assert facts.losses == pytest.approx(seen[-3:], rel=1e-5)
+
+
+def test_compiled_model_is_timed_and_keeps_global_hooks(tmp_path):
+    from torch._dynamo.utils import counters
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    compiled = torch.compile(model, backend="eager")  # dynamo tracing without codegen: fast
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    recorder = StepRecorder(_spec(tmp_path, steps=3, warmup=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails; torch's one about global hooks is filtered
+        with Instrumentation(recorder) as inst, pytest.raises(StopObserving):
+            for i in range(10):
+                compiled(torch.randn(2, 4)).sum().backward()
+                optimizer.step()
+                if i == 0:
+                    frames_after_first_call = counters["frames"]["total"]
+    assert not inst._narrowed  # swapping hooks would invalidate the compiled code's guards
+    assert counters["frames"]["total"] == frames_after_first_call  # no recompilation
+    facts = recorder.facts()
+    assert facts.model.compiled and facts.model.parameters == 4 * 8 + 8 + 8 + 1
+    assert all(s.forward_ms > 0 for s in facts.steps)

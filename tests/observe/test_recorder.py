@@ -91,3 +91,26 @@ def test_observer_failures_are_recorded_not_raised(tmp_path):
     rec.loader_iter(BadLoader(), object())
     _step(rec, clock)
     assert rec.errors and "AttributeError" in rec.errors[0]
+
+
+def test_cuda_started_by_our_probe_does_not_make_a_cpu_run_a_gpu_one(tmp_path, monkeypatch):
+    import torch
+
+    import torchboost.env
+
+    state = {"cuda": False}
+    real_probe = torchboost.env.probe
+
+    def probe_that_starts_cuda():
+        state["cuda"] = True  # as get_device_properties does on a GPU machine
+        return real_probe()
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["cuda"])
+    monkeypatch.setattr(torchboost.env, "probe", probe_that_starts_cuda)
+    rec, clock = _recorder(tmp_path, steps=3, warmup=1)
+    _step(rec, clock)  # end of warm-up: the probe runs here
+    assert state["cuda"] and not rec._uses_cuda()
+
+    # The twin: CUDA started by the script itself is a GPU run.
+    other, _ = _recorder(tmp_path, steps=3, warmup=1)
+    assert other._uses_cuda()

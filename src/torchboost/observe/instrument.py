@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -43,6 +44,8 @@ PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
     (torch.autograd, "backward"),
 )
 """(owner, attribute) pairs replaced while installed and restored by ``uninstall``."""
+
+_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
 class Instrumentation:
@@ -84,6 +87,7 @@ class Instrumentation:
             self._originals.append((owner, name, original))
             setattr(owner, name, wrap(original))
         self._narrowed = False
+        self._warning_filter: Any = None
         self._handles = [  # the two global forward hooks first: _narrow_to_roots swaps them
             _nn_module.register_module_forward_pre_hook(self._forward_pre),
             _nn_module.register_module_forward_hook(self._forward_post, always_call=True),
@@ -91,6 +95,11 @@ class Instrumentation:
             _optim.register_optimizer_step_post_hook(self._optimizer_post),
         ]
         self.recorder.on_warmup_end.append(self._narrow_to_roots)
+        # Our global hooks make torch.compile(module) warn that hooks fire once more for
+        # the wrapper; the depth count already handles that, so the warning is only noise
+        # in the user's terminal. The filter is ours alone and leaves with uninstall.
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING)
+        self._warning_filter = warnings.filters[0]
         return self
 
     def uninstall(self) -> None:
@@ -101,6 +110,11 @@ class Instrumentation:
         for owner, name, original in reversed(self._originals):
             setattr(owner, name, original)
         self._originals = []
+        if self._warning_filter in warnings.filters:
+            warnings.filters.remove(self._warning_filter)
+            # Let cached "ignore" decisions go, as warnings.filterwarnings itself does.
+            getattr(warnings, "_filters_mutated", lambda: None)()
+        self._warning_filter = None
         if Instrumentation._active is self:
             Instrumentation._active = None
 

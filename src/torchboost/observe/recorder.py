@@ -106,6 +106,7 @@ class StepRecorder:
         self.errors: list[str] = []
         """Failures inside the observer itself; recorded, never raised into the script."""
         self._bf16_speedup: float | None = None
+        self._probe_started_cuda = False
         self._progress: _ProgressFile | None = None
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []
         """Called with :meth:`roots` once warm-up ends (the instrumentation narrows its hooks)."""
@@ -200,14 +201,14 @@ class StepRecorder:
                 self._guarded(callback, self.roots())
         self._guarded(self._report, recorded_end, profiled_end)  # before the profiler starts: flush is not profiled
         if self._boundaries == recorded_end and spec.profile_steps:
+            self.profile.cuda = self._uses_cuda()
             self.profile.start()
         elif self.profile.running:
             self.profile.step()
         if not spec.full and self._boundaries >= profiled_end:
             self.ended = "stopped"
             raise StopObserving
-        # is_initialized, never is_available: the observer must not be the one to start CUDA.
-        self._cuda = _CudaPhases() if torch.cuda.is_initialized() else None
+        self._cuda = _CudaPhases() if self._uses_cuda() else None
         self._step_start = self.clock()  # our bookkeeping above is not part of the next step
 
     # -- facts -----------------------------------------------------------------------------
@@ -217,10 +218,10 @@ class StepRecorder:
             self._loss_values.extend(float(t) for t in self._losses)
             self._losses.clear()
         if self._model is None:
-            self._snapshot_settings()
+            self._guarded(self._snapshot_settings)
         settings = self._settings
         loader = max(self._loaders.values(), key=lambda e: e[1])[0] if self._loaders else None
-        cuda = torch.cuda.is_initialized()
+        cuda = self._uses_cuda()
         return Facts(
             env=settings.get("env", {}),
             command=list(self.spec.command),
@@ -297,6 +298,14 @@ class StepRecorder:
             self._losses.clear()
             self._discard_next = True
 
+    def _uses_cuda(self) -> bool:
+        # The script's model is on CUDA, or (model unknown yet) the script started CUDA.
+        # Never torch.cuda.is_available(): the observer must not be the one to start CUDA,
+        # and the probe at the end of warm-up may have: that does not make a CPU run a GPU one.
+        if self._model is not None:
+            return self._model.device.startswith("cuda")
+        return torch.cuda.is_initialized() and not self._probe_started_cuda
+
     def _autocast_dtype(self) -> str | None:
         device = (self._model.device if self._model else "cpu").split(":")[0]
         return self._autocast.get(device) or next(iter(self._autocast.values()), None)
@@ -306,7 +315,9 @@ class StepRecorder:
         # setup (CUDA_VISIBLE_DEVICES, thread counts) and objects are still alive.
         from torchboost.env import probe
 
+        cuda_before = torch.cuda.is_initialized()
         self._settings = {"env": probe().to_dict(), "cpu_threads": torch.get_num_threads()}
+        self._probe_started_cuda |= not cuda_before and torch.cuda.is_initialized()
         roots = [(e[0](), e[1]) for e in self._roots.values()]
         roots = [(m, calls) for m, calls in roots if m is not None]
         if roots:
