@@ -7,7 +7,6 @@ never per step, so these may walk parameters.
 from __future__ import annotations
 
 import inspect
-import resource
 import sys
 from typing import Any
 
@@ -109,7 +108,18 @@ def precision_settings(autocast_dtype: str | None, grad_scaler: bool) -> Precisi
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process, bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident memory of this process, bytes (ru_maxrss is KiB on Linux, bytes on macOS).
+
+    Where there is no ``resource`` module (Windows), psutil's peak working set, else
+    the current resident size.
+    """
+    try:
+        import resource
+    except ImportError:
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return int(getattr(info, "peak_wset", info.rss))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 

@@ -364,7 +364,12 @@ class _ProgressFile:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
 
     def write(self, data: dict[str, Any]) -> None:
-        os.pwrite(self._fd, json.dumps(data).ljust(self._WIDTH).encode(), 0)
+        line = json.dumps(data).ljust(self._WIDTH).encode()
+        if hasattr(os, "pwrite"):
+            os.pwrite(self._fd, line, 0)
+        else:  # Windows
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            os.write(self._fd, line)
 
     def close(self) -> None:
         os.close(self._fd)

@@ -128,9 +128,14 @@ def run_observed(
             relay.start()
         try:
             _wait(proc, Path(spec.progress_path), on_progress)
-        except BaseException:
-            proc.kill()  # our own interrupt: do not leave the child running
-            proc.wait()
+        except BaseException as exc:
+            # Ctrl-C reaches the child too (same process group): give it a moment to
+            # write what it saw; anything else of ours ends it at once.
+            try:
+                proc.wait(timeout=10 if isinstance(exc, KeyboardInterrupt) else 0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             raise
         for relay in relays:
             relay.join(timeout=5)
