@@ -149,6 +149,21 @@ class Facts:
     (:func:`torchboost.env.measure_cpu_bf16_speedup`); above 1 means bf16 is faster here.
     None when not measured; rules then fall back on the CPU's bf16 instruction flags."""
 
+    steps_seen: int = 0
+    """Step boundaries seen, warm-up included."""
+    warmup_step_ms: list[float] = field(default_factory=list)
+    """Total time of each warm-up step (first-call and compile costs show here)."""
+    warmup_losses: list[float] = field(default_factory=list)
+    """Losses of the warm-up steps; with ``losses`` they give the run's losses from step 0."""
+    uses_booster: bool = False
+    """The script prepared a torchboost.Booster (every lever can then apply through it)."""
+    applied: list[str] = field(default_factory=list)
+    """Settings applied to the script from outside (tune trials, ``torchboost run``), in words."""
+    observer_errors: list[str] = field(default_factory=list)
+    """Failures inside the observer itself (recorded, never raised into the script)."""
+    profile_error: str | None = None
+    """Why the profiler window could not run, when it could not."""
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able nested dicts."""
         return dataclasses.asdict(self)

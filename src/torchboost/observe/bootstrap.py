@@ -19,6 +19,7 @@ import sys
 import traceback
 from typing import Sequence
 
+from torchboost.observe.apply import Applier
 from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
@@ -36,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spec = ObserveSpec.read(argv[0])
     recorder = StepRecorder(spec)
+    applier = Applier(spec.apply).install() if spec.apply else None
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0
     try:
@@ -53,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorder.ended, exit_code = "crashed", 1
     finally:
         instrumentation.uninstall()
+        if applier is not None:
+            applier.uninstall()
+            recorder.applied = list(applier.notes)
         recorder.profile.close()
         try:
             recorder.write_facts(exit_code)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from torchboost import trial as _trial
 from torchboost._io import atomic_write_bytes
 from torchboost.diagnose.facts import Facts, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord
 from torchboost.observe import describe
@@ -108,6 +109,11 @@ class StepRecorder:
         self._bf16_speedup: float | None = None
         self._probe_started_cuda = False
         self._progress: _ProgressFile | None = None
+        self.warmup_ms: list[float] = []
+        """Total milliseconds of each warm-up step."""
+        self._warmup_losses: list[torch.Tensor] = []
+        self.applied: list[str] = []
+        """Settings applied from outside, in words (filled by the bootstrap)."""
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []
         """Called with :meth:`roots` once warm-up ends (the instrumentation narrows its hooks)."""
 
@@ -192,6 +198,12 @@ class StepRecorder:
             self.steps.append(StepRecord(index, (now - self._step_start) * 1000.0, data, forward, backward, opt))
             if self._pending_loss is not None:
                 self._losses.append(self._pending_loss)
+        elif index < spec.warmup and not self._discard_next:
+            # Warm-up is kept apart: its extra time is the first-call (compile) cost, and
+            # its losses let a tuning trial compare runs from step 0.
+            self.warmup_ms.append((now - self._step_start) * 1000.0)
+            if self._pending_loss is not None:
+                self._warmup_losses.append(self._pending_loss)
         self._discard_next = False
         self._pending_loss = None
         self.acc[:] = (0.0, 0.0, 0.0, 0.0)
@@ -241,6 +253,13 @@ class StepRecorder:
             ended=self.ended,
             planned_steps=loader.num_batches if loader is not None else None,
             target_steps=None if self.spec.full else self.spec.steps,
+            steps_seen=self._boundaries,
+            warmup_step_ms=list(self.warmup_ms),
+            warmup_losses=[float(t) for t in self._warmup_losses],
+            uses_booster=_trial.booster_prepared(),
+            applied=list(self.applied),
+            observer_errors=list(self.errors),
+            profile_error=self.profile.error,
         )
 
     def write_facts(self, exit_code: int | None = None) -> Facts:
@@ -256,11 +275,6 @@ class StepRecorder:
                 self._guarded(self._measure_bf16)
         facts.cpu_bf16_speedup = self._bf16_speedup
         data = facts.to_dict()
-        if self.profile.error:
-            data["profile_error"] = self.profile.error
-        if self.errors:
-            data["observer_errors"] = list(self.errors)
-        data["steps_seen"] = self._boundaries  # warm-up included; not a Facts field yet
         atomic_write_bytes(self.spec.facts_path, json.dumps(data, indent=1).encode())
         self._last_flush = self.clock()
         return facts
@@ -296,6 +310,8 @@ class StepRecorder:
             self._boundaries = 0
             self.steps.clear()
             self._losses.clear()
+            self.warmup_ms.clear()
+            self._warmup_losses.clear()
             self._discard_next = True
 
     def _uses_cuda(self) -> bool:

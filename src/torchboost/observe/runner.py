@@ -17,12 +17,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.spec import ObserveSpec
+from torchboost.trial import TRIAL_SETTINGS_ENV, write_trial_settings
 
 __all__ = ["ObservedRun", "Progress", "UsageError", "parse_command", "run_observed"]
 
@@ -56,6 +58,8 @@ class ObservedRun:
     out_dir: Path
     """Folder holding facts.json (and trace.json when a profile was taken)."""
     steps_seen: int = 0
+    timed_out: bool = False
+    """The child was killed after the run's ``timeout_s``."""
     """Training steps the child saw, warm-up included (0: it never trained)."""
 
 
@@ -93,6 +97,10 @@ def run_observed(
     full: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
     stdout: Callable[[], IO[str]] | None = None,
+    apply: dict[str, Any] | None = None,
+    profile: bool = True,
+    echo: bool = True,
+    timeout_s: float | None = None,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -101,6 +109,12 @@ def run_observed(
     from this thread about five times a second while the child runs. ``stdout`` returns
     the stream for the child's stdout (default ``sys.stdout``; ``--json`` sends it to
     stderr). Raises :class:`UsageError` for a command it cannot run or ``steps < 1``.
+
+    For tuning trials: ``apply`` holds dotted settings to apply to the script (see
+    :mod:`torchboost.observe.apply`; a Booster in the script receives them through
+    :mod:`torchboost.trial`), ``profile=False`` skips the profiler window, ``echo=False``
+    keeps the child's output off the terminal (stderr's tail is still kept), and after
+    ``timeout_s`` seconds the child is killed and ``timed_out`` set.
     """
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
@@ -111,23 +125,33 @@ def run_observed(
     out.mkdir(parents=True, exist_ok=True)
     facts_path = out / "facts.json"
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
+        window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
-                           progress_path=str(Path(tmp) / "progress.json"), command=list(command))
+                           progress_path=str(Path(tmp) / "progress.json"), command=list(command),
+                           apply=dict(apply or {}), **window)
         for stale in (facts_path, spec.trace_path):
             stale.unlink(missing_ok=True)  # an old run's files must not pass for this one's
         spec_path = Path(tmp) / "spec.json"
         spec.write(spec_path)
         argv = [sys.executable, "-u", "-m", "torchboost.observe.bootstrap", str(spec_path), "--", *target]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        env = None
+        if apply:
+            settings_path = Path(tmp) / "trial-settings.json"
+            write_trial_settings(settings_path, dict(apply))
+            env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, env=env)
         tail: collections.deque[str] = collections.deque()
-        relays = [
-            threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None), daemon=True),
-            threading.Thread(target=_relay, args=(proc.stderr, lambda: sys.stderr, tail), daemon=True),
-        ]
+        relays = [threading.Thread(target=_relay, args=(proc.stderr, (lambda: sys.stderr) if echo else None, tail),
+                                   daemon=True)]
+        if echo:
+            relays.append(threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None),
+                                           daemon=True))
         for relay in relays:
             relay.start()
+        timed_out = False
         try:
-            _wait(proc, Path(spec.progress_path), on_progress)
+            timed_out = _wait(proc, Path(spec.progress_path), on_progress, timeout_s)
         except BaseException as exc:
             # Ctrl-C reaches the child too (same process group): give it a moment to
             # write what it saw; anything else of ours ends it at once.
@@ -146,17 +170,25 @@ def run_observed(
         stderr_tail="".join(tail)[-_TAIL_CHARS:],
         out_dir=out,
         steps_seen=int(raw.get("steps_seen", 0)) if raw is not None else 0,
+        timed_out=timed_out,
     )
 
 
-def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None) -> None:
+def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
+          timeout_s: float | None = None) -> bool:
+    """Wait for the child, reporting progress; kill it after ``timeout_s``. True if it timed out."""
     last = None
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         try:
             proc.wait(timeout=0.2)
-            return
+            return False
         except subprocess.TimeoutExpired:
             pass
+        if deadline is not None and time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            return True
         if on_progress is None:
             continue
         try:
@@ -168,8 +200,9 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
             on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of")))
 
 
-def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]], tail: collections.deque[str] | None) -> None:
+def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]] | None, tail: collections.deque[str] | None) -> None:
     # The stream is looked up per chunk: a live progress display swaps sys.stderr.
+    # With no stream the text is only kept in the tail (quiet tuning trials).
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     fd = pipe.fileno()
     kept = 0
@@ -177,9 +210,10 @@ def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]], tail: collections.deq
         chunk = os.read(fd, 65536)
         text = decoder.decode(chunk, final=not chunk)
         if text:
-            out = stream()
-            out.write(text)
-            out.flush()
+            if stream is not None:
+                out = stream()
+                out.write(text)
+                out.flush()
             if tail is not None:
                 tail.append(text)
                 kept += len(text)

@@ -51,6 +51,8 @@ class ObserveSpec:
     when the script exits or crashes)."""
     command: list[str] = field(default_factory=list)
     """The user's command, as typed, for the facts."""
+    apply: dict[str, Any] = field(default_factory=dict)
+    """Dotted torchboost.toml settings to apply to the script (a tuning trial's candidate)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
