@@ -82,7 +82,7 @@ def mixed_run() -> TuneRun:
     optimizer crashes, foreach no faster; deeper prefetch changes the loss."""
     script = FakeScript(
         factors={("precision.mode", "bf16"): 1.8, ("compile.mode", "default"): 0.9},
-        losses={("loader.prefetch_factor", 4): [x * 1.02 for x in BASE_LOSSES]},
+        losses={("loader.prefetch_factor", 4): [x * 1.15 for x in BASE_LOSSES]},
         crash=[("optimizer.implementation", "fused")], compile_s=30.0, noise=0.0,
     )
     return _tune_run(script, run_steps=500, reused=4)

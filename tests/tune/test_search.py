@@ -148,3 +148,29 @@ def test_compile_that_cannot_pay_off_is_not_even_tried():
     decision = next(d for d in outcome.decisions if d.lever == "compile")
     assert decision.status == "skipped" and "cannot pay off" in decision.reason
     assert not any(s.get("compile.mode") for s, _ in script.calls)
+
+
+def test_loader_change_with_other_random_draws_is_judged_on_statistics():
+    # Workers draw other augmentations: step losses differ by ~3%, the trend does not.
+    other_draws = [x * (1.03 if i % 2 else 0.97) for i, x in enumerate(BASE_LOSSES)]
+    script = FakeScript(losses={("loader.num_workers", 2): other_draws})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert outcome.settings["loader.num_workers"] == 2
+
+
+def test_loader_change_that_diverges_is_still_rejected():
+    diverged = [x * (1 + 0.05 * i) for i, x in enumerate(BASE_LOSSES)]
+    script = FakeScript(losses={("loader.num_workers", 2): diverged, ("loader.num_workers", 1): diverged})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert "loader.num_workers" not in outcome.settings
+    assert any(d.status == "incorrect" and "diverged" in d.reason for d in outcome.decisions)
+
+
+@pytest.mark.parametrize(
+    "candidate,ok",
+    [([2.06, 1.84, 1.85, 1.65, 1.64, 1.46], True), ([2.0, 1.9, 1.9, 1.9, 1.9, 1.9], False)],
+)
+def test_statistical_parity(candidate, ok):
+    from torchboost.tune.parity import STATISTICAL
+
+    assert check_parity([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], candidate, kind=STATISTICAL).ok is ok

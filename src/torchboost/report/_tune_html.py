@@ -42,8 +42,9 @@ def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
     kept = [(i, w) for i, w in enumerate(waterfall) if w["ratios"]]
     if kept:
         ax.errorbar([i for i, _ in kept], [w["median_step_ms"] for _, w in kept],
-                    yerr=[[w["median_step_ms"] - w["step_ms_range"][0] for _, w in kept],
-                          [w["step_ms_range"][1] - w["median_step_ms"] for _, w in kept]],
+                    # max(0, .): the range ends equal the median up to rounding
+                    yerr=[[max(0.0, w["median_step_ms"] - w["step_ms_range"][0]) for _, w in kept],
+                          [max(0.0, w["step_ms_range"][1] - w["median_step_ms"]) for _, w in kept]],
                     fmt="none", ecolor="#333333", capsize=6)
     for i, w in enumerate(waterfall):
         ax.text(i, w["step_ms_range"][1], f"{w['median_step_ms']:.1f} ms\n{w['speedup']:.2f}x",

@@ -104,7 +104,8 @@ def _waterfall_entry(step: WaterfallStep, kept: Decision | None, samples_per_ste
     if ratios:
         # The bar is the candidate's median time; its error bar spans the pair ratios.
         mid = statistics.median(ratios)
-        low, high = step.median_step_ms * min(ratios) / mid, step.median_step_ms * max(ratios) / mid
+        low = min(step.median_step_ms, step.median_step_ms * min(ratios) / mid)  # min/max: rounding
+        high = max(step.median_step_ms, step.median_step_ms * max(ratios) / mid)
     return {
         "label": step.label,
         "change": describe_settings(kept.settings) if kept is not None else "your script as it is",

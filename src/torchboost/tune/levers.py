@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from torchboost.tune.parity import EXACT, REDUCED
+from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL
 
 __all__ = ["Lever", "TuneContext", "default_levers", "order_levers"]
 
@@ -51,6 +51,9 @@ class Lever:
     """Doctor findings whose expected speedup ranks this lever."""
     is_compile: bool = False
     """Compile cost is amortised over the planned run before it is kept."""
+    fallback_parity: str | None = None
+    """A looser check when ``parity`` fails: loader workers seed their own random
+    augmentations, so the same samples come out with other random draws."""
 
 
 def _host(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
@@ -110,14 +113,15 @@ def default_levers() -> list[Lever]:
     """Every lever, in the default order used when the doctor has no finding for them."""
     return [
         Lever("host", "loader workers + CPU threads", EXACT, _host,
-              ("data.workers", "threads.oversubscribed", "data.persistent_workers")),
+              ("data.workers", "threads.oversubscribed", "data.persistent_workers"),
+              fallback_parity=STATISTICAL),
         Lever("precision", "lower precision (autocast)", REDUCED, _precision,
               ("precision.lower", "precision.slower_on_cpu")),
         Lever("tf32", "TF32 matmuls", REDUCED, _tf32, ("precision.lower",)),
         Lever("compile", "torch.compile", EXACT, _compile, ("compile.enable",), is_compile=True),
         Lever("optimizer", "fused/foreach optimizer", EXACT, _optimizer, ("optimizer.fused",)),
         Lever("pin_memory", "pinned host memory", EXACT, _pin, ("data.pin_memory",)),
-        Lever("prefetch", "deeper prefetch", EXACT, _prefetch, ()),
+        Lever("prefetch", "deeper prefetch", EXACT, _prefetch, (), fallback_parity=STATISTICAL),
         Lever("channels_last", "channels_last memory format", EXACT, _channels_last, ("memory.channels_last",)),
     ]
 

@@ -78,8 +78,11 @@ class WaterfallStep:
     label: str
     settings: Settings
     median_step_ms: float
+    """The baseline's median step divided by ``speedup``."""
     speedup: float
-    """Baseline median step / this step's median step."""
+    """Over the baseline: the product of the kept levers' confirmed pair ratios. Each ratio
+    compares runs made next to each other, so slow drift of the machine over the whole
+    search does not leak into it, as it would into a ratio of far-apart medians."""
     spread: float
     """Max minus min of the pair ratios that confirmed it (0 for the baseline)."""
 
@@ -186,6 +189,8 @@ def run_search(
                 decide(Decision(lever.id, change, "failed", result.error or "the trial failed"))
                 continue
             verdict = check_parity(baseline.losses, result.losses, kind=lever.parity)
+            if not verdict.ok and lever.fallback_parity is not None:
+                verdict = check_parity(baseline.losses, result.losses, kind=lever.fallback_parity)
             if not verdict.ok:
                 decide(Decision(lever.id, change, "incorrect", verdict.detail,
                                 median_step_ms=result.median_step_ms))
@@ -238,9 +243,9 @@ def run_search(
             decision.reason = f"median ratio {ratio:.3f} over {len(ratios)} pair(s)"
             incumbent = candidate
             incumbent_ms = cand_ms
-            label = f"+ {lever.title}"
+            speedup = waterfall[-1].speedup / ratio
             waterfall.append(WaterfallStep(
-                label, dict(candidate), cand_ms, baseline.median_step_ms / cand_ms,
+                f"+ {lever.title}", dict(candidate), baseline.median_step_ms / speedup, speedup,
                 max(ratios) - min(ratios),
             ))
         decide(decision)

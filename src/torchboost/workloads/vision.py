@@ -12,7 +12,6 @@ saturation/hue jitter, sensor noise and random erasing.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
@@ -65,22 +64,16 @@ class AugmentedImages(Dataset):
     def __init__(self, samples: int, classes: int, *, seed: int = 0, pad: int = 4) -> None:
         self.images, self.labels = _images(samples, classes, seed)
         self.pad = pad
-        self._rng: np.random.Generator | None = None
-        self._rng_pid = -1
+        self.seed = seed
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def _generator(self) -> np.random.Generator:
-        # One generator per process: DataLoader workers get distinct torch seeds, so
-        # their augmentations differ; the main process stays reproducible under manual_seed.
-        if self._rng_pid != os.getpid():
-            self._rng = np.random.default_rng(torch.initial_seed() % 2**63)
-            self._rng_pid = os.getpid()
-        return self._rng  # type: ignore[return-value]
-
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = self._generator()
+        # The augmentation is drawn from (seed, index): the same batches come out with any
+        # number of DataLoader workers, so runs that differ only in loader settings train
+        # on identical data and their losses can be compared step by step.
+        rng = np.random.default_rng((self.seed, int(i)))
         p = self.pad
         img = np.pad(self.images[i], ((p, p), (p, p), (0, 0)), mode="reflect")
         top, left = rng.integers(0, 2 * p + 1, size=2)
