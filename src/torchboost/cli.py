@@ -18,6 +18,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("torchboost.demo", "diagnose and tune a built-in workload, then show the before/after"),
     "doctor": ("torchboost.observe.command", "diagnose an unmodified training script"),
     "tune": ("torchboost.tune.command", "measure techniques one by one on your script; write torchboost.toml"),
+    "run": ("torchboost.launch", "run an unmodified script with torchboost.toml applied"),
 }
 
 

@@ -24,7 +24,7 @@ from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
 
-__all__ = ["main"]
+__all__ = ["main", "run_target", "exit_status", "print_user_traceback"]
 
 _USAGE = "usage: python -m torchboost.observe.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -41,17 +41,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0
     try:
-        _run_target(argv[2:])
+        run_target(argv[2:])
         recorder.ended = "finished"
     except StopObserving:
         recorder.ended = "stopped"
     except SystemExit as exc:
-        exit_code = _exit_status(exc.code)
+        exit_code = exit_status(exc.code)
         recorder.ended = "finished" if exit_code == 0 else "crashed"
     except KeyboardInterrupt:
         recorder.ended, exit_code = "crashed", 130
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
-        _print_user_traceback(exc)
+        print_user_traceback(exc)
         recorder.ended, exit_code = "crashed", 1
     finally:
         instrumentation.uninstall()
@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return exit_code
 
 
-def _run_target(target: list[str]) -> None:
+def run_target(target: list[str]) -> None:
+    """Run ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]`` as ``__main__``, as Python would."""
     if target[0] == "-m":
         sys.argv = [target[1], *target[2:]]  # run_module puts the module's file in argv[0]
         runpy.run_module(target[1], run_name="__main__", alter_sys=True)
@@ -77,7 +78,8 @@ def _run_target(target: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
-def _exit_status(code: object) -> int:
+def exit_status(code: object) -> int:
+    """The process exit status for a ``SystemExit`` code, printing a message code as Python does."""
     if code is None:
         return 0
     if isinstance(code, int):
@@ -86,10 +88,11 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _print_user_traceback(exc: BaseException) -> None:
+def print_user_traceback(exc: BaseException, *also_skip: str) -> None:
+    """Print the traceback of the user's exception without torchboost's and runpy's frames."""
     # Drop our own and runpy's frames so the traceback starts in the user's code.
     tb = exc.__traceback__
-    skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), *map(os.path.abspath, also_skip)}
     def ours(name: str) -> bool:
         return name.startswith("<frozen runpy") or os.path.abspath(name) in skip
 

@@ -1,0 +1,113 @@
+"""Run an unmodified training script with torchboost.toml applied.
+
+``torchboost run [--config torchboost.toml] -- python train.py ARGS`` starts the script
+in a child process with the configuration's concrete settings applied from outside, by
+the same code that applies a tuning trial's candidate (:mod:`torchboost.observe.apply`).
+Nothing is observed or recorded: the script runs at full speed, to its own end, and
+``torchboost run`` exits with the script's exit status.
+
+A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` itself;
+for it the model and optimizer settings stand down here, so nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchboost.config import BoostConfig, ConfigError
+
+__all__ = ["add_arguments", "run", "main", "settings_from_config"]
+
+_NOT_APPLIED_WITHOUT_BOOSTER = ("memory.channels_last", "accumulation.")
+
+
+def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
+    """The dotted settings to apply from outside, and notes on what is left alone.
+
+    Only values that change something are applied: "keep", the plain-PyTorch defaults
+    and "auto" (which only the Booster resolves, as it sees the model) are left alone.
+    """
+    from torchboost.observe.apply import SUPPORTED_SETTINGS
+
+    off = BoostConfig.off().to_dict()
+    settings: dict[str, Any] = {}
+    notes: list[str] = []
+    for section, values in config.to_dict().items():
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if value == off[section][key] or value == "keep":
+                continue
+            if value == "auto":
+                notes.append(f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it')
+            elif dotted.startswith(_NOT_APPLIED_WITHOUT_BOOSTER) or (dotted, value) == ("precision.mode", "fp16"):
+                notes.append(f"{dotted} = {value!r} needs the Booster in the training loop; not applied")
+            elif dotted in SUPPORTED_SETTINGS:
+                settings[dotted] = value
+    return settings, notes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``torchboost run``."""
+    parser.add_argument("--config", default="torchboost.toml", help="configuration to apply (default torchboost.toml)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``torchboost run``; returns the script's exit status."""
+    from torchboost.observe.runner import UsageError, parse_command
+
+    try:
+        target = parse_command(args.command)
+        if not Path(args.config).is_file():
+            raise UsageError(f"{args.config}: no such file; write one with 'torchboost tune -- python train.py'")
+        config = BoostConfig.from_toml(args.config)
+    except (UsageError, ConfigError) as exc:
+        print(f"torchboost run: error: {exc}", file=sys.stderr)
+        return 2
+    settings, notes = settings_from_config(config)
+    for note in notes:
+        print(f"torchboost run: {note}", file=sys.stderr)
+    applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
+    print(f"torchboost run: applying {args.config}: {applied}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
+        settings_path = Path(tmp) / "settings.json"
+        settings_path.write_text(json.dumps(settings), encoding="utf-8")
+        argv = [sys.executable, "-m", "torchboost.launch", str(settings_path), "--", *target]
+        try:
+            return subprocess.call(argv)
+        except KeyboardInterrupt:
+            return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Child side: apply the settings file, run the target as ``__main__``."""
+    from torchboost.observe.apply import Applier
+    from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m torchboost.launch SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
+        return 2
+    settings = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    applier = Applier(settings).install()
+    try:
+        run_target(argv[2:])
+    except SystemExit as exc:
+        return exit_status(exc.code)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
+        print_user_traceback(exc, __file__)
+        return 1
+    finally:
+        applier.uninstall()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Settings applied from outside a script: loader, threads, bf16 around the root, optimizer kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from torchboost import BoostConfig
+from torchboost.launch import settings_from_config
+from torchboost.observe.apply import Applier
+
+
+def _data():
+    return TensorDataset(torch.randn(32, 8), torch.randint(0, 2, (32,)))
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        yield from range(4)
+
+
+def test_loader_settings_apply_to_map_style_only_and_are_restored():
+    original_init = DataLoader.__init__
+    applier = Applier({"loader.num_workers": 2, "loader.persistent_workers": True, "loader.prefetch_factor": 4})
+    applier.install()
+    try:
+        loader = DataLoader(_data(), batch_size=4, shuffle=True)
+        assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (2, True, 4)
+        assert loader.batch_size == 4  # the script's own arguments are kept
+        stream = DataLoader(_Stream(), batch_size=2)
+        assert stream.num_workers == 0  # an unsharded stream would repeat per worker
+    finally:
+        applier.uninstall()
+    assert DataLoader.__init__ is original_init
+    assert DataLoader(_data(), batch_size=4).num_workers == 0
+
+
+def test_zero_workers_drop_worker_only_options():
+    with_workers = DataLoader.__init__
+    applier = Applier({"loader.num_workers": 0}).install()
+    try:
+        loader = DataLoader(_data(), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=3)
+        assert loader.num_workers == 0 and not loader.persistent_workers
+    finally:
+        applier.uninstall()
+    assert DataLoader.__init__ is with_workers
+
+
+def test_threads_are_set_at_install():
+    before = torch.get_num_threads()
+    applier = Applier({"cpu.threads": 1}).install()
+    try:
+        assert torch.get_num_threads() == 1
+        assert "intra-op threads set to 1" in applier.notes
+    finally:
+        applier.uninstall()
+        torch.set_num_threads(before)
+
+
+def test_bf16_runs_around_the_root_forward_from_the_second_call():
+    seen = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(8, 8)
+
+        def forward(self, x):
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return self.inner(x)
+
+    model = Probe()
+    applier = Applier({"precision.mode": "bf16"}).install()
+    try:
+        model(torch.randn(2, 8))
+        out = model(torch.randn(2, 8))
+    finally:
+        applier.uninstall()
+    assert seen == [False, True]
+    assert out.dtype == torch.float32  # cast back so the loss is computed in fp32
+    assert "forward" in model.__dict__
+
+
+def test_optimizer_switches_kernels_before_its_first_step():
+    model = nn.Linear(4, 4)
+    reference = nn.Linear(4, 4)
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    applier = Applier({"optimizer.implementation": "fused"}).install()
+    try:
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+    finally:
+        applier.uninstall()
+    reference(torch.ones(2, 4)).sum().backward()
+    ref_opt.step()
+    assert optimizer.param_groups[0]["fused"] is True
+    assert ref_opt.param_groups[0]["fused"] is None  # untouched once uninstalled
+    torch.testing.assert_close(model.weight, reference.weight, rtol=1e-6, atol=1e-7)  # same maths
+
+
+def test_fp16_is_refused_without_the_booster():
+    with pytest.raises(ValueError, match="fp16"):
+        Applier({"precision.mode": "fp16"})
+
+
+def test_settings_from_config_applies_only_concrete_changes():
+    config = BoostConfig.off().replace(
+        loader={"num_workers": 2, "pin_memory": "auto"}, cpu={"threads": 1},
+        memory={"channels_last": True}, precision={"mode": "bf16"},
+    )
+    settings, notes = settings_from_config(config)
+    assert settings == {"loader.num_workers": 2, "cpu.threads": 1, "precision.mode": "bf16"}
+    assert any("loader.pin_memory" in n and "auto" in n for n in notes)
+    assert any("memory.channels_last" in n and "Booster" in n for n in notes)
+    assert settings_from_config(BoostConfig.off()) == ({}, [])
