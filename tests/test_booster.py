@@ -280,3 +280,17 @@ def test_interrupted_checkpoint_write_keeps_the_previous(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         booster.save(path, model=model, optimizer=optimizer)
     assert path.read_bytes() == before
+
+
+def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch):
+    from torchboost import trial
+
+    settings = tmp_path / "trial.json"
+    trial.write_trial_settings(settings, {"precision.mode": "bf16", "loader.num_workers": 0})
+    monkeypatch.setenv(trial.TRIAL_SETTINGS_ENV, str(settings))
+    booster = torchboost.Booster(BoostConfig.off(), device="cpu", verbose=False)
+    assert booster.config.precision.mode == "bf16"
+    assert booster.config.loader.num_workers == 0
+    assert booster.config.compile == BoostConfig.off().compile  # the rest is the script's own
+    monkeypatch.delenv(trial.TRIAL_SETTINGS_ENV)
+    assert torchboost.Booster(BoostConfig.off(), device="cpu", verbose=False).config == BoostConfig.off()

@@ -36,6 +36,7 @@ from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
 from torchboost.env import Environment, probe
 from torchboost.prepared import BoostedOptimizer, BoostedScheduler
 from torchboost.resolve import ResolvedConfig, resolve
+from torchboost.trial import mark_booster_prepared, overlay, trial_settings
 from torchboost.techniques.accumulation import Accumulator, MicroBatcher
 from torchboost.techniques.compile import CompileStats, apply_compile
 from torchboost.techniques.cpu import apply_threads
@@ -96,6 +97,9 @@ class Booster:
         verbose: bool = True,
     ):
         self.config = load_config(config)
+        trial = trial_settings()
+        if trial:  # a `torchboost tune` trial: its candidate overrides (see torchboost.trial)
+            self.config = overlay(self.config, trial)
         self.env = probe()
         self.device = torch.device(device) if device is not None else _default_device(self.env)
         self.verbose = verbose
@@ -132,6 +136,7 @@ class Booster:
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"prepare: model must be a torch.nn.Module; got {type(model).__name__}")
+        mark_booster_prepared()  # no-code application (tune trials, `torchboost run`) stands down
         self._dist = make_distributed(self.env, self.device)  # first: later steps may communicate
         resolved = resolve(
             self.config, self.env, device=self.device, model=model, optimizer=optimizer, loader=loader
