@@ -20,7 +20,7 @@ from torchboost.config import BoostConfig, ConfigError
 
 __all__ = [
     "TRIAL_SETTINGS_ENV",
-    "booster_prepared",
+    "boosters_prepared",
     "mark_booster_prepared",
     "overlay",
     "trial_settings",
@@ -30,7 +30,7 @@ __all__ = [
 TRIAL_SETTINGS_ENV = "TORCHBOOST_TRIAL_SETTINGS"
 """Names the JSON file of a trial's settings; set only by ``torchboost tune`` for its trials."""
 
-_state = {"booster_prepared": False}
+_prepared = [0]  # Booster.prepare calls in this process
 
 
 def trial_settings() -> dict[str, Any] | None:
@@ -62,9 +62,10 @@ def overlay(config: BoostConfig, settings: dict[str, Any]) -> BoostConfig:
 
 def mark_booster_prepared() -> None:
     """Called by ``Booster.prepare``: the script applies the configuration itself."""
-    _state["booster_prepared"] = True
+    _prepared[0] += 1
 
 
-def booster_prepared() -> bool:
-    """Whether a Booster was prepared in this process (no-code levers then stand down)."""
-    return _state["booster_prepared"]
+def boosters_prepared() -> int:
+    """How many times ``Booster.prepare`` ran in this process; compare two readings to
+    learn whether the script prepared a Booster since (no-code levers then stand down)."""
+    return _prepared[0]

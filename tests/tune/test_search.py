@@ -174,3 +174,11 @@ def test_statistical_parity(candidate, ok):
     from torchboost.tune.parity import STATISTICAL
 
     assert check_parity([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], candidate, kind=STATISTICAL).ok is ok
+
+
+def test_non_finite_baseline_loss_stops_the_search():
+    def nan_baseline(settings, repeat):
+        return TrialResult(settings=settings, repeat=repeat, step_ms=[10.0] * 3, losses=[1.0, math.nan])
+
+    outcome = run_search(default_levers(), CPU2, nan_baseline)
+    assert outcome.error and "nan at step 1" in outcome.error

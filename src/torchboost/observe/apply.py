@@ -80,6 +80,7 @@ class Applier:
         self._handles: list[Any] = []
         self._root: weakref.ref | None = None
         self._depth = 0
+        self._boosters_before = _trial.boosters_prepared()
         self.notes: list[str] = []
         """What was applied, in words, for the trial's record."""
 
@@ -118,6 +119,9 @@ class Applier:
         self._originals.append((owner, name, original))
         setattr(owner, name, make(original))
 
+    def _booster_in_charge(self) -> bool:
+        return _trial.boosters_prepared() > self._boosters_before
+
     # -- loader --------------------------------------------------------------------------
 
     def _wrap_loader_init(self, original: Callable) -> Callable:
@@ -145,7 +149,7 @@ class Applier:
 
     def _on_forward_pre(self, module: nn.Module, args: Any) -> None:
         self._depth += 1
-        if self._depth == 1 and self._root is None and not _trial.booster_prepared():
+        if self._depth == 1 and self._root is None and not self._booster_in_charge():
             self._root = weakref.ref(module)
 
     def _on_forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -176,7 +180,7 @@ class Applier:
     # -- optimizer -----------------------------------------------------------------------
 
     def _on_first_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if _trial.booster_prepared() or optimizer.state:
+        if self._booster_in_charge() or optimizer.state:
             return
         implementation = self.settings["optimizer.implementation"]
         params = [p for g in optimizer.param_groups for p in g["params"]]

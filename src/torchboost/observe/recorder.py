@@ -112,6 +112,7 @@ class StepRecorder:
         self.warmup_ms: list[float] = []
         """Total milliseconds of each warm-up step."""
         self._warmup_losses: list[torch.Tensor] = []
+        self._boosters_before = _trial.boosters_prepared()
         self.applied: list[str] = []
         """Settings applied from outside, in words (filled by the bootstrap)."""
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []
@@ -256,7 +257,7 @@ class StepRecorder:
             steps_seen=self._boundaries,
             warmup_step_ms=list(self.warmup_ms),
             warmup_losses=[float(t) for t in self._warmup_losses],
-            uses_booster=_trial.booster_prepared(),
+            uses_booster=_trial.boosters_prepared() > self._boosters_before,
             applied=list(self.applied),
             observer_errors=list(self.errors),
             profile_error=self.profile.error,

@@ -156,6 +156,11 @@ def run_search(
     if not baseline.ok:
         return TuneOutcome(baseline, {}, [], decisions, run.trials, clock() - run.start,
                            error=f"the baseline run failed: {baseline.error}")
+    bad = next((i for i, x in enumerate(baseline.losses) if not math.isfinite(x)), None)
+    if bad is not None:
+        return TuneOutcome(baseline, {}, [], decisions, run.trials, clock() - run.start,
+                           error=f"the script's own loss is {baseline.losses[bad]} at step {bad}: "
+                                 "fix that before tuning (no candidate can be checked against it)")
 
     incumbent: Settings = {}
     incumbent_ms = baseline.median_step_ms

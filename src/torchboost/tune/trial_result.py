@@ -39,7 +39,7 @@ class TrialResult:
     settings: dict[str, Any]
     repeat: int = 0
     ok: bool = True
-    """False when the trial crashed, timed out, or produced non-finite losses."""
+    """False when the trial crashed or timed out (non-finite losses are parity's to judge)."""
     error: str | None = None
     step_ms: list[float] = field(default_factory=list)
     """Per measured step (warm-up excluded)."""
