@@ -1,0 +1,88 @@
+"""`torchboost tune` end to end on tiny scripts: kill and resume, a diverging candidate, compile amortised."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+TRIAL = ["--steps-per-trial", "4", "--warmup", "2"]
+
+
+def _tune(tmp_path: Path, script: str, *extra: str, **kwargs) -> subprocess.Popen | subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "torchboost.cli", "tune", "--out", str(tmp_path / "out"),
+            "--config", str(tmp_path / "torchboost.toml"), *TRIAL, *extra, "--", "python", str(SCRIPTS / script)]
+    if kwargs.pop("background", False):
+        return subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+
+def _journal(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "out" / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _keys(entries: list[dict]) -> list[str]:
+    return [json.dumps([e["settings"], e["repeat"]], sort_keys=True) for e in entries]
+
+
+@pytest.mark.slow
+def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
+    proc = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", background=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(_journal(tmp_path)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, "tune finished before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)  # tune and the trial in flight
+    finally:
+        proc.wait(timeout=30)
+    before = _journal(tmp_path)
+    assert len(before) >= 2
+
+    resumed = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    after = _journal(tmp_path)
+    assert len(set(_keys(after))) == len(after), "a finished trial ran twice"
+    assert _keys(after)[: len(before)] == _keys(before)
+    outcome = json.loads((tmp_path / "out" / "outcome.json").read_text())
+    assert outcome["reused_trials"] == len(before)
+    assert outcome["trials_run"] == len(after)
+    resumed_toml = (tmp_path / "torchboost.toml").read_text()
+
+    # An uninterrupted run over the same (now complete) journal picks the same winner
+    # without running anything.
+    (tmp_path / "torchboost.toml").unlink()
+    replay = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", "--resume")
+    assert replay.returncode == 0, replay.stderr
+    assert _journal(tmp_path) == after
+    assert (tmp_path / "torchboost.toml").read_text() == resumed_toml
+    assert json.loads((tmp_path / "out" / "outcome.json").read_text())["reused_trials"] == len(after)
+
+
+@pytest.mark.slow
+def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tmp_path):
+    done = _tune(tmp_path, "tune_bf16_overflow.py", "--run-steps", "50")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    bf16 = next(d for d in report["decisions"] if d["settings"].get("precision.mode") == "bf16")
+    assert bf16["status"] == "incorrect"
+    assert "inf" in bf16["reason"] and "step" in bf16["reason"]
+    assert report["settings"].get("precision.mode") != "bf16"
+    compile_ = next(d for d in report["decisions"] if d["settings"].get("compile.mode"))
+    assert compile_["status"] in ("skipped", "rejected")
+    assert compile_["break_even_steps"] and compile_["break_even_steps"] > 50
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "break-even" in markdown and "incorrect" in markdown
+    toml = (tmp_path / "torchboost.toml").read_text()
+    assert 'mode = "off"' in toml  # compile stays off
