@@ -43,17 +43,22 @@ def _headline(report: dict[str, Any]) -> Text:
     )
 
 
+def _one_per_line(change: str) -> str:
+    # One setting a line keeps dotted names whole in a narrow terminal.
+    return change.replace(", ", "\n")
+
+
 def _waterfall_table(report: dict[str, Any]) -> Table:
     table = Table(title="Step by step: each technique kept, on top of the ones before it", title_justify="left")
     table.add_column("step")
-    table.add_column("change")
+    table.add_column("change", overflow="fold")
     table.add_column("ms / step", justify="right")
     table.add_column("samples / s", justify="right")
     table.add_column("vs baseline", justify="right")
     table.add_column("pair-ratio spread", justify="right")
     for w in report["waterfall"]:
         rate = "n/a" if w["samples_per_s"] is None else f"{w['samples_per_s']:.0f}"
-        table.add_row(Text(w["label"]), Text(w["change"]), f"{w['median_step_ms']:.2f}", rate,
+        table.add_row(Text(w["label"]), Text(_one_per_line(w["change"])), f"{w['median_step_ms']:.2f}", rate,
                       Text(words.vs_baseline(w["speedup"]), style="bold" if w["ratios"] else ""),
                       Text(words.spread(w)))
     return table
@@ -64,14 +69,14 @@ def _decisions_table(report: dict[str, Any]) -> Table:
                   title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("technique")
-    table.add_column("change")
+    table.add_column("change", overflow="fold")
     table.add_column("verdict")
     table.add_column("ratio", justify="right")
     table.add_column("speed")
     table.add_column("why")
     for i, d in enumerate(report["decisions"], 1):
         ratio = "n/a" if d["ratio"] is None else f"{d['ratio']:.3f}"
-        table.add_row(str(i), Text(d["technique"]), Text(d["change"]),
+        table.add_row(str(i), Text(d["technique"]), Text(_one_per_line(d["change"])),
                       Text(d["status"], style=_STATUS_STYLES.get(d["status"], "")), ratio,
                       Text(words.speed(d["ratio"])), Text(d["reason"]))
     return table

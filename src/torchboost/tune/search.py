@@ -207,7 +207,8 @@ def run_search(
         for other_ms, other, _ in survivors:
             if other is not change:
                 decide(Decision(lever.id, other, "rejected",
-                                f"slower than {describe_settings(change)} in screening",
+                                f"{other_ms:.1f} ms/step in screening, against {best_ms:.1f} ms for "
+                                f"{describe_settings(change)}",
                                 ratio=other_ms / incumbent_ms, median_step_ms=other_ms))
         candidate = {**incumbent, **change}
         ratios = [best_ms / incumbent_ms]
