@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
 from torchboost.diagnose import Facts, Finding, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord, diagnose
 
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
@@ -38,3 +42,23 @@ def findings_for(facts: Facts) -> list[Finding]:
         formula=f"f = {HOSTILE}", notes=[HOSTILE],
     )
     return [*diagnose(facts), hostile]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+"""Debian's headless browser, when installed; the page tests skip without it."""
+
+
+def loaded_images(html_path, profile_dir) -> tuple[int, int]:
+    """(loaded, total) images as the page's own script counts them after load."""
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--no-first-run", f"--user-data-dir={profile_dir}", "--virtual-time-budget=5000",
+         "--dump-dom", html_path.as_uri()],
+        capture_output=True, text=True, timeout=90,
+    )
+    body = re.search(r"<body[^>]*>", out.stdout)
+    assert body, f"no <body> in chromium's DOM dump; stderr: {out.stderr[-2000:]}"
+    loaded = re.search(r'data-images-loaded="(\d+)"', body.group(0))
+    total = re.search(r'data-images-total="(\d+)"', body.group(0))
+    assert loaded and total, f"the page's load script did not run: {body.group(0)}"
+    return int(loaded.group(1)), int(total.group(1))

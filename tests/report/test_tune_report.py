@@ -8,12 +8,11 @@ import io
 import itertools
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
 from rich.console import Console
 
+from _report_helpers import CHROMIUM, loaded_images
 from torchboost.diagnose import Facts, Finding, LoaderFacts, StepRecord
 from torchboost.report.tune import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
 from torchboost.tune.levers import TuneContext, default_levers
@@ -29,7 +28,6 @@ BASE_LOSSES = [2.0 - 0.05 * i for i in range(20)]
 # A 2-core loader-bound script: ms per step by (loader workers, intra-op threads).
 HOST_MS = {(0, 2): 84.0, (2, 2): 88.0, (1, 2): 127.0, (2, 1): 62.0, (1, 1): 95.0}
 PNG_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class FakeScript:
@@ -261,33 +259,17 @@ def test_kept_and_incorrect_reduced_precision_are_said():
     assert report["settings"].get("precision.mode") is None
 
 
-def _loaded_images(html_path, profile_dir) -> tuple[int, int]:
-    """(loaded, total) images as the page's own script counts them after load."""
-    out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--no-first-run", f"--user-data-dir={profile_dir}", "--virtual-time-budget=5000",
-         "--dump-dom", html_path.as_uri()],
-        capture_output=True, text=True, timeout=90,
-    )
-    body = re.search(r"<body[^>]*>", out.stdout)
-    assert body, f"no <body> in chromium's DOM dump; stderr: {out.stderr[-2000:]}"
-    loaded = re.search(r'data-images-loaded="(\d+)"', body.group(0))
-    total = re.search(r'data-images-total="(\d+)"', body.group(0))
-    assert loaded and total, f"the page's load script did not run: {body.group(0)}"
-    return int(loaded.group(1)), int(total.group(1))
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary on PATH")
 def test_waterfall_loads_in_chromium_and_a_broken_one_is_caught(written, tmp_path):
     _, _, paths = written
-    assert _loaded_images(paths["html"], tmp_path / "profile") == (1, 1)
+    assert loaded_images(paths["html"], tmp_path / "profile") == (1, 1)
     html = paths["html"].read_text(encoding="utf-8")
     # The broken twin: valid base64, but not a PNG, must be reported as not loaded.
     broken = tmp_path / "broken.html"
     broken.write_text(re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,AAAAAAAA", html),
                       encoding="utf-8")
-    assert _loaded_images(broken, tmp_path / "profile") == (0, 1)
+    assert loaded_images(broken, tmp_path / "profile") == (0, 1)
 
 
 def test_the_tune_command_prints_and_writes_this_report(tmp_path):

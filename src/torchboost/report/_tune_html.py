@@ -3,13 +3,12 @@ base64 PNG, from a jinja2 template with autoescaping on, so user strings stay te
 
 from __future__ import annotations
 
-import base64
-from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.report import _format as fmt
 from torchboost.report import _tune_text as words
 from torchboost.report._tune_markdown import STATUS_MEANINGS, TOP_FINDINGS, before_after
+from torchboost.report.html import data_uri, load_template
 
 __all__ = ["render_tune_html", "waterfall_png", "TUNE_TEMPLATE_NAME"]
 
@@ -70,26 +69,9 @@ def _wrap(label: str, width: int = 18) -> str:
     return "\n".join(lines + [line])
 
 
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
-def _template():
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,  # a missing key is a bug, not an empty cell
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    return env.get_template(TUNE_TEMPLATE_NAME)
-
-
 def render_tune_html(report: dict[str, Any]) -> str:
     """The HTML page for ``report`` (a :func:`~torchboost.report.tune.build_tune_report` document)."""
-    return _template().render(
+    return load_template(TUNE_TEMPLATE_NAME).render(
         report=report,
         command=fmt.command(report["command"]),
         headline=before_after(report),
@@ -101,5 +83,5 @@ def render_tune_html(report: dict[str, Any]) -> str:
         statuses=list(STATUS_MEANINGS.items()),
         findings=[{**f, "speedup": fmt.speedup(f["expected_speedup"])} for f in report["findings"][:TOP_FINDINGS]],
         more_findings=max(0, len(report["findings"]) - TOP_FINDINGS),
-        waterfall_src=_data_uri(waterfall_png(report["waterfall"])),
+        waterfall_src=data_uri(waterfall_png(report["waterfall"])),
     )

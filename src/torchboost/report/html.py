@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from torchboost.diagnose.facts import PHASES, StepRecord
 from torchboost.report import _format as fmt
 
-__all__ = ["render_html", "TEMPLATE_NAME"]
+__all__ = ["render_html", "TEMPLATE_NAME", "data_uri", "load_template"]
 
 TEMPLATE_NAME = "doctor.html.j2"
 """The template in ``torchboost/report/templates``."""
@@ -18,11 +18,13 @@ TEMPLATE_NAME = "doctor.html.j2"
 _ENV_KEYS = ("device", "gpu_name", "cpu_cores", "cpu_capability", "cpu_bf16", "torch_version", "compile_reason")
 
 
-def _data_uri(png: bytes) -> str:
+def data_uri(png: bytes) -> str:
+    """A PNG as an ``<img src>`` data URI, so the page is one self-contained file."""
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _template():
+def load_template(name: str):
+    """A template from ``torchboost/report/templates`` with autoescaping on."""
     import jinja2
 
     env = jinja2.Environment(
@@ -32,7 +34,7 @@ def _template():
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    return env.get_template(TEMPLATE_NAME)
+    return env.get_template(name)
 
 
 def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
@@ -40,7 +42,7 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
     from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
 
     env_facts = report["facts"].get("env", {})
-    return _template().render(
+    return load_template(TEMPLATE_NAME).render(
         report=report,
         command=fmt.command(report["command"]),
         headline=fmt.headline(report),
@@ -55,6 +57,6 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
             for f in report["findings"]
         ],
         environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
-        breakdown_src=_data_uri(breakdown_png(report["breakdown_pct"])),
-        timeline_src=_data_uri(timeline_png(list(steps))),
+        breakdown_src=data_uri(breakdown_png(report["breakdown_pct"])),
+        timeline_src=data_uri(timeline_png(list(steps))),
     )
