@@ -210,7 +210,7 @@ def main_for(
     """
     description = (build.__doc__ or name).strip().splitlines()[0]
     parser = _parser(name, description, sizes)
-    common = {a.dest for a in parser._actions}
+    common = set(vars(parser.parse_args([])))  # the shared options; the rest go to build()
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
