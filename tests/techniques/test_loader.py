@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+import time
 import warnings
 from collections import OrderedDict, namedtuple
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, SubsetRandomSampler
@@ -21,6 +24,7 @@ from torchboost.techniques.loader import (
     rebuild_loader,
     resolve_host,
 )
+from torchboost.techniques import loader as loader_mod
 from torchboost.techniques.memory import to_channels_last
 
 # The hand-made machines have more cores than this one; torch's warning about it is noise here.
@@ -197,12 +201,48 @@ def machine(cores: int, ram_gib: float, device: str, **extra):
 
 
 @pytest.fixture
-def threads16():
-    """torch reports 16 intra-op threads while a test runs (restored afterwards)."""
+def threads16(monkeypatch):
+    """torch reports 16 intra-op threads while a test runs (restored afterwards), and
+    batches count as slow to load (10 ms), so the worker rules are what is tested."""
+    monkeypatch.setattr(loader_mod, "measure_batch_load_ms", lambda dataset, batch_size: 10.0)
     before = torch.get_num_threads()
     torch.set_num_threads(16)
     yield 16
     torch.set_num_threads(before)
+
+
+def test_cheap_batches_keep_loading_in_the_main_process():
+    env = machine(2, 24, "cpu")
+    settings, threads, reasons = resolve_host(LoaderConfig(), CpuConfig(), make_loader(), env, device=CPU)
+    assert settings.num_workers == 0
+    assert "loads in" in reasons["loader.num_workers"] and "ms" in reasons["loader.num_workers"]
+
+
+class _RandomAugment(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return torch.rand(3) + np.random.rand() + random.random()
+
+
+def test_measuring_the_load_cost_leaves_random_streams_as_they_were():
+    from torchboost.techniques.dataset_cost import measure_batch_load_ms
+
+    def draws():
+        return (torch.rand(2).tolist(), np.random.rand(), random.random())
+
+    torch.manual_seed(0), np.random.seed(0), random.seed(0)
+    expected = draws()
+    torch.manual_seed(0), np.random.seed(0), random.seed(0)
+    ms = measure_batch_load_ms(_RandomAugment(), 16)
+    assert ms is not None and ms >= 16 * 1.0  # 1 ms per sample, 16 per batch
+    assert draws() == expected
+    # The broken twin: the same calls without restoring change what the run draws next.
+    torch.manual_seed(0), np.random.seed(0), random.seed(0)
+    _RandomAugment()[0]
+    assert draws() != expected
 
 
 def test_small_cpu_box_gives_workers_the_cores(threads16):

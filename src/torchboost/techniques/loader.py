@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from torchboost.config import CpuConfig, LoaderConfig
 from torchboost.env import Environment
 from torchboost.techniques.cpu import resolve_threads
+from torchboost.techniques.dataset_cost import CHEAP_BATCH_MS, measure_batch_load_ms
 
 __all__ = [
     "DeviceLoader",
@@ -220,6 +221,13 @@ def _resolve_loader(
             device_type=device.type,
             local_processes=processes,
         )
+        load_ms = measure_batch_load_ms(loader.dataset, loader.batch_size) if workers else None
+        if load_ms is not None and load_ms < CHEAP_BATCH_MS:
+            workers = 0
+            reasons["loader.num_workers"] = (
+                f"a batch loads in {load_ms:.2f} ms in the main process (< {CHEAP_BATCH_MS:g} ms): "
+                "workers would cost more in transfer and cores than they save"
+            )
         batches = _len_or_none(loader)
         if batches is not None and workers > batches:
             workers = batches
