@@ -117,3 +117,19 @@ def test_settings_from_config_applies_only_concrete_changes():
     assert any("loader.pin_memory" in n and "auto" in n for n in notes)
     assert any("memory.channels_last" in n and "Booster" in n for n in notes)
     assert settings_from_config(BoostConfig.off()) == ({}, [])
+
+
+def test_root_is_the_trained_model_not_a_module_called_under_no_grad():
+    teacher = nn.Linear(8, 2)
+    model = nn.Linear(8, 2)
+    loss_fn = nn.MSELoss()
+    applier = Applier({"precision.mode": "bf16"}).install()
+    try:
+        with torch.no_grad():
+            target = teacher(torch.randn(4, 8))
+        for _ in range(2):
+            loss_fn(model(torch.randn(4, 8)), target).backward()
+    finally:
+        applier.uninstall()
+    assert "forward" in model.__dict__
+    assert "forward" not in teacher.__dict__ and "forward" not in loss_fn.__dict__

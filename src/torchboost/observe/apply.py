@@ -9,7 +9,8 @@ one touches, and when:
   built with the new values (an IterableDataset is left alone: more workers would each
   yield the whole unsharded stream);
 * ``precision.mode = "bf16"`` and ``compile.mode``: the root module (the first module
-  called from outside any other forward) gets its ``forward`` compiled and/or run under
+  with trainable parameters called, with gradients on, from outside any other forward)
+  gets its ``forward`` compiled and/or run under
   bf16 autocast with floating outputs cast back to fp32 for the loss. It takes effect
   from the second forward call, the first one being already under way;
 * ``optimizer.implementation``: before an optimizer's first step (its state still
@@ -64,6 +65,10 @@ def _to_fp32(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _to_fp32(v) for k, v in value.items()}
     return value
+
+
+def _trainable(module: nn.Module) -> bool:
+    return any(p.requires_grad for p in module.parameters())
 
 
 class Applier:
@@ -149,7 +154,10 @@ class Applier:
 
     def _on_forward_pre(self, module: nn.Module, args: Any) -> None:
         self._depth += 1
-        if self._depth == 1 and self._root is None and not self._booster_in_charge():
+        # The root is the first outermost module called to train: with gradients on and
+        # parameters to train (not a data-labelling teacher under no_grad, not a loss).
+        if (self._depth == 1 and self._root is None and torch.is_grad_enabled()
+                and not self._booster_in_charge() and _trainable(module)):
             self._root = weakref.ref(module)
 
     def _on_forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
