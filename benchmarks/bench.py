@@ -113,6 +113,15 @@ def _skip_reason(row: str) -> str:
     return ""
 
 
+def _config_for(workload: str, args: argparse.Namespace) -> Path | None:
+    """The torchboost row's config: DIR/<workload>.toml from --config-dir, else --config."""
+    if args.config_dir:
+        tuned = Path(args.config_dir) / f"{workload}.toml"
+        if tuned.is_file():
+            return tuned
+    return Path(args.config) if args.config else None
+
+
 def _run_child(row: str, workload: str, args: argparse.Namespace, mode: Mode) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
@@ -121,8 +130,9 @@ def _run_child(row: str, workload: str, args: argparse.Namespace, mode: Mode) ->
             "--size", args.size, "--steps", str(mode.steps[workload]),
             "--warmup", str(mode.warmup[workload]), "--seed", str(args.seed), "--result", str(result),
         ]  # fmt: skip
-        if args.config and row == "torchboost":
-            cmd += ["--config", str(Path(args.config).resolve())]
+        config = _config_for(workload, args)
+        if config is not None and row == "torchboost":
+            cmd += ["--config", str(config.resolve())]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout)
         except subprocess.TimeoutExpired:
@@ -196,6 +206,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=None, help="runs per row; the table shows medians")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default=None, help="torchboost.toml for the torchboost row (default: auto)")
+    parser.add_argument("--config-dir", default=None,
+                        help="folder of per-workload configs (WORKLOAD.toml, e.g. from torchboost tune); "
+                             "overrides --config where present")
     parser.add_argument("--child-timeout", type=float, default=600.0, help="seconds per run before it fails")
     parser.add_argument("--out", default="bench.json", help="JSON results file (default bench.json)")
     args = parser.parse_args(argv)
@@ -205,6 +218,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"unknown {kind} {', '.join(unknown)}; choose from {', '.join(valid)}")
     if args.config and not Path(args.config).is_file():
         parser.error(f"--config {args.config}: no such file")
+    if args.config_dir and not Path(args.config_dir).is_dir():
+        parser.error(f"--config-dir {args.config_dir}: no such folder")
     try:
         args.mode = plan_modes(args)
     except ValueError as exc:
