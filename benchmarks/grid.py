@@ -1,0 +1,154 @@
+"""Exhaustive grid over the tuner's levers, against `torchboost tune` on the same script.
+
+    python benchmarks/grid.py --workloads vision,mlp [--run-steps 400] [--out grid.json]
+
+For each workload this measures every combination of the no-code levers the tuner
+pulls (loader workers x intra-op threads, bf16 autocast, fused optimizer, torch.compile)
+with the tuner's own trial runner, keeps the combinations whose losses pass the tuner's
+parity check, and ranks them by the time of the planned run: compile seconds + run
+steps x median step. Then it runs `torchboost tune` on the same script and, last, the
+tuner's pick against the grid's best in interleaved pairs (A B A B ...), so the final
+ratio compares runs made next to each other. The table gives both times and both
+wall-clock costs: the tuner should land within 5% of the grid's best for at most 10% of
+the grid's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from torchboost.env import probe
+from torchboost.launch import settings_from_config
+from torchboost.config import BoostConfig
+from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
+from torchboost.tune.trial import run_trial
+from torchboost.tune.trial_result import TrialResult, describe_settings
+
+
+def grid_settings(cores: int, max_workers: int = 4) -> list[dict[str, Any]]:
+    """Every combination of the levers tune proposes on a CPU (the baseline is the empty one)."""
+    hosts: list[dict[str, Any]] = [{}]
+    for workers in range(1, min(max_workers, cores) + 1):
+        for threads in sorted({max(1, cores - workers), cores}):
+            host = {"loader.num_workers": workers, "loader.persistent_workers": True, "cpu.threads": threads}
+            hosts += [host, {**host, "loader.prefetch_factor": 4}]
+    precisions = [{}, {"precision.mode": "bf16"}]
+    optimizers = [{}, {"optimizer.implementation": "fused"}, {"optimizer.implementation": "foreach"}]
+    compiles = [{}, {"compile.mode": "default"}]
+    return [{**h, **p, **o, **c} for h, p, o, c in itertools.product(hosts, precisions, optimizers, compiles)]
+
+
+def _parity_ok(baseline: TrialResult, result: TrialResult, settings: dict[str, Any]) -> tuple[bool, str]:
+    kind = REDUCED if settings.get("precision.mode") == "bf16" else EXACT
+    verdict = check_parity(baseline.losses, result.losses, kind=kind)
+    if not verdict.ok and kind == EXACT and "loader.num_workers" in settings:
+        verdict = check_parity(baseline.losses, result.losses, kind=STATISTICAL)
+    return verdict.ok, verdict.detail
+
+
+def _run_time_s(result: TrialResult, run_steps: int) -> float:
+    return result.compile_s + run_steps * result.median_step_ms / 1e3
+
+
+def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str]) -> tuple[dict, float]:
+    config = tmp / "tuned.toml"
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--out", str(tmp / "tune"), "--config",
+                    str(config), "--budget", str(budget), "--run-steps", str(run_steps), *trial, "--",
+                    *command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elapsed = time.monotonic() - start
+    settings, _ = settings_from_config(BoostConfig.from_toml(config))
+    return settings, elapsed
+
+
+def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """Grid, tune and the final A/B for one built-in workload."""
+    command = [sys.executable, "-m", f"torchboost.workloads.{name}", "--steps", str(args.run_steps)]
+    trial_steps = dict(steps=args.steps_per_trial, warmup=args.warmup, timeout_s=600)
+    with tempfile.TemporaryDirectory(prefix="torchboost-grid-") as tmp_name:
+        tmp = Path(tmp_name)
+        combos = grid_settings(probe().cpu_cores)
+        start = time.monotonic()
+        results: list[tuple[dict[str, Any], TrialResult]] = []
+        for i, settings in enumerate(combos, 1):
+            result = run_trial(command, settings, 0, out_dir=tmp / "trial", **trial_steps)
+            results.append((settings, result))
+            console.print(f"  {name} grid {i}/{len(combos)}: {describe_settings(settings)}: "
+                          f"{result.median_step_ms:.2f} ms/step", highlight=False)
+        grid_s = time.monotonic() - start
+        baseline = results[0][1]
+        ranked = []
+        for settings, result in results:
+            ok, detail = _parity_ok(baseline, result, settings) if result.ok else (False, result.error or "")
+            if ok:
+                ranked.append((_run_time_s(result, args.run_steps), settings, result))
+        ranked.sort(key=lambda item: item[0])
+        grid_best = ranked[0][1]
+
+        tuned, tune_s = _tune(command[1:], args.run_steps, args.tune_budget, tmp,
+                              ["--steps-per-trial", str(args.steps_per_trial), "--warmup", str(args.warmup)])
+        # Final interleaved pairs: tune's pick vs the grid's best, planned-run time each.
+        ratios = []
+        for repeat in range(1, args.pairs + 1):
+            a = run_trial(command, grid_best, repeat, out_dir=tmp / "trial", **trial_steps)
+            b = run_trial(command, tuned, repeat, out_dir=tmp / "trial", **trial_steps)
+            ratios.append(_run_time_s(b, args.run_steps) / _run_time_s(a, args.run_steps))
+        return {
+            "workload": name,
+            "run_steps": args.run_steps,
+            "combinations": len(combos),
+            "correct_combinations": len(ranked),
+            "grid_seconds": grid_s,
+            "grid_best": grid_best,
+            "grid_best_run_s": ranked[0][0],
+            "baseline_run_s": _run_time_s(baseline, args.run_steps),
+            "tuned": tuned,
+            "tune_seconds": tune_s,
+            "tuned_vs_grid_best_ratios": ratios,
+            "tuned_vs_grid_best": statistics.median(ratios),
+            "top5": [{"settings": s, "run_s": t} for t, s, _ in ranked[:5]],
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="vision,mlp")
+    parser.add_argument("--run-steps", type=int, default=400, help="planned run length (compile amortised)")
+    parser.add_argument("--steps-per-trial", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--tune-budget", type=float, default=300.0)
+    parser.add_argument("--pairs", type=int, default=3, help="final A/B pairs, tune's pick vs the grid's best")
+    parser.add_argument("--out", default="grid.json")
+    args = parser.parse_args(argv)
+    console = Console()
+    rows = [run_workload(name, args, console) for name in args.workloads.split(",")]
+    Path(args.out).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    table = Table(title=f"Grid vs tune (planned run {args.run_steps} steps; time = compile + steps x median step)")
+    for col in ("workload", "grid best", "tune's pick", "tune / grid best (median of pairs)",
+                "grid: combos, wall s", "tune wall s", "tune time / grid time"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["workload"], describe_settings(r["grid_best"]), describe_settings(r["tuned"]),
+            f"{r['tuned_vs_grid_best']:.3f} ({', '.join(f'{x:.3f}' for x in r['tuned_vs_grid_best_ratios'])})",
+            f"{r['combinations']}, {r['grid_seconds']:.0f}", f"{r['tune_seconds']:.0f}",
+            f"{r['tune_seconds'] / r['grid_seconds']:.1%}",
+        )
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
