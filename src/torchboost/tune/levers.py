@@ -61,9 +61,11 @@ def _host(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
     # 2 threads gained nothing and 1 worker with 2 threads lost 50%, while 2 workers with
     # 1 thread gained 1.35x. So each worker count is tried with threads = the cores left
     # over, and with all cores.
+    # Fewer threads alone is a candidate too: on a busy or small box, intra-op threads
+    # that spin-wait for each other can cost more than they bring.
+    out: list[Settings] = [{"cpu.threads": threads} for threads in range(1, ctx.cpu_cores) if threads <= 4]
     if not ctx.has_loader or ctx.iterable_dataset:
-        return []
-    out: list[Settings] = []
+        return out
     for workers in range(1, min(ctx.max_workers, max(ctx.cpu_cores, 1)) + 1):
         threads_options = sorted({max(1, ctx.cpu_cores - workers), ctx.cpu_cores})
         for threads in threads_options:
