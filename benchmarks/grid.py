@@ -39,7 +39,7 @@ from torchboost.tune.trial_result import TrialResult, describe_settings
 
 def grid_settings(cores: int, max_workers: int = 4) -> list[dict[str, Any]]:
     """Every combination of the levers tune proposes on a CPU (the baseline is the empty one)."""
-    hosts: list[dict[str, Any]] = [{}] + [{"cpu.threads": t} for t in range(1, cores) if t <= 4]
+    hosts: list[dict[str, Any]] = [{}] + [{"cpu.threads": t} for t in sorted({1, cores // 2}) if 0 < t < cores]
     for workers in range(1, min(max_workers, cores) + 1):
         for threads in sorted({max(1, cores - workers), cores}):
             host = {"loader.num_workers": workers, "loader.persistent_workers": True, "cpu.threads": threads}

@@ -63,7 +63,7 @@ def _host(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
     # over, and with all cores.
     # Fewer threads alone is a candidate too: on a busy or small box, intra-op threads
     # that spin-wait for each other can cost more than they bring.
-    out: list[Settings] = [{"cpu.threads": threads} for threads in range(1, ctx.cpu_cores) if threads <= 4]
+    out: list[Settings] = [{"cpu.threads": t} for t in sorted({1, ctx.cpu_cores // 2}) if 0 < t < ctx.cpu_cores]
     if not ctx.has_loader or ctx.iterable_dataset:
         return out
     for workers in range(1, min(ctx.max_workers, max(ctx.cpu_cores, 1)) + 1):
