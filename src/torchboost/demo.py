@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="torchboost-demo", help="report folder (default torchboost-demo)")
     parser.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
                         help="tuning time budget (default 120)")
-    parser.add_argument("--steps-per-trial", type=int, default=10, metavar="N",
-                        help="measured steps per trial (default 10)")
+    parser.add_argument("--steps-per-trial", type=int, default=20, metavar="N",
+                        help="measured steps per trial (default 20)")
     parser.add_argument("--warmup", type=int, default=3, metavar="N", help="warm-up steps per trial (default 3)")
 
 

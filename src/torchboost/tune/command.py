@@ -31,9 +31,11 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
                         help="stop starting trials after this long, keeping the best so far (default 600)")
     parser.add_argument("--run-steps", type=int, default=None, metavar="N",
                         help="steps the real run will take, to amortise compile time (default: from the script)")
-    parser.add_argument("--steps-per-trial", type=int, default=12, metavar="N",
-                        help="measured steps per trial, after warm-up (default 12)")
-    parser.add_argument("--warmup", type=int, default=3, metavar="N", help="warm-up steps per trial (default 3)")
+    # 30 measured steps: loader workers fill a queue of workers x prefetch_factor batches
+    # ahead, and a window much longer than that queue keeps its draining out of the median.
+    parser.add_argument("--steps-per-trial", type=int, default=30, metavar="N",
+                        help="measured steps per trial, after warm-up (default 30)")
+    parser.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up steps per trial (default 5)")
     parser.add_argument("--resume", action="store_true", help="reuse the finished trials in DIR/journal.jsonl")
 
 

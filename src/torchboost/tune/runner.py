@@ -36,8 +36,10 @@ class TuneOptions:
     budget_s: float = 600.0
     run_steps: int | None = None
     """Planned length of the real run in steps (compile amortisation); None: from the script."""
-    steps_per_trial: int = 12
-    warmup: int = 3
+    steps_per_trial: int = 30
+    """Measured steps per trial: many more than a loader's prefetch queue, whose draining
+    would otherwise pass for speed."""
+    warmup: int = 5
     resume: bool = False
     trial_timeout_s: float = 300.0
     min_gain: float = 0.03
