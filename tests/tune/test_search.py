@@ -182,3 +182,35 @@ def test_non_finite_baseline_loss_stops_the_search():
 
     outcome = run_search(default_levers(), CPU2, nan_baseline)
     assert outcome.error and "nan at step 1" in outcome.error
+
+
+def test_after_bf16_is_kept_fp32_levers_are_judged_against_the_bf16_run():
+    bf16 = [x * 1.004 for x in BASE_LOSSES]  # 0.4% off fp32 from step 0: a bf16 run's rounding
+    losses = {("precision.mode", "bf16"): bf16, ("optimizer.implementation", "fused"): bf16}
+    script = FakeScript(factors={("precision.mode", "bf16"): 0.6, ("optimizer.implementation", "fused"): 0.8},
+                        losses=losses)
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert outcome.settings["precision.mode"] == "bf16"
+    assert outcome.settings["optimizer.implementation"] == "fused"
+
+
+def test_a_candidate_that_crashes_when_measured_again_is_not_kept():
+    class CrashOnRepeat(FakeScript):
+        def __call__(self, settings, repeat):
+            result = super().__call__(settings, repeat)
+            if settings.get("optimizer.implementation") == "fused" and repeat > 0:
+                result.ok, result.error = False, "exit code 1"
+            return result
+
+    script = CrashOnRepeat(factors={("optimizer.implementation", "fused"): 0.5})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert "optimizer.implementation" not in outcome.settings or outcome.settings["optimizer.implementation"] != "fused"
+    fused = [d for d in outcome.decisions if d.settings.get("optimizer.implementation") == "fused"]
+    assert fused and fused[-1].status == "failed" and "measured again" in fused[-1].reason
+
+
+def test_nothing_is_kept_on_the_screening_ratio_alone():
+    ticks = itertools.count()
+    # The clock runs out right after the screening trials: no pair can confirm.
+    outcome = run_search(default_levers(), CPU2, FakeScript(), SearchOptions(budget_s=6), clock=lambda: next(ticks))
+    assert all(d.status != "kept" or len(d.ratios) >= 2 for d in outcome.decisions)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from torchboost.tune.levers import Lever, TuneContext
-from torchboost.tune.parity import check_parity
+from torchboost.tune.parity import REDUCED, ParityVerdict, check_parity
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["Decision", "SearchOptions", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even"]
@@ -41,7 +41,7 @@ class SearchOptions:
     min_gain: float = 0.03
     """A lever is kept only when it makes the median step at least this much faster."""
     max_repeats: int = 3
-    """Most A/B pairs measured to confirm one lever."""
+    """Most fresh A/B pairs measured to confirm one lever (at least one always is)."""
     clear_pairs: int = 2
     """Stop confirming once this many pairs in a row agree on the verdict."""
     run_steps: int | None = None
@@ -112,6 +112,20 @@ def compile_break_even(compile_s: float, eager_ms: float, compiled_ms: float) ->
     return math.inf if saving_ms <= 0 else 1e3 * compile_s / saving_ms
 
 
+def _judge(lever: Lever, result: TrialResult, baseline: TrialResult, reference: list[float]) -> ParityVerdict:
+    """Loss parity of a candidate: against the incumbent's losses with the lever's own
+    check, and, once the incumbent differs from the baseline, against the baseline's
+    trend (no divergence, the last losses within the reduced-precision tolerance)."""
+    verdict = check_parity(reference, result.losses, kind=lever.parity)
+    if not verdict.ok and lever.fallback_parity is not None:
+        verdict = check_parity(reference, result.losses, kind=lever.fallback_parity)
+    if verdict.ok and reference is not baseline.losses:
+        trend = check_parity(baseline.losses, result.losses, kind=REDUCED)
+        if not trend.ok:
+            return trend
+    return verdict
+
+
 class _Runner:
     """Counts repeats per settings so each measurement has a stable (settings, repeat) key."""
 
@@ -164,6 +178,9 @@ def run_search(
 
     incumbent: Settings = {}
     incumbent_ms = baseline.median_step_ms
+    reference = baseline.losses
+    """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
+    held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
     waterfall = [WaterfallStep("baseline", {}, incumbent_ms, 1.0, 0.0)]
     stopped = False
     for lever in levers:
@@ -193,9 +210,7 @@ def run_search(
             if not result.ok:
                 decide(Decision(lever.id, change, "failed", result.error or "the trial failed"))
                 continue
-            verdict = check_parity(baseline.losses, result.losses, kind=lever.parity)
-            if not verdict.ok and lever.fallback_parity is not None:
-                verdict = check_parity(baseline.losses, result.losses, kind=lever.fallback_parity)
+            verdict = _judge(lever, result, baseline, reference)
             if not verdict.ok:
                 decide(Decision(lever.id, change, "incorrect", verdict.detail,
                                 median_step_ms=result.median_step_ms))
@@ -211,22 +226,43 @@ def run_search(
                                 f"{describe_settings(change)}",
                                 ratio=other_ms / incumbent_ms, median_step_ms=other_ms))
         candidate = {**incumbent, **change}
+        # The screening ratio compares with an incumbent measured earlier; at least one
+        # fresh pair, run back to back, must confirm it before anything is kept.
         ratios = [best_ms / incumbent_ms]
         inc_times, cand_times = [incumbent_ms], [best_ms]
         threshold = 1.0 - options.min_gain
-        while len(ratios) < options.max_repeats and not run.out_of_budget():
+        failure: str | None = None
+        pairs = 0
+        while pairs < options.max_repeats and not run.out_of_budget():
             recent = ratios[-options.clear_pairs:]
-            if len(recent) == options.clear_pairs and (
+            if pairs and len(recent) == options.clear_pairs and (
                 all(r < threshold for r in recent) or all(r >= threshold for r in recent)
             ):
                 break
             a = run(incumbent)
             b = run(candidate)
-            if not (a.ok and b.ok):
+            if not b.ok:
+                failure = f"failed when measured again: {b.error}"
                 break
+            if not a.ok:
+                failure = f"the incumbent failed when measured again: {a.error}"
+                break
+            verdict = _judge(lever, b, baseline, reference)
+            if not verdict.ok:
+                failure = f"incorrect when measured again: {verdict.detail}"
+                break
+            pairs += 1
             inc_times.append(a.median_step_ms)
             cand_times.append(b.median_step_ms)
             ratios.append(b.median_step_ms / a.median_step_ms)
+        if failure is not None or pairs == 0:
+            status = "failed" if failure and failure.startswith("failed") else (
+                "incorrect" if failure and failure.startswith("incorrect") else "rejected")
+            why = failure or "unconfirmed: the budget ran out before a confirming pair"
+            decide(Decision(lever.id, change, status, why, ratio=ratios[0], ratios=ratios, median_step_ms=best_ms))
+            if pairs == 0 and failure is None:
+                stopped = True
+            continue
         ratio = statistics.median(ratios)
         cand_ms = statistics.median(cand_times)
         decision = Decision(lever.id, change, "kept", "", ratio=ratio, ratios=ratios, median_step_ms=cand_ms)
@@ -249,6 +285,7 @@ def run_search(
             decision.reason = f"median ratio {ratio:.3f} over {len(ratios)} pair(s)"
             incumbent = candidate
             incumbent_ms = cand_ms
+            reference = best.losses
             speedup = waterfall[-1].speedup / ratio
             waterfall.append(WaterfallStep(
                 f"+ {lever.title}", dict(candidate), baseline.median_step_ms / speedup, speedup,
