@@ -288,9 +288,14 @@ def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch)
     settings = tmp_path / "trial.json"
     trial.write_trial_settings(settings, {"precision.mode": "bf16", "loader.num_workers": 0})
     monkeypatch.setenv(trial.TRIAL_SETTINGS_ENV, str(settings))
-    booster = torchboost.Booster(BoostConfig.off(), device="cpu", verbose=False)
+    own = BoostConfig().replace(compile={"mode": "default"})  # the script's own config
+    booster = torchboost.Booster(own, device="cpu", verbose=False)
     assert booster.config.precision.mode == "bf16"
     assert booster.config.loader.num_workers == 0
-    assert booster.config.compile == BoostConfig.off().compile  # the rest is the script's own
+    # The rest is plain PyTorch, as tune would write it: what is measured is what is written.
+    assert booster.config.compile == BoostConfig.off().compile
+    assert booster.config.optimizer == BoostConfig.off().optimizer
+    trial.write_trial_settings(settings, {})  # the baseline trial
+    assert torchboost.Booster(own, device="cpu", verbose=False).config == BoostConfig.off()
     monkeypatch.delenv(trial.TRIAL_SETTINGS_ENV)
-    assert torchboost.Booster(BoostConfig.off(), device="cpu", verbose=False).config == BoostConfig.off()
+    assert torchboost.Booster(own, device="cpu", verbose=False).config == own

@@ -98,8 +98,10 @@ class Booster:
     ):
         self.config = load_config(config)
         trial = trial_settings()
-        if trial:  # a `torchboost tune` trial: its candidate overrides (see torchboost.trial)
-            self.config = overlay(self.config, trial)
+        if trial is not None:
+            # A `torchboost tune` trial (see torchboost.trial): the candidate on top of
+            # plain PyTorch, exactly what tune writes to torchboost.toml if it wins.
+            self.config = overlay(BoostConfig.off(), trial)
         self.env = probe()
         self.device = torch.device(device) if device is not None else _default_device(self.env)
         self.verbose = verbose

@@ -24,8 +24,6 @@ from torchboost.config import BoostConfig, ConfigError
 
 __all__ = ["add_arguments", "run", "main", "settings_from_config"]
 
-_NOT_APPLIED_WITHOUT_BOOSTER = ("memory.channels_last", "accumulation.")
-
 
 def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
     """The dotted settings to apply from outside, and notes on what is left alone.
@@ -33,10 +31,10 @@ def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]
     Only values that change something are applied: "keep", the plain-PyTorch defaults
     and "auto" (which only the Booster resolves, as it sees the model) are left alone.
     """
-    from torchboost.observe.apply import SUPPORTED_SETTINGS
+    from torchboost.observe.apply import nocode_settings
 
     off = BoostConfig.off().to_dict()
-    settings: dict[str, Any] = {}
+    wanted: dict[str, Any] = {}
     notes: list[str] = []
     for section, values in config.to_dict().items():
         for key, value in values.items():
@@ -45,11 +43,10 @@ def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]
                 continue
             if value == "auto":
                 notes.append(f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it')
-            elif dotted.startswith(_NOT_APPLIED_WITHOUT_BOOSTER) or (dotted, value) == ("precision.mode", "fp16"):
-                notes.append(f"{dotted} = {value!r} needs the Booster in the training loop; not applied")
-            elif dotted in SUPPORTED_SETTINGS:
-                settings[dotted] = value
-    return settings, notes
+            else:
+                wanted[dotted] = value
+    settings, refused = nocode_settings(wanted)
+    return settings, notes + refused
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,9 @@
 a :class:`torchboost.Booster`, the candidate's settings must reach that Booster without
 editing the script, so the trial's parent sets one environment variable,
 ``TORCHBOOST_TRIAL_SETTINGS``, to the path of a JSON file of dotted settings
-(``{"precision.mode": "bf16"}``). The Booster overlays them on its own configuration.
+(``{"precision.mode": "bf16"}``; ``{}`` for the baseline trial). In a trial the
+Booster runs ``BoostConfig.off()`` with those settings on top, which is what tune writes
+to ``torchboost.toml`` when the candidate wins, so what is measured is what is written.
 Nothing else in torchboost reads the environment for configuration, and nothing sets
 this variable except a tuning trial.
 """

@@ -40,7 +40,7 @@ from torchboost.techniques.compile import apply_compile
 from torchboost.techniques.cpu import apply_threads
 from torchboost.techniques.optimizer import FUSED_DEVICES, FOREACH_OPTIMIZERS
 
-__all__ = ["Applier", "SUPPORTED_SETTINGS", "NOCODE_UNSUPPORTED"]
+__all__ = ["Applier", "SUPPORTED_SETTINGS", "NOCODE_UNSUPPORTED", "nocode_settings"]
 
 SUPPORTED_SETTINGS = (
     "cpu.threads", "precision.mode", "compile.mode", "compile.scope", "loader.num_workers",
@@ -49,10 +49,27 @@ SUPPORTED_SETTINGS = (
 """Settings this module can apply to a script that does not use the Booster."""
 
 NOCODE_UNSUPPORTED = {
-    "precision.mode=fp16": "fp16 needs a gradient scaler in the loop: use the Booster",
-    "memory.channels_last": "inputs must be converted too: use the Booster",
-    "accumulation": "accumulation changes the loop: use the Booster",
+    "precision.mode=fp16": "fp16 needs a gradient scaler in the loop",
+    "memory.channels_last": "the inputs must be converted too",
+    "accumulation": "accumulation changes the loop",
 }
+"""What only a Booster in the training loop can apply, and why."""
+
+
+def nocode_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Split settings into what can be applied from outside and notes on the rest."""
+    applicable: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, value in settings.items():
+        why = NOCODE_UNSUPPORTED.get(f"{key}={value}") or NOCODE_UNSUPPORTED.get(key) \
+            or NOCODE_UNSUPPORTED.get(key.split(".", 1)[0])
+        if why is None and key not in SUPPORTED_SETTINGS:
+            why = "not a setting torchboost applies from outside"
+        if why is None:
+            applicable[key] = value
+        else:
+            notes.append(f"{key} = {value!r} needs the Booster in the training loop ({why}); not applied")
+    return applicable, notes
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
 
@@ -75,11 +92,9 @@ class Applier:
     """Installs the patches for ``settings``; ``uninstall`` restores everything."""
 
     def __init__(self, settings: dict[str, Any]):
-        unknown = [k for k in settings if k not in SUPPORTED_SETTINGS]
-        if settings.get("precision.mode") == "fp16":
-            unknown.append("precision.mode=fp16")
-        if unknown:
-            raise ValueError(f"cannot apply {', '.join(unknown)} to a script without the Booster")
+        _, refused = nocode_settings(settings)
+        if refused:
+            raise ValueError("; ".join(refused))
         self.settings = dict(settings)
         self._originals: list[tuple[Any, str, Any]] = []
         self._handles: list[Any] = []

@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Sequence
 
-from torchboost.observe.apply import Applier
+from torchboost.observe.apply import Applier, nocode_settings
 from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
@@ -37,7 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spec = ObserveSpec.read(argv[0])
     recorder = StepRecorder(spec)
-    applier = Applier(spec.apply).install() if spec.apply else None
+    # What only a Booster can apply (fp16, channels_last) reaches it through the trial
+    # channel instead; the rest is applied from outside.
+    applicable, _ = nocode_settings(spec.apply)
+    applier = Applier(applicable).install() if applicable else None
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0
     try:

@@ -135,7 +135,7 @@ def run_observed(
         spec.write(spec_path)
         argv = [sys.executable, "-u", "-m", "torchboost.observe.bootstrap", str(spec_path), "--", *target]
         env = None
-        if apply:
+        if apply is not None:  # a tuning trial, the baseline ({}) included
             settings_path = Path(tmp) / "trial-settings.json"
             write_trial_settings(settings_path, dict(apply))
             env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
