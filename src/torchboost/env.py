@@ -181,8 +181,9 @@ def measure_cpu_bf16_speedup(size: int = 512, repeats: int = 7) -> float:
     advertise bf16 instructions that its matmul kernels do not use. Takes ~0.1 s;
     measured once per process.
     """
-    a = torch.randn(size, size)
-    b = torch.randn(size, size)
+    g = torch.Generator().manual_seed(0)  # never the user's global random stream
+    a = torch.randn(size, size, generator=g)
+    b = torch.randn(size, size, generator=g)
     a16, b16 = a.bfloat16(), b.bfloat16()
 
     def median_s(x: torch.Tensor, y: torch.Tensor) -> float:
