@@ -299,3 +299,31 @@ def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch)
     assert torchboost.Booster(own, device="cpu", verbose=False).config == BoostConfig.off()
     monkeypatch.delenv(trial.TRIAL_SETTINGS_ENV)
     assert torchboost.Booster(own, device="cpu", verbose=False).config == own
+
+
+def test_a_sequential_schedule_still_drives_the_optimizer_after_prepare():
+    def run(boosted: bool) -> list[float]:
+        model, optimizer, loader = _setup("mlp")
+        schedule = torch.optim.lr_scheduler.SequentialLR(
+            optimizer,
+            [torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.01, total_iters=3),
+             torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=1)],
+            milestones=[3],
+        )
+        if boosted:
+            config = BoostConfig.off().replace(optimizer={"implementation": "fused"})
+            booster = torchboost.Booster(config, device="cpu", verbose=False)
+            model, optimizer, loader, schedule = booster.prepare(model, optimizer, loader, schedule)
+        lrs = []
+        for x, y in loader:
+            nn.CrossEntropyLoss()(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            schedule.step()
+            lrs.append(optimizer.param_groups[0]["lr"])
+        assert optimizer.param_groups[0]["fused"] is (True if boosted else None)
+        return lrs
+
+    plain = run(False)
+    assert plain[-1] == pytest.approx(0.05) and plain[0] < 0.05  # the warm-up really ramps
+    assert run(True) == plain

@@ -38,7 +38,7 @@ from torch.utils.data import IterableDataset
 from torchboost import trial as _trial
 from torchboost.techniques.compile import apply_compile
 from torchboost.techniques.cpu import apply_threads
-from torchboost.techniques.optimizer import FUSED_DEVICES, FOREACH_OPTIMIZERS
+from torchboost.techniques.optimizer import switch_implementation_in_place
 
 __all__ = ["Applier", "SUPPORTED_SETTINGS", "NOCODE_UNSUPPORTED", "nocode_settings"]
 
@@ -206,18 +206,10 @@ class Applier:
         if self._booster_in_charge() or optimizer.state:
             return
         implementation = self.settings["optimizer.implementation"]
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        device = params[0].device.type if params else "cpu"
-        cls = type(optimizer)
-        supported = (
-            implementation == "fused" and device in FUSED_DEVICES.get(cls, ())
-        ) or (implementation == "foreach" and cls in FOREACH_OPTIMIZERS)
-        if not supported:
+        try:
+            switched = switch_implementation_in_place(optimizer, implementation)
+        except ValueError as exc:  # this optimizer has no such kernel: leave it as the script built it
+            self.notes.append(f"{type(optimizer).__name__} kept as built: {exc}")
             return
-        flags = {"fused": implementation == "fused", "foreach": implementation == "foreach"}
-        if implementation == "fused":
-            flags["foreach"] = None
-        for group in optimizer.param_groups:
-            group.update(flags)
-        optimizer.defaults.update(flags)
-        self.notes.append(f"{cls.__name__} switched to {implementation}")
+        if switched:
+            self.notes.append(f"{type(optimizer).__name__} switched to {implementation}")

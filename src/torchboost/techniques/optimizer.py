@@ -23,6 +23,7 @@ __all__ = [
     "FUSED_DEVICES",
     "IMPLEMENTATIONS",
     "apply_optimizer_implementation",
+    "switch_implementation_in_place",
     "current_implementation",
     "resolve_optimizer",
 ]
@@ -126,31 +127,63 @@ def resolve_optimizer(
     return choice, why
 
 
-def apply_optimizer_implementation(
-    optimizer: torch.optim.Optimizer, implementation: str
-) -> torch.optim.Optimizer:
-    """The optimizer rebuilt with ``implementation`` ("default" returns ``optimizer`` itself).
-
-    The new optimizer has the same class, the same parameter groups (same parameters,
-    per-group hyperparameters) and the same state (``load_state_dict`` of the old one's
-    ``state_dict``); its state tensors are shared with the old optimizer, which must not
-    be stepped again. Anything bound to the old object (an LR scheduler, hooks) must be
-    bound to the new one: build schedulers after this call.
-    """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f'implementation: expected default | foreach | fused; got "{implementation}"')
-    if implementation == "default" or current_implementation(optimizer) == implementation:
-        return optimizer
+def _flags(optimizer: torch.optim.Optimizer, implementation: str) -> dict[str, bool | None]:
     cls = type(optimizer)
-    flags = {"foreach": implementation == "foreach", "fused": implementation == "fused"}
     if implementation == "fused" and cls not in FUSED_DEVICES:
         raise ValueError(f'{cls.__name__} has no fused implementation; use "foreach" or "auto"')
     if implementation == "foreach" and cls not in FOREACH_OPTIMIZERS:
         raise ValueError(f'{cls.__name__} has no foreach implementation; use "default" or "auto"')
+    flags: dict[str, bool | None] = {"foreach": implementation == "foreach", "fused": implementation == "fused"}
     if implementation == "fused":
         flags["foreach"] = None  # fused refuses foreach=False only in some versions; None is neutral
     init_names = set(inspect.signature(cls.__init__).parameters)
-    flags = {k: v for k, v in flags.items() if k in init_names}  # RMSprop & co. have no fused=
+    return {k: v for k, v in flags.items() if k in init_names}  # RMSprop & co. have no fused=
+
+
+def switch_implementation_in_place(optimizer: torch.optim.Optimizer, implementation: str) -> bool:
+    """Switch an optimizer that has not stepped yet to ``implementation`` by its group flags.
+
+    The optimizer reads ``foreach``/``fused`` from each group at every step, and with no
+    state yet there is nothing to convert, so the object itself is switched: schedulers
+    (chained or sequential ones too) and anything else bound to it stay bound. Returns
+    False, changing nothing, when the optimizer already has state.
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f'implementation: expected default | foreach | fused; got "{implementation}"')
+    if implementation == "default" or current_implementation(optimizer) == implementation:
+        return True
+    if optimizer.state:
+        return False
+    flags = _flags(optimizer, implementation)
+    blocker = _blocker(optimizer)
+    if blocker:
+        raise ValueError(f"cannot use {implementation}: {blocker}")
+    devices = {p.device.type for g in optimizer.param_groups for p in g["params"]}
+    if implementation == "fused" and not devices <= FUSED_DEVICES[type(optimizer)]:
+        raise ValueError(f"{type(optimizer).__name__} has no fused kernel on {', '.join(sorted(devices))}")
+    for group in optimizer.param_groups:
+        group.update(flags)
+    optimizer.defaults.update(flags)
+    return True
+
+
+def apply_optimizer_implementation(
+    optimizer: torch.optim.Optimizer, implementation: str
+) -> torch.optim.Optimizer:
+    """The optimizer with ``implementation`` ("default" returns ``optimizer`` itself).
+
+    An optimizer that has not stepped yet is switched in place (the same object comes
+    back). One with state is rebuilt: same class, the same parameter groups (same
+    parameters, per-group hyperparameters) and the same state (``load_state_dict`` of the
+    old one's ``state_dict``); its state tensors are shared with the old optimizer, which
+    must not be stepped again, and anything bound to the old object (an LR scheduler,
+    hooks) must be bound to the new one.
+    """
+    if switch_implementation_in_place(optimizer, implementation):
+        return optimizer
+    cls = type(optimizer)
+    flags = _flags(optimizer, implementation)
+    init_names = set(inspect.signature(cls.__init__).parameters)
     defaults = {k: v for k, v in optimizer.defaults.items() if k in init_names}
     defaults.update(flags)
     groups = []
