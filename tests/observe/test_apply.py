@@ -71,10 +71,15 @@ def test_bf16_runs_around_the_root_forward_from_the_second_call():
             seen.append(torch.is_autocast_enabled("cpu"))
             return self.inner(x)
 
+    from torch.nn.modules import module as nn_module
+
     model = Probe()
     applier = Applier({"precision.mode": "bf16"}).install()
     try:
+        assert nn_module._global_forward_pre_hooks  # watching for the root
         model(torch.randn(2, 8))
+        # Gone once the root is boosted: no per-call hook cost for the rest of the run.
+        assert not nn_module._global_forward_hooks and not nn_module._global_forward_pre_hooks
         out = model(torch.randn(2, 8))
     finally:
         applier.uninstall()

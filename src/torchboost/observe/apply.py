@@ -98,6 +98,7 @@ class Applier:
         self.settings = dict(settings)
         self._originals: list[tuple[Any, str, Any]] = []
         self._handles: list[Any] = []
+        self._forward_handles: list[Any] = []
         self._root: weakref.ref | None = None
         self._depth = 0
         self._boosters_before = _trial.boosters_prepared()
@@ -119,14 +120,19 @@ class Applier:
         if any(k.startswith("loader.") for k in s):
             self._patch(_dl.DataLoader, "__init__", self._wrap_loader_init)
         if s.get("precision.mode") in _AUTOCAST_DTYPES or s.get("compile.mode", "off") != "off":
-            self._handles.append(_nn_module.register_module_forward_pre_hook(self._on_forward_pre))
-            self._handles.append(_nn_module.register_module_forward_hook(self._on_forward_post))
+            # Global hooks send every module call through PyTorch's slower hook path: they
+            # are removed as soon as the root module has been found and boosted.
+            self._forward_handles = [
+                _nn_module.register_module_forward_pre_hook(self._on_forward_pre),
+                _nn_module.register_module_forward_hook(self._on_forward_post, always_call=True),
+            ]
         if s.get("optimizer.implementation", "default") not in ("default", "auto"):
             self._handles.append(_optim.register_optimizer_step_pre_hook(self._on_first_step))
         return self
 
     def uninstall(self) -> None:
         """Remove every patch and hook (the model keeps what was applied to it)."""
+        self._remove_forward_hooks()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -167,7 +173,14 @@ class Applier:
 
     # -- model ---------------------------------------------------------------------------
 
+    def _remove_forward_hooks(self) -> None:
+        for handle in self._forward_handles:
+            handle.remove()
+        self._forward_handles = []
+
     def _on_forward_pre(self, module: nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         self._depth += 1
         # The root is the first outermost module called to train: with gradients on and
         # parameters to train (not a data-labelling teacher under no_grad, not a loss).
@@ -176,10 +189,13 @@ class Applier:
             self._root = weakref.ref(module)
 
     def _on_forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
-        self._depth -= 1
+        if torch.compiler.is_compiling():
+            return
+        self._depth -= 1  # always_call: also after a forward that raised
         root = self._root() if self._root is not None else None
         if self._depth == 0 and root is module and "forward" not in module.__dict__:
             self._boost_root(module)
+            self._remove_forward_hooks()
 
     def _boost_root(self, module: nn.Module) -> None:
         s = self.settings
