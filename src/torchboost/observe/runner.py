@@ -13,6 +13,7 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -139,8 +140,10 @@ def run_observed(
             settings_path = Path(tmp) / "trial-settings.json"
             write_trial_settings(settings_path, dict(apply))
             env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
+        # A timed run (a tuning trial) gets a process group of its own, so a timeout ends
+        # the script's own children and compile workers too, not just the script.
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env=env)
+                                stderr=subprocess.PIPE, env=env, start_new_session=timeout_s is not None)
         tail: collections.deque[str] = collections.deque()
         relays = [threading.Thread(target=_relay, args=(proc.stderr, (lambda: sys.stderr) if echo else None, tail),
                                    daemon=True)]
@@ -155,11 +158,13 @@ def run_observed(
         except BaseException as exc:
             # Ctrl-C reaches the child too (same process group): give it a moment to
             # write what it saw; anything else of ours ends it at once.
+            if timeout_s is not None:
+                _kill(proc, group=True)  # its own group: Ctrl-C did not reach it
+                raise
             try:
                 proc.wait(timeout=10 if isinstance(exc, KeyboardInterrupt) else 0)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                _kill(proc, group=False)
             raise
         for relay in relays:
             relay.join(timeout=5)
@@ -186,8 +191,7 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
         except subprocess.TimeoutExpired:
             pass
         if deadline is not None and time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
+            _kill(proc, group=True)
             return True
         if on_progress is None:
             continue
@@ -198,6 +202,18 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
         if data != last:
             last = data
             on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of")))
+
+
+def _kill(proc: subprocess.Popen, *, group: bool) -> None:
+    """End the child (and, for a timed run, every process of its group) and reap it."""
+    if group and hasattr(os, "killpg"):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    else:
+        proc.kill()
+    proc.wait()
 
 
 def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]] | None, tail: collections.deque[str] | None) -> None:
