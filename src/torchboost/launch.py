@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.config import BoostConfig, ConfigError
+from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
 
 __all__ = ["add_arguments", "run", "main", "settings_from_config"]
 
@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchboost run: {note}", file=sys.stderr)
     applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
     print(f"torchboost run: applying {args.config}: {applied}", file=sys.stderr)
+    if Path(args.config).resolve() != Path(CONFIG_FILENAME).resolve():
+        print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
+              f"not {args.config}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
         settings_path = Path(tmp) / "settings.json"
         settings_path.write_text(json.dumps(settings), encoding="utf-8")

@@ -30,7 +30,8 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
     parser.add_argument("--budget", type=float, default=600.0, metavar="SECONDS",
                         help="stop starting trials after this long, keeping the best so far (default 600)")
     parser.add_argument("--run-steps", type=int, default=None, metavar="N",
-                        help="steps the real run will take, to amortise compile time (default: from the script)")
+                        help="steps the real run will take, to amortise compile time "
+                             "(default: one epoch of the script's DataLoader, when it has one)")
     # 30 measured steps: loader workers fill a queue of workers x prefetch_factor batches
     # ahead, and a window much longer than that queue keeps its draining out of the median.
     parser.add_argument("--steps-per-trial", type=int, default=30, metavar="N",
