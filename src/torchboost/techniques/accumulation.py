@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from torchboost.config import AccumulationConfig, ConfigError
-from torchboost.techniques.loader import map_tensors
+from torchboost.techniques.batches import map_tensors
 
 __all__ = [
     "Accumulator",

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchboost.techniques.loader import map_tensors
+from torchboost.techniques.batches import map_tensors
 
 __all__ = ["apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
 
