@@ -4,9 +4,10 @@
 
 For each workload this measures every combination of the no-code levers the tuner
 pulls (loader workers x intra-op threads, bf16 autocast, fused optimizer, torch.compile)
-with the tuner's own trial runner, keeps the combinations whose losses pass the tuner's
+with the tuner's own trial runner (each finished trial journalled, so a rerun resumes),
+keeps the combinations whose losses pass the tuner's
 parity check, and ranks them by the time of the planned run: compile seconds + run
-steps x median step. Then it runs `torchboost tune` on the same script and, last, the
+steps x time per step (the mean of the measured steps). Then it runs `torchboost tune` on the same script and, last, the
 tuner's pick against the grid's best in interleaved pairs (A B A B ...), so the final
 ratio compares runs made next to each other. The table gives both times and both
 wall-clock costs: the tuner should land within 5% of the grid's best for at most 10% of
@@ -33,6 +34,7 @@ from torchboost.env import probe
 from torchboost.launch import settings_from_config
 from torchboost.config import BoostConfig
 from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
+from torchboost.tune.journal import Journal
 from torchboost.tune.trial import run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
@@ -59,7 +61,7 @@ def _parity_ok(baseline: TrialResult, result: TrialResult, settings: dict[str, A
 
 
 def _run_time_s(result: TrialResult, run_steps: int) -> float:
-    return result.compile_s + run_steps * result.median_step_ms / 1e3
+    return result.compile_s + run_steps * result.ms_per_step / 1e3  # ms_per_step: mean, as throughput
 
 
 def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str]) -> tuple[dict, float]:
@@ -82,11 +84,21 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
         combos = grid_settings(probe().cpu_cores)
         start = time.monotonic()
         results: list[tuple[dict[str, Any], TrialResult]] = []
+        journal = Journal(Path(args.journal_dir) / f"grid-{name}.jsonl", resume=True)
+
+        def measure(settings: dict[str, Any], repeat: int) -> TrialResult:
+            # Every finished trial is journalled: a crash or Ctrl-C loses at most one.
+            recorded = journal.lookup(settings, repeat)
+            if recorded is None:
+                recorded = run_trial(command, settings, repeat, out_dir=tmp / "trial", **trial_steps)
+                journal.append(recorded)
+            return recorded
+
         for i, settings in enumerate(combos, 1):
-            result = run_trial(command, settings, 0, out_dir=tmp / "trial", **trial_steps)
+            result = measure(settings, 0)
             results.append((settings, result))
             console.print(f"  {name} grid {i}/{len(combos)}: {describe_settings(settings)}: "
-                          f"{result.median_step_ms:.2f} ms/step", highlight=False)
+                          f"{result.ms_per_step:.2f} ms/step", highlight=False)
         grid_s = time.monotonic() - start
         baseline = results[0][1]
         ranked = []
@@ -102,7 +114,7 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
         # Final interleaved pairs: tune's pick vs the grid's best, planned-run time each.
         ratios = []
         for repeat in range(1, args.pairs + 1):
-            a = run_trial(command, grid_best, repeat, out_dir=tmp / "trial", **trial_steps)
+            a = measure(grid_best, repeat)
             b = run_trial(command, tuned, repeat, out_dir=tmp / "trial", **trial_steps)
             ratios.append(_run_time_s(b, args.run_steps) / _run_time_s(a, args.run_steps))
         return {
@@ -131,11 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-budget", type=float, default=300.0)
     parser.add_argument("--pairs", type=int, default=3, help="final A/B pairs, tune's pick vs the grid's best")
     parser.add_argument("--out", default="grid.json")
+    parser.add_argument("--journal-dir", default="grid-journal",
+                        help="finished trials, one JSONL file per workload; a rerun reuses them")
     args = parser.parse_args(argv)
     console = Console()
     rows = [run_workload(name, args, console) for name in args.workloads.split(",")]
     Path(args.out).write_text(json.dumps(rows, indent=2), encoding="utf-8")
-    table = Table(title=f"Grid vs tune (planned run {args.run_steps} steps; time = compile + steps x median step)")
+    table = Table(title=f"Grid vs tune (planned run {args.run_steps} steps; time = compile + steps x time per step)")
     for col in ("workload", "grid best", "tune's pick", "tune / grid best (median of pairs)",
                 "grid: combos, wall s", "tune wall s", "tune time / grid time"):
         table.add_column(col)

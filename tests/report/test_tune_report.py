@@ -119,18 +119,18 @@ def test_report_json_has_the_documented_schema(written):
     assert report["schema_version"] == TUNE_SCHEMA_VERSION == 1 and report["kind"] == "tune"
     assert report["status"] == "tuned" and report["error"] is None
     assert report["speedup"] == pytest.approx(84 / 62)
-    assert report["before"] == {"median_step_ms": 84.0, "samples_per_s": pytest.approx(32e3 / 84)}
-    assert report["after"]["median_step_ms"] == pytest.approx(62.0)
+    assert report["before"] == {"ms_per_step": 84.0, "samples_per_s": pytest.approx(32e3 / 84)}
+    assert report["after"]["ms_per_step"] == pytest.approx(62.0)
     assert report["settings"] == {"loader.num_workers": 2, "loader.persistent_workers": True, "cpu.threads": 1}
     assert [w["label"] for w in report["waterfall"]] == ["baseline", "+ loader workers + CPU threads"]
     kept = report["waterfall"][1]
     assert kept["samples_per_s"] == pytest.approx(32e3 / 62) and kept["ratios"]
-    assert kept["step_ms_range"][0] <= kept["median_step_ms"] <= kept["step_ms_range"][1]
+    assert kept["step_ms_range"][0] <= kept["ms_per_step"] <= kept["step_ms_range"][1]
     statuses = {d["status"] for d in report["decisions"]}
     assert statuses == {"kept", "rejected", "incorrect", "failed"}
     for d in report["decisions"]:
         assert {"lever", "technique", "settings", "change", "status", "reason", "ratio", "ratios",
-                "median_step_ms", "break_even_steps", "break_even", "verdict"} <= set(d)
+                "ms_per_step", "break_even_steps", "break_even", "verdict"} <= set(d)
     compile_decision = next(d for d in report["decisions"] if d["lever"] == "compile")
     assert compile_decision["status"] == "rejected"
     assert compile_decision["break_even_steps"] == pytest.approx(30_000 / 6.2, rel=0.02)

@@ -20,7 +20,7 @@ _KEPT_COLOR = "#54a24b"
 
 
 def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
-    """Bars of median ms/step: the baseline, then each kept technique, with the A/B pair-ratio
+    """Bars of ms per step (mean of the measured steps): the baseline, then each kept technique, with the A/B pair-ratio
     spread as error bars and the speedup vs baseline written on each bar; PNG bytes.
 
     ``waterfall`` is report.json's list. matplotlib is drawn on a bare Agg figure here only.
@@ -36,22 +36,22 @@ def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
         return _png(fig)
     x = list(range(len(waterfall)))
     colors = [_BASELINE_COLOR] + [_KEPT_COLOR] * (len(waterfall) - 1)
-    ax.bar(x, [w["median_step_ms"] for w in waterfall], color=colors, width=0.6)
+    ax.bar(x, [w["ms_per_step"] for w in waterfall], color=colors, width=0.6)
     # Error bars only where pairs were measured: the baseline has no ratio to spread.
     kept = [(i, w) for i, w in enumerate(waterfall) if w["ratios"]]
     if kept:
-        ax.errorbar([i for i, _ in kept], [w["median_step_ms"] for _, w in kept],
+        ax.errorbar([i for i, _ in kept], [w["ms_per_step"] for _, w in kept],
                     # max(0, .): the range ends equal the median up to rounding
-                    yerr=[[max(0.0, w["median_step_ms"] - w["step_ms_range"][0]) for _, w in kept],
-                          [max(0.0, w["step_ms_range"][1] - w["median_step_ms"]) for _, w in kept]],
+                    yerr=[[max(0.0, w["ms_per_step"] - w["step_ms_range"][0]) for _, w in kept],
+                          [max(0.0, w["step_ms_range"][1] - w["ms_per_step"]) for _, w in kept]],
                     fmt="none", ecolor="#333333", capsize=6)
     for i, w in enumerate(waterfall):
-        ax.text(i, w["step_ms_range"][1], f"{w['median_step_ms']:.1f} ms\n{w['speedup']:.2f}x",
+        ax.text(i, w["step_ms_range"][1], f"{w['ms_per_step']:.1f} ms\n{w['speedup']:.2f}x",
                 ha="center", va="bottom", fontsize=9)
     ax.set_title(f"{waterfall[-1]['speedup']:.2f}x faster than the baseline", fontsize=10)
     ax.set_xticks(x)
     ax.set_xticklabels([_wrap(w["label"]) for w in waterfall], fontsize=8)
-    ax.set_ylabel("median ms / step (lower is faster)")
+    ax.set_ylabel("ms per step (lower is faster)")
     ax.set_ylim(0, max(w["step_ms_range"][1] for w in waterfall) * 1.3)
     ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)

@@ -40,7 +40,7 @@ def before_after(report: dict[str, Any]) -> str:
 
     def side(part: dict[str, Any]) -> str:
         rate = f" ({part['samples_per_s']:.0f} samples/s)" if part["samples_per_s"] else ""
-        return f"{fmt.ms(part['median_step_ms'])}/step{rate}"
+        return f"{fmt.ms(part['ms_per_step'])}/step{rate}"
 
     gain = "no faster: nothing was kept" if report["status"] == "unchanged" else f"{words.times(report['speedup'])} faster"
     return f"before {side(report['before'])}, after {side(report['after'])}: {gain}"
@@ -51,7 +51,7 @@ def _waterfall(report: dict[str, Any]) -> list[str]:
              "|---|---|---:|---:|---:|---:|"]
     for w in report["waterfall"]:
         spread = words.spread(w)
-        lines.append(f"| {_cell(w['label'])} | {_cell(w['change'])} | {w['median_step_ms']:.2f} | "
+        lines.append(f"| {_cell(w['label'])} | {_cell(w['change'])} | {w['ms_per_step']:.2f} | "
                      f"{_num(w['samples_per_s'], '.0f')} | {words.vs_baseline(w['speedup'])} | {spread} |")
     return lines
 
@@ -73,7 +73,7 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
     lines += [f"- **{_cell(line)}**" for line in report["precision"]]
     lines += ["", "## Waterfall: from your script as it is to the tuned configuration", ""]
     lines += _waterfall(report) if report["waterfall"] else ["No step was measured."]
-    lines += ["", "A ratio is the candidate's median step time over the configuration before it "
+    lines += ["", "A ratio is the candidate's time per step (mean of its measured steps) over the configuration before it "
               "(below 1 is faster); the spread is the largest minus the smallest of the A/B pair ratios "
               "that confirmed it.",
               "", "## Every candidate tried", ""]

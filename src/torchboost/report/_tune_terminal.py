@@ -38,8 +38,8 @@ def _headline(report: dict[str, Any]) -> Text:
     else:
         gain = (f"{words.times(report['speedup'])} faster", "bold green")
     return Text.assemble(
-        ("Before: ", "bold"), f"{fmt.ms(before['median_step_ms'])}/step{_rate(before)}",
-        ("  →  After: ", "bold"), f"{fmt.ms(after['median_step_ms'])}/step{_rate(after)}", "   ", gain,
+        ("Before: ", "bold"), f"{fmt.ms(before['ms_per_step'])}/step{_rate(before)}",
+        ("  →  After: ", "bold"), f"{fmt.ms(after['ms_per_step'])}/step{_rate(after)}", "   ", gain,
     )
 
 
@@ -58,7 +58,7 @@ def _waterfall_table(report: dict[str, Any]) -> Table:
     table.add_column("pair-ratio spread", justify="right")
     for w in report["waterfall"]:
         rate = "n/a" if w["samples_per_s"] is None else f"{w['samples_per_s']:.0f}"
-        table.add_row(Text(w["label"]), Text(_one_per_line(w["change"])), f"{w['median_step_ms']:.2f}", rate,
+        table.add_row(Text(w["label"]), Text(_one_per_line(w["change"])), f"{w['ms_per_step']:.2f}", rate,
                       Text(words.vs_baseline(w["speedup"]), style="bold" if w["ratios"] else ""),
                       Text(words.spread(w)))
     return table

@@ -15,20 +15,20 @@ is baseline step time / this step time (above 1 is faster)::
     status             str     "tuned" (a technique was kept) | "unchanged" (none was) |
                                "failed" (the baseline did not run; see error)
     error              str | null
-    before             {median_step_ms: float | null, samples_per_s: float | null}
-    after              {median_step_ms, samples_per_s}   the tuned configuration
-    speedup            float   before / after median step time
+    before             {ms_per_step: float | null, samples_per_s: float | null}
+    after              {ms_per_step, samples_per_s}   the tuned configuration
+    speedup            float   before / after time per step (mean of measured steps)
     samples_per_step   int | null   batch size, when the trials saw it
     settings           {dotted toml key: value}   what the tuned configuration changes
-    waterfall          [ {label, change, settings, median_step_ms, samples_per_s, speedup,
+    waterfall          [ {label, change, settings, ms_per_step, samples_per_s, speedup,
                           spread, ratios: [float], step_ms_range: [low, high]} ]
                        the baseline, then one entry per kept technique, in the order kept;
                        settings are cumulative; spread is max - min of the A/B pair ratios
                        that confirmed the step (0 for the baseline); step_ms_range is
-                       median_step_ms scaled by the smallest and largest of those ratios
+                       ms_per_step scaled by the smallest and largest of those ratios
                        over their median (the plot's error bar)
     decisions          [ {lever, technique, settings, change, status, reason, ratio,
-                          ratios, median_step_ms, break_even_steps, break_even, verdict} ]
+                          ratios, ms_per_step, break_even_steps, break_even, verdict} ]
                        every candidate in the order decided; status "kept" | "rejected" |
                        "incorrect" (loss parity failed) | "failed" (crashed) | "skipped"
                        (not worth trying); break_even_steps / break_even: for compile,
@@ -90,7 +90,7 @@ def _decision_entry(d: Decision, titles: dict[str, str], run_steps: int | None) 
         "reason": d.reason,
         "ratio": d.ratio,
         "ratios": list(d.ratios),
-        "median_step_ms": d.median_step_ms,
+        "ms_per_step": d.ms_per_step,
         "break_even_steps": d.break_even_steps,
     }
     entry["break_even"] = words.break_even(entry, run_steps)
@@ -100,18 +100,18 @@ def _decision_entry(d: Decision, titles: dict[str, str], run_steps: int | None) 
 
 def _waterfall_entry(step: WaterfallStep, kept: Decision | None, samples_per_step: int | None) -> dict[str, Any]:
     ratios = list(kept.ratios) if kept is not None else []
-    low = high = step.median_step_ms
+    low = high = step.ms_per_step
     if ratios:
         # The bar is the candidate's median time; its error bar spans the pair ratios.
         mid = statistics.median(ratios)
-        low = min(step.median_step_ms, step.median_step_ms * min(ratios) / mid)  # min/max: rounding
-        high = max(step.median_step_ms, step.median_step_ms * max(ratios) / mid)
+        low = min(step.ms_per_step, step.ms_per_step * min(ratios) / mid)  # min/max: rounding
+        high = max(step.ms_per_step, step.ms_per_step * max(ratios) / mid)
     return {
         "label": step.label,
         "change": describe_settings(kept.settings) if kept is not None else "your script as it is",
         "settings": dict(step.settings),
-        "median_step_ms": step.median_step_ms,
-        "samples_per_s": _samples_per_s(samples_per_step, step.median_step_ms),
+        "ms_per_step": step.ms_per_step,
+        "samples_per_s": _samples_per_s(samples_per_step, step.ms_per_step),
         "speedup": step.speedup,
         "spread": step.spread,
         "ratios": ratios,
@@ -174,8 +174,8 @@ def build_tune_report(run: TuneRun, *, config_path: Path | None = None) -> dict[
     waterfall = [_waterfall_entry(step, decision, per_step)
                  for step, decision in zip(outcome.waterfall, [None, *kept])]
     decisions = [_decision_entry(d, titles, run.run_steps) for d in outcome.decisions]
-    before_ms = outcome.waterfall[0].median_step_ms if outcome.waterfall else None
-    after_ms = outcome.waterfall[-1].median_step_ms if outcome.waterfall else None
+    before_ms = outcome.waterfall[0].ms_per_step if outcome.waterfall else None
+    after_ms = outcome.waterfall[-1].ms_per_step if outcome.waterfall else None
     reused = min(run.reused_trials, outcome.trials_run)
     trials = {"total": outcome.trials_run, "run": outcome.trials_run - reused, "reused": reused}
     status = "failed" if outcome.error is not None else ("tuned" if kept else "unchanged")
@@ -186,8 +186,8 @@ def build_tune_report(run: TuneRun, *, config_path: Path | None = None) -> dict[
         "command": list(run.facts.command) if run.facts is not None else [],
         "status": status,
         "error": outcome.error,
-        "before": {"median_step_ms": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},
-        "after": {"median_step_ms": after_ms, "samples_per_s": _samples_per_s(per_step, after_ms)},
+        "before": {"ms_per_step": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},
+        "after": {"ms_per_step": after_ms, "samples_per_s": _samples_per_s(per_step, after_ms)},
         "speedup": outcome.speedup,
         "samples_per_step": per_step,
         "settings": dict(outcome.settings),

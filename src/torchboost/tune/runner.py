@@ -84,8 +84,8 @@ def settings_to_config(settings: dict[str, Any]) -> BoostConfig:
 def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:
     """Comment lines for torchboost.toml: the command, and each kept technique's measured gain."""
     lines = [f"Tuned by torchboost for: {' '.join(command)}",
-             f"Baseline {outcome.baseline.median_step_ms:.2f} ms/step; tuned "
-             f"{outcome.waterfall[-1].median_step_ms:.2f} ms/step ({outcome.speedup:.2f}x)."]
+             f"Baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
+             f"{outcome.waterfall[-1].ms_per_step:.2f} ms/step ({outcome.speedup:.2f}x)."]
     kept = [d for d in outcome.decisions if d.status == "kept"]
     for d in kept:
         lines.append(f"kept {describe_settings(d.settings)}: {1 / d.ratio:.2f}x faster ({d.reason})")

@@ -39,7 +39,7 @@ class SearchOptions:
     budget_s: float = 600.0
     """Stop starting new trials after this many seconds; keep the best so far."""
     min_gain: float = 0.03
-    """A lever is kept only when it makes the median step at least this much faster."""
+    """A lever is kept only when it makes the step at least this much faster."""
     max_repeats: int = 3
     """Most fresh A/B pairs measured to confirm one lever (at least one always is)."""
     clear_pairs: int = 2
@@ -67,7 +67,7 @@ class Decision:
     ratio: float | None = None
     """Median step time of the candidate / incumbent (below 1 is faster)."""
     ratios: list[float] = field(default_factory=list)
-    median_step_ms: float | None = None
+    ms_per_step: float | None = None
     break_even_steps: float | None = None
 
 
@@ -77,8 +77,8 @@ class WaterfallStep:
 
     label: str
     settings: Settings
-    median_step_ms: float
-    """The baseline's median step divided by ``speedup``."""
+    ms_per_step: float
+    """The baseline's time per step divided by ``speedup``."""
     speedup: float
     """Over the baseline: the product of the kept levers' confirmed pair ratios. Each ratio
     compares runs made next to each other, so slow drift of the machine over the whole
@@ -102,7 +102,7 @@ class TuneOutcome:
 
     @property
     def speedup(self) -> float:
-        """Baseline median step over the final configuration's."""
+        """Baseline time per step over the final configuration's."""
         return self.waterfall[-1].speedup if self.waterfall else 1.0
 
 
@@ -177,7 +177,7 @@ def run_search(
                                  "fix that before tuning (no candidate can be checked against it)")
 
     incumbent: Settings = {}
-    incumbent_ms = baseline.median_step_ms
+    incumbent_ms = baseline.ms_per_step
     reference = baseline.losses
     """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
     held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
@@ -213,9 +213,9 @@ def run_search(
             verdict = _judge(lever, result, baseline, reference)
             if not verdict.ok:
                 decide(Decision(lever.id, change, "incorrect", verdict.detail,
-                                median_step_ms=result.median_step_ms))
+                                ms_per_step=result.ms_per_step))
                 continue
-            survivors.append((result.median_step_ms, change, result))
+            survivors.append((result.ms_per_step, change, result))
         if not survivors:
             continue
         best_ms, change, best = min(survivors, key=lambda item: item[0])
@@ -224,7 +224,7 @@ def run_search(
                 decide(Decision(lever.id, other, "rejected",
                                 f"{other_ms:.1f} ms/step in screening, against {best_ms:.1f} ms for "
                                 f"{describe_settings(change)}",
-                                ratio=other_ms / incumbent_ms, median_step_ms=other_ms))
+                                ratio=other_ms / incumbent_ms, ms_per_step=other_ms))
         candidate = {**incumbent, **change}
         # The screening ratio compares with an incumbent measured earlier; at least one
         # fresh pair, run back to back, must confirm it before anything is kept.
@@ -252,20 +252,20 @@ def run_search(
                 failure = f"incorrect when measured again: {verdict.detail}"
                 break
             pairs += 1
-            inc_times.append(a.median_step_ms)
-            cand_times.append(b.median_step_ms)
-            ratios.append(b.median_step_ms / a.median_step_ms)
+            inc_times.append(a.ms_per_step)
+            cand_times.append(b.ms_per_step)
+            ratios.append(b.ms_per_step / a.ms_per_step)
         if failure is not None or pairs == 0:
             status = "failed" if failure and failure.startswith("failed") else (
                 "incorrect" if failure and failure.startswith("incorrect") else "rejected")
             why = failure or "unconfirmed: the budget ran out before a confirming pair"
-            decide(Decision(lever.id, change, status, why, ratio=ratios[0], ratios=ratios, median_step_ms=best_ms))
+            decide(Decision(lever.id, change, status, why, ratio=ratios[0], ratios=ratios, ms_per_step=best_ms))
             if pairs == 0 and failure is None:
                 stopped = True
             continue
         ratio = statistics.median(ratios)
         cand_ms = statistics.median(cand_times)
-        decision = Decision(lever.id, change, "kept", "", ratio=ratio, ratios=ratios, median_step_ms=cand_ms)
+        decision = Decision(lever.id, change, "kept", "", ratio=ratio, ratios=ratios, ms_per_step=cand_ms)
         if ratio >= threshold:
             decision.status = "rejected"
             decision.reason = (
@@ -288,7 +288,7 @@ def run_search(
             reference = best.losses
             speedup = waterfall[-1].speedup / ratio
             waterfall.append(WaterfallStep(
-                f"+ {lever.title}", dict(candidate), baseline.median_step_ms / speedup, speedup,
+                f"+ {lever.title}", dict(candidate), baseline.ms_per_step / speedup, speedup,
                 max(ratios) - min(ratios),
             ))
         decide(decision)
