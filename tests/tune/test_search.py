@@ -214,3 +214,14 @@ def test_nothing_is_kept_on_the_screening_ratio_alone():
     # The clock runs out right after the screening trials: no pair can confirm.
     outcome = run_search(default_levers(), CPU2, FakeScript(), SearchOptions(budget_s=6), clock=lambda: next(ticks))
     assert all(d.status != "kept" or len(d.ratios) >= 2 for d in outcome.decisions)
+
+
+def test_levers_after_a_reordering_loader_change_are_held_to_the_new_order():
+    # Persistent workers reorder epochs after the first: the loss path moves (here 5% lower
+    # by the end) for the kept loader setting and every candidate built on it.
+    reordered = [x * (1.0 - 0.005 * i) for i, x in enumerate(BASE_LOSSES)]
+    losses = {("loader.num_workers", 2): reordered}
+    script = FakeScript(factors={("optimizer.implementation", "fused"): 0.8}, losses=losses)
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    assert outcome.settings["loader.num_workers"] == 2
+    assert outcome.settings["optimizer.implementation"] == "fused"
