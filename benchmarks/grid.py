@@ -39,15 +39,16 @@ from torchboost.tune.trial import run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 
-def grid_settings(cores: int, max_workers: int = 4) -> list[dict[str, Any]]:
+def grid_settings(cores: int, max_workers: int = 4, *, prefetch: bool = True,
+                  optimizers: tuple[str, ...] = ("default", "fused", "foreach")) -> list[dict[str, Any]]:
     """Every combination of the levers tune proposes on a CPU (the baseline is the empty one)."""
     hosts: list[dict[str, Any]] = [{}] + [{"cpu.threads": t} for t in sorted({1, cores // 2}) if 0 < t < cores]
     for workers in range(1, min(max_workers, cores) + 1):
         for threads in sorted({max(1, cores - workers), cores}):
             host = {"loader.num_workers": workers, "loader.persistent_workers": True, "cpu.threads": threads}
-            hosts += [host, {**host, "loader.prefetch_factor": 4}]
+            hosts += [host, {**host, "loader.prefetch_factor": 4}] if prefetch else [host]
     precisions = [{}, {"precision.mode": "bf16"}]
-    optimizers = [{}, {"optimizer.implementation": "fused"}, {"optimizer.implementation": "foreach"}]
+    optimizers = [{} if o == "default" else {"optimizer.implementation": o} for o in optimizers]
     compiles = [{}, {"compile.mode": "default"}]
     return [{**h, **p, **o, **c} for h, p, o, c in itertools.product(hosts, precisions, optimizers, compiles)]
 
@@ -81,7 +82,7 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
     trial_steps = dict(steps=args.steps_per_trial, warmup=args.warmup, timeout_s=600)
     with tempfile.TemporaryDirectory(prefix="torchboost-grid-") as tmp_name:
         tmp = Path(tmp_name)
-        combos = grid_settings(probe().cpu_cores)
+        combos = grid_settings(probe().cpu_cores, prefetch=args.prefetch, optimizers=tuple(args.optimizers.split(",")))
         start = time.monotonic()
         results: list[tuple[dict[str, Any], TrialResult]] = []
         journal = Journal(Path(args.journal_dir) / f"grid-{name}.jsonl", resume=True)
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-budget", type=float, default=300.0)
     parser.add_argument("--pairs", type=int, default=3, help="final A/B pairs, tune's pick vs the grid's best")
     parser.add_argument("--out", default="grid.json")
+    parser.add_argument("--no-prefetch", dest="prefetch", action="store_false",
+                        help="leave the prefetch_factor=4 variants out (halves the loader combinations)")
+    parser.add_argument("--optimizers", default="default,fused,foreach", help="optimizer kernels in the grid")
     parser.add_argument("--journal-dir", default="grid-journal",
                         help="finished trials, one JSONL file per workload; a rerun reuses them")
     args = parser.parse_args(argv)
