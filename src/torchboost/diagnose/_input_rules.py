@@ -70,7 +70,7 @@ def data_workers(facts: Facts, *, data_wait_pct: float = 20.0) -> Finding | None
     return Finding(
         id="data.workers",
         title=f"The step waits for data {v.share['data'] * 100:.0f}% of the time; "
-              f"load batches in {workers} worker processes",
+              f"load batches in {workers} worker process{'' if workers == 1 else 'es'}",
         evidence={
             "data_wait_pct": r(v.share["data"] * 100, 1),
             "data_ms_per_step": r(d),
