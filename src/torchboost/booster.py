@@ -37,7 +37,8 @@ from torchboost.env import Environment, probe
 from torchboost.prepared import BoostedOptimizer, BoostedScheduler
 from torchboost.resolve import ResolvedConfig, resolve
 from torchboost.trial import mark_booster_prepared, overlay, trial_settings
-from torchboost.techniques.accumulation import Accumulator, MicroBatcher
+from torchboost.techniques.accumulation import Accumulator
+from torchboost.techniques.microbatch import MicroBatcher
 from torchboost.techniques.compile import CompileStats, apply_compile
 from torchboost.techniques.cpu import apply_threads
 from torchboost.techniques.distributed import SingleProcess, make_distributed, unwrap_model

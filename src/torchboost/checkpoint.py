@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from torchboost._io import atomic_writer
-from torchboost.techniques.accumulation import batch_size_of
+from torchboost.techniques.microbatch import batch_size_of
 
 __all__ = [
     "CheckpointError",
