@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 
 import torch
@@ -93,6 +94,13 @@ def main() -> None:
         with open(out_path, "w", encoding="utf-8") as fh:
             json.dump(record, fh)
     dist.destroy_process_group()
+    # Everything is written. Freeing the DDP model now would deadlock now and then on
+    # torch 2.13: the gloo process group's destructor joins a worker thread that waits for
+    # the GIL to release this script's Python comm-hook future, while the destructor holds
+    # the GIL. So the process leaves without freeing it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
