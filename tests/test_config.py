@@ -36,6 +36,7 @@ BAD_VALUES = [
     (LoaderConfig, "persistent_workers", 1, ["loader.persistent_workers", "got 1"]),
     (LoaderConfig, "prefetch_factor", 0, ["loader.prefetch_factor", "integer >= 1"]),
     (LoaderConfig, "prefetch_factor", 2.5, ["loader.prefetch_factor", "2.5"]),
+    (LoaderConfig, "sharing_strategy", "shm", ["loader.sharing_strategy", "file_descriptor, file_system", '"shm"']),
     (OptimizerConfig, "implementation", "apex", ["optimizer.implementation", "foreach, fused"]),
     (MemoryConfig, "channels_last", "keep", ["memory.channels_last", "auto | true | false"]),
     (CpuConfig, "threads", 0, ["cpu.threads", "integer >= 1"]),

@@ -12,6 +12,7 @@ The configuration lives in one TOML file, ``torchboost.toml``::
     pin_memory = "auto"      # auto | keep | true | false
     persistent_workers = "auto"
     prefetch_factor = "auto" # auto | keep | int >= 1
+    sharing_strategy = "auto"  # auto | keep | file_descriptor | file_system
     [optimizer]
     implementation = "auto"  # auto | default | foreach | fused
     [memory]
@@ -141,6 +142,7 @@ class LoaderConfig:
     """DataLoader settings; ``keep`` leaves the user's value as it is."""
 
     section: ClassVar[str] = "loader"
+    SHARING: ClassVar[tuple[str, ...]] = ("auto", "keep", "file_descriptor", "file_system")
 
     num_workers: IntOrWord = AUTO
     """auto | keep | worker processes (>= 0). auto is bounded by cores and RAM and never
@@ -151,12 +153,16 @@ class LoaderConfig:
     """auto (on when there are workers) | keep | true | false."""
     prefetch_factor: IntOrWord = AUTO
     """auto | keep | batches prefetched per worker (>= 1)."""
+    sharing_strategy: str = AUTO
+    """auto (torch's default) | keep | file_descriptor | file_system: how workers hand
+    batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
 
     def __post_init__(self) -> None:
         _check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP))
         _check_bool_or_word("loader.pin_memory", self.pin_memory, (AUTO, KEEP))
         _check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
         _check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP))
+        _check_choice("loader.sharing_strategy", self.sharing_strategy, self.SHARING)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,7 +277,8 @@ class BoostConfig:
             precision=PrecisionConfig(mode="fp32"),
             compile=CompileConfig(mode="off"),
             loader=LoaderConfig(
-                num_workers=KEEP, pin_memory=KEEP, persistent_workers=KEEP, prefetch_factor=KEEP
+                num_workers=KEEP, pin_memory=KEEP, persistent_workers=KEEP, prefetch_factor=KEEP,
+                sharing_strategy=KEEP,
             ),
             optimizer=OptimizerConfig(implementation="default"),
             memory=MemoryConfig(channels_last=False),

@@ -19,7 +19,7 @@ from torchboost.config import BoostConfig
 from torchboost.env import Environment
 from torchboost.techniques.accumulation import ResolvedAccumulation, resolve_accumulation
 from torchboost.techniques.compile import resolve_compile
-from torchboost.techniques.loader import LoaderSettings, resolve_host
+from torchboost.techniques.loader import LOADER_FIELDS, LoaderSettings, resolve_host
 from torchboost.techniques.memory import resolve_channels_last
 from torchboost.techniques.optimizer import resolve_optimizer
 from torchboost.techniques.precision import resolve_precision
@@ -116,10 +116,11 @@ def resolve(
     loader_values = (
         dataclasses.asdict(settings)
         if settings is not None
-        else {k: "keep" for k in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")}
+        else {k: "keep" for k in LOADER_FIELDS}
     )
-    if loader_values.get("prefetch_factor") is None:
-        loader_values["prefetch_factor"] = "keep"
+    for key in ("prefetch_factor", "sharing_strategy"):
+        if loader_values.get(key) is None:
+            loader_values[key] = "keep"
     concrete = config.replace(
         precision={"mode": precision_mode},
         compile={"mode": compile_cfg.mode, "scope": compile_cfg.scope},

@@ -252,7 +252,7 @@ def test_small_cpu_box_gives_workers_the_cores(threads16):
     assert threads == 1, reasons["cpu.threads"]
     assert set(reasons) == {
         "loader.num_workers", "loader.pin_memory", "loader.persistent_workers",
-        "loader.prefetch_factor", "cpu.threads",
+        "loader.prefetch_factor", "loader.sharing_strategy", "cpu.threads",
     }
     assert "CPU" in reasons["loader.num_workers"] and "CUDA" in reasons["loader.pin_memory"]
 

@@ -7,7 +7,7 @@ one touches, and when:
 * ``cpu.threads`` and ``precision.mode = "tf32"``: process-wide switches, set at install;
 * ``loader.*``: ``DataLoader.__init__`` is wrapped so loaders over map-style datasets are
   built with the new values (an IterableDataset is left alone: more workers would each
-  yield the whole unsharded stream);
+  yield the whole unsharded stream); a sharing strategy wraps the ``worker_init_fn``;
 * ``precision.mode = "bf16"`` and ``compile.mode``: the root module (the first module
   with trainable parameters called, with gradients on, from outside any other forward)
   gets its ``forward`` compiled and/or run under
@@ -39,12 +39,14 @@ from torchboost import trial as _trial
 from torchboost.techniques.compile import apply_compile
 from torchboost.techniques.cpu import apply_threads
 from torchboost.techniques.optimizer import switch_implementation_in_place
+from torchboost.techniques.worker_ipc import with_sharing
 
 __all__ = ["Applier", "SUPPORTED_SETTINGS", "NOCODE_UNSUPPORTED", "nocode_settings"]
 
 SUPPORTED_SETTINGS = (
     "cpu.threads", "precision.mode", "compile.mode", "compile.scope", "loader.num_workers",
-    "loader.pin_memory", "loader.persistent_workers", "loader.prefetch_factor", "optimizer.implementation",
+    "loader.pin_memory", "loader.persistent_workers", "loader.prefetch_factor", "loader.sharing_strategy",
+    "optimizer.implementation",
 )
 """Settings this module can apply to a script that does not use the Booster."""
 
@@ -153,6 +155,7 @@ class Applier:
     def _wrap_loader_init(self, original: Callable) -> Callable:
         signature = inspect.signature(original)
         wanted = {k.split(".", 1)[1]: v for k, v in self.settings.items() if k.startswith("loader.")}
+        sharing = wanted.pop("sharing_strategy", None)
 
         @functools.wraps(original)
         def __init__(loader_self: Any, *args: Any, **kwargs: Any) -> None:
@@ -166,6 +169,8 @@ class Applier:
                 if workers == 0:
                     arguments["persistent_workers"] = False
                     arguments["prefetch_factor"] = None
+                elif sharing is not None:
+                    arguments["worker_init_fn"] = with_sharing(arguments.get("worker_init_fn"), sharing)
                 return original(loader_self, **arguments)
             return original(loader_self, *args, **kwargs)
 

@@ -25,9 +25,12 @@ from torchboost.env import Environment
 from torchboost.techniques.cpu import resolve_threads
 from torchboost.techniques.batches import DeviceLoader, map_tensors, move_to_device
 from torchboost.techniques.dataset_cost import CHEAP_BATCH_MS, measure_batch_load_ms
+from torchboost.techniques.worker_ipc import available as sharing_available
+from torchboost.techniques.worker_ipc import sharing_of, with_sharing
 
 __all__ = [
     "DeviceLoader",
+    "LOADER_FIELDS",
     "LoaderSettings",
     "auto_num_workers",
     "map_tensors",
@@ -37,6 +40,9 @@ __all__ = [
 ]
 
 GiB = 1024**3
+
+LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "sharing_strategy")
+"""The ``[loader]`` fields, in the order of :class:`LoaderSettings`."""
 
 WORKER_RAM_BYTES = 1 * GiB
 """RAM budgeted per loader worker, bytes: a forked worker touches (and so copies) the
@@ -64,6 +70,9 @@ class LoaderSettings:
     """Keep workers alive between epochs; only legal with num_workers > 0."""
     prefetch_factor: int | None
     """Batches loaded ahead per worker; None exactly when num_workers == 0."""
+    sharing_strategy: str | None = None
+    """How workers hand batches over (:mod:`~torchboost.techniques.worker_ipc`); None:
+    torch's default. Always None with 0 workers."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -75,6 +84,8 @@ class LoaderSettings:
             )
         if self.num_workers > 0 and (self.prefetch_factor is None or self.prefetch_factor < 1):
             raise ValueError(f"prefetch_factor must be >= 1 with workers; got {self.prefetch_factor}")
+        if self.num_workers == 0 and self.sharing_strategy is not None:
+            raise ValueError("a sharing strategy needs num_workers > 0: nothing crosses processes without workers")
 
     @classmethod
     def of(cls, loader: DataLoader) -> "LoaderSettings":
@@ -84,6 +95,7 @@ class LoaderSettings:
             pin_memory=bool(loader.pin_memory),
             persistent_workers=bool(loader.persistent_workers),
             prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+            sharing_strategy=sharing_of(loader.worker_init_fn) if loader.num_workers > 0 else None,
         )
 
 
@@ -154,9 +166,8 @@ def resolve_host(
     """Resolve the loader settings and the intra-op threads together (they share the cores).
 
     Returns (settings for :func:`rebuild_loader` or None when there is no DataLoader,
-    intra-op threads or None to keep torch's, reasons keyed "loader.num_workers",
-    "loader.pin_memory", "loader.persistent_workers", "loader.prefetch_factor",
-    "cpu.threads").
+    intra-op threads or None to keep torch's, reasons keyed by every ``loader.*`` field
+    and "cpu.threads").
     """
     device = torch.device(device)
     processes = _local_processes(env)
@@ -166,7 +177,7 @@ def resolve_host(
         why = "no DataLoader given" if loader is None else (
             f"{type(loader).__name__} is not a torch DataLoader; left as is"
         )
-        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+        for key in LOADER_FIELDS:
             reasons[f"loader.{key}"] = why
         workers = 0 if loader is None else int(getattr(loader, "num_workers", 0) or 0)
     elif type(loader) is not DataLoader:
@@ -175,7 +186,7 @@ def resolve_host(
             f"{type(loader).__name__} subclasses DataLoader with its own constructor, so it is "
             "not rebuilt; set its arguments yourself or pass a plain DataLoader"
         )
-        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor"):
+        for key in LOADER_FIELDS:
             reasons[f"loader.{key}"] = why
         workers = settings.num_workers
     else:
@@ -247,8 +258,10 @@ def _resolve_loader(
 
     persistent = _resolve_persistent(cfg.persistent_workers, current, workers, reasons)
     prefetch = _resolve_prefetch(cfg.prefetch_factor, current, workers, reasons)
+    sharing = _resolve_sharing(cfg.sharing_strategy, current, workers, reasons)
     return LoaderSettings(
-        num_workers=workers, pin_memory=pin, persistent_workers=persistent, prefetch_factor=prefetch
+        num_workers=workers, pin_memory=pin, persistent_workers=persistent, prefetch_factor=prefetch,
+        sharing_strategy=sharing,
     )
 
 
@@ -294,6 +307,27 @@ def _resolve_prefetch(
     return DEFAULT_PREFETCH
 
 
+def _resolve_sharing(value: str, current: LoaderSettings, workers: int, reasons: dict[str, str]) -> str | None:
+    key = "loader.sharing_strategy"
+    if workers == 0:
+        reasons[key] = "no workers: batches do not cross processes"
+        return None
+    if value == "keep":
+        reasons[key] = "keep: the loader's own value"
+        return current.sharing_strategy
+    if value == "auto":
+        reasons[key] = (
+            "torch's default; file_system hands batches over without a socket round trip per "
+            "tensor (faster with busy CPU workers), and `torchboost tune` measures it"
+        )
+        return current.sharing_strategy
+    if not sharing_available(value):
+        reasons[key] = f"{value} is not available on this platform; torch's default kept"
+        return current.sharing_strategy
+    reasons[key] = "set in config"
+    return value
+
+
 def _len_or_none(loader: DataLoader) -> int | None:
     if isinstance(loader.dataset, IterableDataset):
         return None
@@ -312,8 +346,8 @@ def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:
     """A DataLoader like ``loader`` with ``settings``; ``loader`` itself when nothing changes.
 
     The new loader shares the dataset, sampler (and so its generator and order),
-    batch_sampler, collate_fn, drop_last, generator, worker_init_fn, timeout,
-    multiprocessing_context and in_order, so it yields the same batches in the same order.
+    batch_sampler, collate_fn, drop_last, generator, worker_init_fn (wrapped to set the
+    sharing strategy first, when one is chosen), timeout, multiprocessing_context and in_order, so it yields the same batches in the same order.
     One exception, torch's own: a loader whose persistent_workers differs draws its
     workers' base seed from the generator (or the global RNG) only once instead of every
     epoch, so from the second epoch a shuffle continues from a different generator state
@@ -332,7 +366,7 @@ def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:
         dataset=loader.dataset,
         collate_fn=loader.collate_fn,
         timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
+        worker_init_fn=with_sharing(loader.worker_init_fn, settings.sharing_strategy),
         multiprocessing_context=loader.multiprocessing_context,
         generator=loader.generator,  # also seeds the workers' base seed, drawn per epoch
         num_workers=settings.num_workers,

@@ -35,6 +35,10 @@ class TuneContext:
     """The script calls Booster.prepare: every lever applies through it (fp16 too)."""
     max_workers: int = 4
     """Upper bound on loader workers to try."""
+    has_conv2d: bool = True
+    """The model has 2-D convolutions (channels_last can matter)."""
+    file_system_sharing: bool = True
+    """The platform offers torch's file_system sharing strategy for worker batches."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,15 @@ def _prefetch(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
     return [{"loader.prefetch_factor": 4}]
 
 
+def _sharing(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
+    # With busy CPU workers, torch's default hand-over (a file descriptor fetched over a
+    # socket from a worker thread that needs the worker's GIL) stalls the training loop;
+    # on 2 cores file_system measured 6-10% faster per step with 2 workers.
+    if int(incumbent.get("loader.num_workers", 0) or 0) == 0 or not ctx.file_system_sharing:
+        return []
+    return [{"loader.sharing_strategy": "file_system"}]
+
+
 def _pin(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
     return [{"loader.pin_memory": True}] if ctx.device == "cuda" and ctx.has_loader else []
 
@@ -108,7 +121,9 @@ def _optimizer(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
 
 
 def _channels_last(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
-    return [{"memory.channels_last": True}] if ctx.device == "cuda" and ctx.uses_booster else []
+    # Only through the Booster (the inputs are converted too), and on any device: on this
+    # 2-core CPU a small ResNet's fp32 step measured 14% faster in channels_last.
+    return [{"memory.channels_last": True}] if ctx.uses_booster and ctx.has_conv2d else []
 
 
 def default_levers() -> list[Lever]:
@@ -116,6 +131,8 @@ def default_levers() -> list[Lever]:
     return [
         Lever("host", "loader workers + CPU threads", EXACT, _host,
               ("data.workers", "threads.oversubscribed", "data.persistent_workers"),
+              fallback_parity=STATISTICAL),
+        Lever("sharing", "worker batch hand-over (file_system)", EXACT, _sharing, ("data.workers",),
               fallback_parity=STATISTICAL),
         Lever("precision", "lower precision (autocast)", REDUCED, _precision,
               ("precision.lower", "precision.slower_on_cpu")),

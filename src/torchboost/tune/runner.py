@@ -17,6 +17,7 @@ from torchboost.config import BoostConfig
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.runner import run_observed
+from torchboost.techniques.worker_ipc import available as sharing_available
 from torchboost.trial import overlay
 from torchboost.tune.journal import Journal
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
@@ -73,6 +74,8 @@ def context_from_facts(facts: Facts) -> TuneContext:
         has_loader=loader is not None,
         has_optimizer=facts.optimizer is not None,
         uses_booster=bool(getattr(facts, "uses_booster", False)),
+        has_conv2d=bool(facts.model and facts.model.has_conv2d and not facts.model.channels_last),
+        file_system_sharing=sharing_available("file_system"),
     )
 
 
