@@ -114,3 +114,34 @@ def test_cuda_started_by_our_probe_does_not_make_a_cpu_run_a_gpu_one(tmp_path, m
     # The twin: CUDA started by the script itself is a GPU run.
     other, _ = _recorder(tmp_path, steps=3, warmup=1)
     assert other._uses_cuda()
+
+
+def test_first_step_time_stays_in_the_warmup_when_the_optimizer_is_adopted(tmp_path):
+    # A model compiled before training (through a Booster) compiles in its first forward,
+    # which comes before the optimizer's first step: that time must reach the warm-up
+    # record the tuner weighs compile against, not vanish with the cut-in-two first step.
+    import torch
+
+    from torchboost.tune.trial import result_from_facts
+
+    rec, clock = _recorder(tmp_path, steps=3, warmup=2)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    clock.now = 5.0  # the script's own setup before training: not part of any step
+    rec.forward_begin(model, ())
+    clock.now += 0.5  # the first forward compiles for 500 ms
+    rec.backward_done()
+    for _ in range(6):
+        rec.optimizer_begin(optimizer)
+        clock.now += 0.010
+        try:
+            rec.optimizer_done(optimizer)
+        except StopObserving:
+            break
+        rec.forward_begin(model, ())
+    facts = rec.facts()
+    assert facts.step_source == "optimizer"
+    assert facts.warmup_step_ms[0] == pytest.approx(500.0)  # setup time excluded, compile kept
+    assert len(facts.steps) == 3
+    compile_s = result_from_facts(facts, {}, 0, exit_code=0).compile_s
+    assert compile_s == pytest.approx(0.49, abs=0.01)

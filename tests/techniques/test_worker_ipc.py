@@ -132,3 +132,14 @@ def test_booster_applies_the_strategy_from_its_config():
     got = items(prepared)
     assert got[:, 1].eq(1).all() and got[:, 2].eq(7).all()
     assert booster.resolved.config.loader.sharing_strategy == "file_system"
+
+
+def test_host_lever_moves_workers_and_their_hand_over_together():
+    host = next(lv for lv in default_levers() if lv.id == "host")
+    sharing = next(lv for lv in default_levers() if lv.id == "sharing")
+    proposed = host.propose({}, TuneContext(cpu_cores=2))
+    with_workers = [c for c in proposed if c.get("loader.num_workers")]
+    assert {c.get("loader.sharing_strategy") for c in with_workers} == {None, "file_system"}
+    assert len(with_workers) == 2 * len({(c["loader.num_workers"], c["cpu.threads"]) for c in with_workers})
+    assert not any("loader.sharing_strategy" in c for c in host.propose({}, TuneContext(cpu_cores=2, file_system_sharing=False)))
+    assert sharing.propose({"loader.num_workers": 2, "loader.sharing_strategy": "file_system"}, TuneContext()) == []

@@ -152,7 +152,9 @@ class Facts:
     steps_seen: int = 0
     """Step boundaries seen, warm-up included."""
     warmup_step_ms: list[float] = field(default_factory=list)
-    """Total time of each warm-up step (first-call and compile costs show here)."""
+    """Total time of each warm-up step (first-call and compile costs show here). When
+    steps are counted by the optimizer, the first entry is the first step's forward and
+    backward, up to its optimizer step, where a model compiled before training compiles."""
     warmup_losses: list[float] = field(default_factory=list)
     """Losses of the warm-up steps; with ``losses`` they give the run's losses from step 0."""
     uses_booster: bool = False

@@ -88,6 +88,7 @@ class StepRecorder:
         self._boundaries = 0  # steps completed since counting (re)started
         self._discard_next = False
         self._step_start = clock()
+        self._first_forward_at: float | None = None  # clock at the first outermost forward
         self._primary: Any = None  # weakref to the optimizer whose step ends a step
         self._losses: list[torch.Tensor] = []
         self._pending_loss: torch.Tensor | None = None
@@ -134,6 +135,8 @@ class StepRecorder:
 
     def forward_begin(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
         """An outermost module call starts."""
+        if self._first_forward_at is None:
+            self._first_forward_at = self.clock()
         entry = self._roots.get(id(module))
         if entry is None:
             self._roots[id(module)] = [weakref.ref(module), 1]
@@ -305,13 +308,17 @@ class StepRecorder:
         self.step_source = "optimizer"
         self._scaler = describe.find_grad_scaler(max_depth=16)
         if self._boundaries:
+            # The first step's forward and backward, up to this optimizer step, stay in the
+            # warm-up: a model compiled before training (a Booster's) compiles right there,
+            # and that time is what the tuner weighs against compile's gain.
+            first_ms = (self.clock() - self._first_forward_at) * 1000.0 if self._first_forward_at else 0.0
             self.profile.close()
             self.profile = ProfileWindow(self.spec.trace_path, warmup=self.spec.profile_warmup,
                                          active=self.spec.profile_active)
             self._boundaries = 0
             self.steps.clear()
             self._losses.clear()
-            self.warmup_ms.clear()
+            self.warmup_ms[:] = [first_ms] if first_ms > 0 else []
             self._warmup_losses.clear()
             self._discard_next = True
 
