@@ -2,8 +2,10 @@
 
     python benchmarks/grid.py --workloads vision,mlp [--run-steps 400] [--out grid.json]
 
-For each workload this measures every combination of the no-code levers the tuner
-pulls (loader workers x intra-op threads, bf16 autocast, fused optimizer, torch.compile)
+For each workload this measures every combination of the levers the tuner pulls
+(loader workers x intra-op threads x prefetch x batch hand-over, bf16 autocast, fused or
+foreach optimizer, torch.compile; with ``--booster``, the workload's Booster loop and
+channels_last for conv models)
 with the tuner's own trial runner (each finished trial journalled, so a rerun resumes),
 keeps the combinations whose losses pass the tuner's
 parity check, and ranks them by the time of the planned run: compile seconds + run
@@ -37,20 +39,31 @@ from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.journal import Journal
 from torchboost.tune.trial import run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.techniques.memory import has_conv2d
+from torchboost.workloads import REGISTRY
 
 
-def grid_settings(cores: int, max_workers: int = 4, *, prefetch: bool = True,
-                  optimizers: tuple[str, ...] = ("default", "fused", "foreach")) -> list[dict[str, Any]]:
+def grid_settings(cores: int, max_workers: int = 4, *, prefetch: bool = True, sharing: bool = True,
+                  optimizers: tuple[str, ...] = ("default", "fused", "foreach"),
+                  channels_last: bool = False) -> list[dict[str, Any]]:
     """Every combination of the levers tune proposes on a CPU (the baseline is the empty one)."""
     hosts: list[dict[str, Any]] = [{}] + [{"cpu.threads": t} for t in sorted({1, cores // 2}) if 0 < t < cores]
+    worker_options = [{}]
+    if prefetch:
+        worker_options = [{**w, **p} for w in worker_options for p in ({}, {"loader.prefetch_factor": 4})]
+    if sharing:
+        worker_options = [{**w, **s} for w in worker_options
+                          for s in ({}, {"loader.sharing_strategy": "file_system"})]
     for workers in range(1, min(max_workers, cores) + 1):
         for threads in sorted({max(1, cores - workers), cores}):
             host = {"loader.num_workers": workers, "loader.persistent_workers": True, "cpu.threads": threads}
-            hosts += [host, {**host, "loader.prefetch_factor": 4}] if prefetch else [host]
+            hosts += [{**host, **option} for option in worker_options]
     precisions = [{}, {"precision.mode": "bf16"}]
     optimizers = [{} if o == "default" else {"optimizer.implementation": o} for o in optimizers]
     compiles = [{}, {"compile.mode": "default"}]
-    return [{**h, **p, **o, **c} for h, p, o, c in itertools.product(hosts, precisions, optimizers, compiles)]
+    layouts = [{}, {"memory.channels_last": True}] if channels_last else [{}]
+    return [{**h, **p, **o, **c, **m}
+            for h, p, o, c, m in itertools.product(hosts, precisions, optimizers, compiles, layouts)]
 
 
 def _parity_ok(baseline: TrialResult, result: TrialResult, settings: dict[str, Any]) -> tuple[bool, str]:
@@ -65,27 +78,38 @@ def _run_time_s(result: TrialResult, run_steps: int) -> float:
     return result.compile_s + run_steps * result.ms_per_step / 1e3  # ms_per_step: mean, as throughput
 
 
-def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str]) -> tuple[dict, float]:
+def _settings_of(config: BoostConfig, booster: bool) -> dict[str, Any]:
+    if not booster:
+        return settings_from_config(config)[0]  # what can be applied from outside
+    off = BoostConfig.off().to_dict()  # a Booster script takes every concrete change
+    return {f"{section}.{key}": value for section, values in config.to_dict().items()
+            for key, value in values.items() if value not in (off[section][key], "keep")}
+
+
+def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str],
+          booster: bool) -> tuple[dict, float]:
     config = tmp / "tuned.toml"
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--out", str(tmp / "tune"), "--config",
                     str(config), "--budget", str(budget), "--run-steps", str(run_steps), *trial, "--",
                     *command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     elapsed = time.monotonic() - start
-    settings, _ = settings_from_config(BoostConfig.from_toml(config))
-    return settings, elapsed
+    return _settings_of(BoostConfig.from_toml(config), booster), elapsed
 
 
 def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
     """Grid, tune and the final A/B for one built-in workload."""
-    command = [sys.executable, "-m", f"torchboost.workloads.{name}", "--steps", str(args.run_steps)]
+    command = [sys.executable, "-m", f"torchboost.workloads.{name}", "--steps", str(args.run_steps),
+               *(["--booster"] if args.booster else [])]
+    conv = has_conv2d(REGISTRY[name].build("tiny").model)
     trial_steps = dict(steps=args.steps_per_trial, warmup=args.warmup, timeout_s=600)
     with tempfile.TemporaryDirectory(prefix="torchboost-grid-") as tmp_name:
         tmp = Path(tmp_name)
-        combos = grid_settings(probe().cpu_cores, prefetch=args.prefetch, optimizers=tuple(args.optimizers.split(",")))
+        combos = grid_settings(probe().cpu_cores, prefetch=args.prefetch, sharing=args.sharing,
+                               optimizers=tuple(args.optimizers.split(",")), channels_last=args.booster and conv)
         start = time.monotonic()
         results: list[tuple[dict[str, Any], TrialResult]] = []
-        journal = Journal(Path(args.journal_dir) / f"grid-{name}.jsonl", resume=True)
+        journal = Journal(Path(args.journal_dir) / f"grid-{name}{'-booster' if args.booster else ''}.jsonl", resume=True)
 
         def measure(settings: dict[str, Any], repeat: int) -> TrialResult:
             # Every finished trial is journalled: a crash or Ctrl-C loses at most one.
@@ -111,7 +135,8 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
         grid_best = ranked[0][1]
 
         tuned, tune_s = _tune(command[1:], args.run_steps, args.tune_budget, tmp,
-                              ["--steps-per-trial", str(args.steps_per_trial), "--warmup", str(args.warmup)])
+                              ["--steps-per-trial", str(args.steps_per_trial), "--warmup", str(args.warmup)],
+                              args.booster)
         # Final interleaved pairs: tune's pick vs the grid's best, planned-run time each.
         ratios = []
         for repeat in range(1, args.pairs + 1):
@@ -146,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="grid.json")
     parser.add_argument("--no-prefetch", dest="prefetch", action="store_false",
                         help="leave the prefetch_factor=4 variants out (halves the loader combinations)")
+    parser.add_argument("--no-sharing", dest="sharing", action="store_false",
+                        help="leave the file_system hand-over variants out")
     parser.add_argument("--optimizers", default="default,fused,foreach", help="optimizer kernels in the grid")
+    parser.add_argument("--booster", action="store_true",
+                        help="grid and tune the workloads' Booster loop (adds channels_last for conv models)")
     parser.add_argument("--journal-dir", default="grid-journal",
                         help="finished trials, one JSONL file per workload; a rerun reuses them")
     args = parser.parse_args(argv)

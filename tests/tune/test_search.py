@@ -225,3 +225,44 @@ def test_levers_after_a_reordering_loader_change_are_held_to_the_new_order():
     outcome = run_search(default_levers(), CPU2, script, SearchOptions())
     assert outcome.settings["loader.num_workers"] == 2
     assert outcome.settings["optimizer.implementation"] == "fused"
+
+
+def _two_lever_script(calls):
+    # One worker is loader-bound at 11.5 ms whatever the model does; a second worker only
+    # pays once channels_last has freed the training process's core (2 cores, 3 processes).
+    def measure(settings, repeat):
+        calls.append(dict(settings))
+        workers = settings.get("loader.num_workers", 0)
+        cl = settings.get("memory.channels_last", False)
+        threads = settings.get("cpu.threads", 2)
+        ms = {0: 17.0, 1: 11.5, 2: 10.0 if cl else 11.9}[workers] if threads == 1 else 18.0
+        if workers == 0 and cl:
+            ms = 16.9  # alone, too small a gain to keep
+        ms *= (1.0, 1.004, 0.996)[repeat % 3]
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 5, losses=list(BASE_LOSSES),
+                           samples_per_step=32)
+    return measure
+
+
+BOOSTER_CPU2 = TuneContext(device="cpu", cpu_cores=2, uses_booster=True, has_conv2d=True, file_system_sharing=False,
+                           can_compile=False)
+
+
+def test_interaction_pass_finds_two_levers_that_only_pay_together():
+    calls = []
+    outcome = run_search(default_levers(), BOOSTER_CPU2, _two_lever_script(calls), SearchOptions())
+    assert outcome.settings["loader.num_workers"] == 2 and outcome.settings["memory.channels_last"] is True
+    kept = [d for d in outcome.decisions if d.status == "kept"]
+    assert [d.lever for d in kept] == ["host", "interaction"]
+    assert kept[-1].settings == {"loader.num_workers": 2, "loader.persistent_workers": True, "cpu.threads": 1,
+                                 "memory.channels_last": True}
+    assert outcome.speedup == pytest.approx(18.0 / 10.0, rel=0.02)  # baseline: 2 threads, no workers
+
+
+def test_without_the_interaction_pass_one_lever_at_a_time_stays_at_one_worker():
+    # The twin: a margin of 0 admits no runner-up, and the search ends where the
+    # one-lever-at-a-time pass left it.
+    calls = []
+    outcome = run_search(default_levers(), BOOSTER_CPU2, _two_lever_script(calls), SearchOptions(interaction_margin=0.0))
+    assert outcome.settings["loader.num_workers"] == 1 and "memory.channels_last" not in outcome.settings
+    assert not any(d.lever == "interaction" for d in outcome.decisions)

@@ -63,7 +63,7 @@ from torchboost.report import _tune_text as words
 from torchboost.report.doctor import _finite
 from torchboost.tune.levers import default_levers
 from torchboost.tune.runner import TuneRun, toml_header
-from torchboost.tune.search import Decision, WaterfallStep
+from torchboost.tune.search import INTERACTION, INTERACTION_TITLE, Decision, WaterfallStep
 from torchboost.tune.trial_result import describe_settings
 
 __all__ = ["TUNE_SCHEMA_VERSION", "build_tune_report", "write_tune_report", "print_tune_report"]
@@ -167,7 +167,7 @@ def build_tune_report(run: TuneRun, *, config_path: Path | None = None) -> dict[
     from torchboost import __version__
 
     outcome = run.outcome
-    titles = {lever.id: lever.title for lever in default_levers()}
+    titles = {lever.id: lever.title for lever in default_levers()} | {INTERACTION: INTERACTION_TITLE}
     per_step = outcome.baseline.samples_per_step
     kept = [d for d in outcome.decisions if d.status == "kept"]
     # Every bar after the baseline comes from one kept decision, in the same order.

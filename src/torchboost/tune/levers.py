@@ -55,6 +55,9 @@ class Lever:
     """Doctor findings whose expected speedup ranks this lever."""
     is_compile: bool = False
     """Compile cost is amortised over the planned run before it is kept."""
+    coupled: bool = False
+    """Its candidates move several knobs together (workers and threads): its runners-up
+    are tried again with the levers not kept alone, in the interaction pass."""
     fallback_parity: str | None = None
     """A looser check when ``parity`` fails: loader workers seed their own random
     augmentations, so the same samples come out with other random draws."""
@@ -136,7 +139,7 @@ def default_levers() -> list[Lever]:
     return [
         Lever("host", "loader workers + CPU threads", EXACT, _host,
               ("data.workers", "threads.oversubscribed", "data.persistent_workers"),
-              fallback_parity=STATISTICAL),
+              coupled=True, fallback_parity=STATISTICAL),
         Lever("sharing", "worker batch hand-over (file_system)", EXACT, _sharing, ("data.workers",),
               fallback_parity=STATISTICAL),
         Lever("precision", "lower precision (autocast)", REDUCED, _precision,

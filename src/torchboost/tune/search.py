@@ -12,6 +12,10 @@ For each lever, largest expected gain first:
    ``clear_pairs`` consecutive ratios agree on the verdict or ``max_repeats`` run out;
 3. keep it when the median ratio beats ``min_gain``, and (for compile) when the compile
    time pays for itself over the planned run; otherwise revert.
+
+Last, an interaction pass: the runners-up of a coupled lever (loader workers x threads),
+each combined with the exact levers that were correct but not kept alone, screened and
+confirmed the same way. Two changes can pay only together.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from torchboost.tune.levers import Lever, TuneContext
-from torchboost.tune.parity import STATISTICAL, ParityVerdict, check_parity
+from torchboost.tune.parity import EXACT, STATISTICAL, ParityVerdict, check_parity
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
-__all__ = ["Decision", "SearchOptions", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even"]
+__all__ = ["Decision", "SearchOptions", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
+           "INTERACTION", "INTERACTION_TITLE"]
 
 Settings = dict[str, Any]
 Measure = Callable[[Settings, int], TrialResult]
@@ -51,6 +56,11 @@ class SearchOptions:
     first compile takes tens of seconds."""
     compile_max_gain: float = 0.5
     """The largest share of a step compile is assumed to save, for the pre-check."""
+    interaction_margin: float = 0.05
+    """A coupled lever's runner-up within this fraction of the kept choice's screening
+    time is tried again with the exact levers that were not kept on their own."""
+    interaction_hosts: int = 2
+    """At most this many runners-up per coupled lever in the interaction pass."""
 
 
 @dataclass
@@ -128,6 +138,40 @@ def _judge(lever: Lever, result: TrialResult, baseline: TrialResult, reference: 
     return verdict
 
 
+INTERACTION = "interaction"
+"""Id of the last pass's lever: a near-miss of a coupled lever with a near-miss of another."""
+INTERACTION_TITLE = "levers that pay together"
+
+
+def _interaction_lever(levers: list[Lever], decisions: list[Decision], screened: dict[str, list[tuple[float, Settings]]],
+                       incumbent: Settings, options: SearchOptions) -> Lever | None:
+    """Two changes that each gained nothing alone may gain together: on 2 cores a second
+    loader worker only pays once channels_last has freed the training process's core.
+    So the coupled levers' runners-up (within ``interaction_margin`` of the kept choice in
+    screening) are tried once more, each combined with every exact lever that was
+    correct but not kept. None when there is nothing to combine."""
+    by_id = {lever.id: lever for lever in levers}
+    kept = {d.lever: d.settings for d in decisions if d.status == "kept"}
+    near: list[Settings] = []
+    for lever_id, results in screened.items():
+        lever = by_id.get(lever_id)
+        if lever is None or not lever.coupled or lever_id not in kept or not results:
+            continue
+        best_ms = min(ms for ms, _ in results)
+        near += [change for ms, change in sorted(results, key=lambda item: item[0])
+                 if change != kept[lever_id] and change.keys() == kept[lever_id].keys()
+                 and ms <= best_ms * (1 + options.interaction_margin)][: options.interaction_hosts]
+    missed = [d.settings for d in decisions
+              if d.status == "rejected" and d.ratios and by_id.get(d.lever) is not None
+              and by_id[d.lever].parity == EXACT and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
+    proposals = [{**host, **other} for host in near for other in missed
+                 if not set(host) & set(other) and {**incumbent, **host, **other} != incumbent]
+    if not proposals:
+        return None
+    return Lever(INTERACTION, INTERACTION_TITLE, EXACT, lambda inc, ctx: proposals,
+                 fallback_parity=STATISTICAL)
+
+
 class _Runner:
     """Counts repeats per settings so each measurement has a stable (settings, repeat) key."""
 
@@ -185,23 +229,12 @@ def run_search(
     held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
     waterfall = [WaterfallStep("baseline", {}, incumbent_ms, 1.0, 0.0)]
     stopped = False
-    for lever in levers:
-        if run.out_of_budget():
-            stopped = True
-            break
-        proposals = lever.propose(incumbent, context)
-        if not proposals:
-            continue
-        if lever.is_compile and options.run_steps is not None:
-            most_saved_s = options.run_steps * incumbent_ms * options.compile_max_gain / 1e3
-            if most_saved_s < options.compile_min_s:
-                least_break_even = 1e3 * options.compile_min_s / (incumbent_ms * options.compile_max_gain)
-                decide(Decision(lever.id, proposals[0], "skipped",
-                                f"cannot pay off: {options.run_steps} steps x {incumbent_ms:.1f} ms save at most "
-                                f"{most_saved_s:.1f} s, and a compile costs at least {options.compile_min_s:.0f} s "
-                                f"(break-even at least {least_break_even:.0f} steps)",
-                                break_even_steps=least_break_even))
-                continue
+    screened: dict[str, list[tuple[float, Settings]]] = {}
+    """Per lever: the correct candidates' screening times, for the interaction pass."""
+
+    def pull(lever: Lever, proposals: list[Settings]) -> None:
+        # Screen the proposals, confirm the fastest against the incumbent, keep or revert.
+        nonlocal incumbent, incumbent_ms, reference, stopped
         survivors: list[tuple[float, Settings, TrialResult]] = []
         for change in proposals:
             if run.out_of_budget():
@@ -218,8 +251,9 @@ def run_search(
                                 ms_per_step=result.ms_per_step))
                 continue
             survivors.append((result.ms_per_step, change, result))
+        screened[lever.id] = [(ms, change) for ms, change, _ in survivors]
         if not survivors:
-            continue
+            return
         best_ms, change, best = min(survivors, key=lambda item: item[0])
         for other_ms, other, _ in survivors:
             if other is not change:
@@ -264,7 +298,7 @@ def run_search(
             decide(Decision(lever.id, change, status, why, ratio=ratios[0], ratios=ratios, ms_per_step=best_ms))
             if pairs == 0 and failure is None:
                 stopped = True
-            continue
+            return
         ratio = statistics.median(ratios)
         cand_ms = statistics.median(cand_times)
         decision = Decision(lever.id, change, "kept", "", ratio=ratio, ratios=ratios, ms_per_step=cand_ms)
@@ -294,5 +328,28 @@ def run_search(
                 max(ratios) - min(ratios),
             ))
         decide(decision)
+
+    for lever in levers:
+        if run.out_of_budget():
+            stopped = True
+            break
+        proposals = lever.propose(incumbent, context)
+        if not proposals:
+            continue
+        if lever.is_compile and options.run_steps is not None:
+            most_saved_s = options.run_steps * incumbent_ms * options.compile_max_gain / 1e3
+            if most_saved_s < options.compile_min_s:
+                least_break_even = 1e3 * options.compile_min_s / (incumbent_ms * options.compile_max_gain)
+                decide(Decision(lever.id, proposals[0], "skipped",
+                                f"cannot pay off: {options.run_steps} steps x {incumbent_ms:.1f} ms save at most "
+                                f"{most_saved_s:.1f} s, and a compile costs at least {options.compile_min_s:.0f} s "
+                                f"(break-even at least {least_break_even:.0f} steps)",
+                                break_even_steps=least_break_even))
+                continue
+        pull(lever, proposals)
+
+    interaction = _interaction_lever(levers, decisions, screened, incumbent, options)
+    if interaction is not None and not stopped and not run.out_of_budget():
+        pull(interaction, interaction.propose(incumbent, context))
     return TuneOutcome(baseline, incumbent, waterfall, decisions, run.trials, clock() - run.start,
                        stopped_by_budget=stopped)
