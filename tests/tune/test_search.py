@@ -228,14 +228,15 @@ def test_levers_after_a_reordering_loader_change_are_held_to_the_new_order():
 
 
 def _two_lever_script(calls):
-    # One worker is loader-bound at 11.5 ms whatever the model does; a second worker only
-    # pays once channels_last has freed the training process's core (2 cores, 3 processes).
+    # One worker is loader-bound at about 11.5 ms whatever the model does (channels_last
+    # gains 2% there: too little to keep); a second worker only pays once channels_last
+    # has freed the training process's core (2 cores, 3 processes).
     def measure(settings, repeat):
         calls.append(dict(settings))
         workers = settings.get("loader.num_workers", 0)
         cl = settings.get("memory.channels_last", False)
         threads = settings.get("cpu.threads", 2)
-        ms = {0: 17.0, 1: 11.5, 2: 10.0 if cl else 11.9}[workers] if threads == 1 else 18.0
+        ms = {0: 17.0, 1: 11.3 if cl else 11.5, 2: 10.0 if cl else 11.9}[workers] if threads == 1 else 18.0
         if workers == 0 and cl:
             ms = 16.9  # alone, too small a gain to keep
         ms *= (1.0, 1.004, 0.996)[repeat % 3]
@@ -257,6 +258,8 @@ def test_interaction_pass_finds_two_levers_that_only_pay_together():
     assert kept[-1].settings == {"loader.num_workers": 2, "loader.persistent_workers": True, "cpu.threads": 1,
                                  "memory.channels_last": True}
     assert outcome.speedup == pytest.approx(18.0 / 10.0, rel=0.02)  # baseline: 2 threads, no workers
+    # Only levers that gained a little alone are combined: the optimizer kernels (no gain) are not.
+    assert all("optimizer.implementation" not in d.settings for d in outcome.decisions if d.lever == "interaction")
 
 
 def test_without_the_interaction_pass_one_lever_at_a_time_stays_at_one_worker():

@@ -56,10 +56,11 @@ class SearchOptions:
     first compile takes tens of seconds."""
     compile_max_gain: float = 0.5
     """The largest share of a step compile is assumed to save, for the pre-check."""
-    interaction_margin: float = 0.05
+    interaction_margin: float = 0.2
     """A coupled lever's runner-up within this fraction of the kept choice's screening
-    time is tried again with the exact levers that were not kept on their own."""
-    interaction_hosts: int = 2
+    time (one trial each: noisy) is tried again with the exact levers that gained too
+    little to be kept on their own."""
+    interaction_hosts: int = 1
     """At most this many runners-up per coupled lever in the interaction pass."""
 
 
@@ -148,8 +149,9 @@ def _interaction_lever(levers: list[Lever], decisions: list[Decision], screened:
     """Two changes that each gained nothing alone may gain together: on 2 cores a second
     loader worker only pays once channels_last has freed the training process's core.
     So the coupled levers' runners-up (within ``interaction_margin`` of the kept choice in
-    screening) are tried once more, each combined with every exact lever that was
-    correct but not kept. None when there is nothing to combine."""
+    screening, same knobs) are tried once more, each combined with every exact lever that
+    was correct and faster in its pairs, but not by enough to be kept alone. None when
+    there is nothing to combine."""
     by_id = {lever.id: lever for lever in levers}
     kept = {d.lever: d.settings for d in decisions if d.status == "kept"}
     near: list[Settings] = []
@@ -162,8 +164,9 @@ def _interaction_lever(levers: list[Lever], decisions: list[Decision], screened:
                  if change != kept[lever_id] and change.keys() == kept[lever_id].keys()
                  and ms <= best_ms * (1 + options.interaction_margin)][: options.interaction_hosts]
     missed = [d.settings for d in decisions
-              if d.status == "rejected" and d.ratios and by_id.get(d.lever) is not None
-              and by_id[d.lever].parity == EXACT and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
+              if d.status == "rejected" and d.ratios and d.ratio is not None and d.ratio < 1.0
+              and by_id.get(d.lever) is not None and by_id[d.lever].parity == EXACT
+              and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
     proposals = [{**host, **other} for host in near for other in missed
                  if not set(host) & set(other) and {**incumbent, **host, **other} != incumbent]
     if not proposals:
