@@ -2,18 +2,17 @@
 
     python benchmarks/grid.py --workloads vision,mlp [--run-steps 400] [--out grid.json]
 
-For each workload this measures every combination of the levers the tuner pulls
-(loader workers x intra-op threads x prefetch x batch hand-over, bf16 autocast, fused or
-foreach optimizer, torch.compile; with ``--booster``, the workload's Booster loop and
-channels_last for conv models)
-with the tuner's own trial runner (each finished trial journalled, so a rerun resumes),
-keeps the combinations whose losses pass the tuner's
-parity check, and ranks them by the time of the planned run: compile seconds + run
-steps x time per step (the mean of the measured steps). Then it runs `torchboost tune` on the same script and, last, the
-tuner's pick against the grid's best in interleaved pairs (A B A B ...), so the final
-ratio compares runs made next to each other. The table gives both times and both
-wall-clock costs: the tuner should land within 5% of the grid's best for at most 10% of
-the grid's time.
+For each workload this first runs `torchboost tune` on the script, then measures every
+combination of the levers the tuner pulls (loader workers x intra-op threads x prefetch x
+batch hand-over, bf16 autocast, fused or foreach optimizer, torch.compile; with
+``--booster``, the workload's Booster loop and channels_last for conv models) with the
+tuner's own trial runner and the trial length tune chose (each finished trial journalled,
+so a rerun resumes). It keeps the combinations whose losses pass the tuner's parity
+check and ranks them by the time of the planned run: compile seconds + run steps x time
+per step (the mean of the measured steps). Last, the tuner's pick against the grid's
+best in interleaved pairs (A B A B ...), so the final ratio compares runs made next to
+each other. The table gives both times and both wall-clock costs: the tuner should land
+within 5% of the grid's best for at most 10% of the grid's time.
 """
 
 from __future__ import annotations
@@ -87,14 +86,16 @@ def _settings_of(config: BoostConfig, booster: bool) -> dict[str, Any]:
 
 
 def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str],
-          booster: bool) -> tuple[dict, float]:
+          booster: bool) -> tuple[dict, float, int]:
+    """Tune's pick, its wall time and the measured steps per trial it chose."""
     config = tmp / "tuned.toml"
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--out", str(tmp / "tune"), "--config",
                     str(config), "--budget", str(budget), "--run-steps", str(run_steps), *trial, "--",
                     *command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     elapsed = time.monotonic() - start
-    return _settings_of(BoostConfig.from_toml(config), booster), elapsed
+    steps = json.loads((tmp / "tune" / "outcome.json").read_text(encoding="utf-8"))["steps_per_trial"]
+    return _settings_of(BoostConfig.from_toml(config), booster), elapsed, int(steps)
 
 
 def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -102,14 +103,20 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
     command = [sys.executable, "-m", f"torchboost.workloads.{name}", "--steps", str(args.run_steps),
                *(["--booster"] if args.booster else [])]
     conv = has_conv2d(REGISTRY[name].build("tiny").model)
-    trial_steps = dict(steps=args.steps_per_trial, warmup=args.warmup, timeout_s=600)
     with tempfile.TemporaryDirectory(prefix="torchboost-grid-") as tmp_name:
         tmp = Path(tmp_name)
+        # Tune first: the grid then measures every combination with the trial length tune
+        # chose for this script (its "auto"), so both rank by the same kind of run.
+        tuned, tune_s, steps = _tune(command[1:], args.run_steps, args.tune_budget, tmp,
+                                     ["--steps-per-trial", args.steps_per_trial, "--warmup", str(args.warmup)],
+                                     args.booster)
+        trial_steps = dict(steps=steps, warmup=args.warmup, timeout_s=600)
         combos = grid_settings(probe().cpu_cores, prefetch=args.prefetch, sharing=args.sharing,
                                optimizers=tuple(args.optimizers.split(",")), channels_last=args.booster and conv)
         start = time.monotonic()
         results: list[tuple[dict[str, Any], TrialResult]] = []
-        journal = Journal(Path(args.journal_dir) / f"grid-{name}{'-booster' if args.booster else ''}.jsonl", resume=True)
+        journal_name = f"grid-{name}{'-booster' if args.booster else ''}-{steps}steps.jsonl"
+        journal = Journal(Path(args.journal_dir) / journal_name, resume=True)
 
         def measure(settings: dict[str, Any], repeat: int) -> TrialResult:
             # Every finished trial is journalled: a crash or Ctrl-C loses at most one.
@@ -134,9 +141,6 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
         ranked.sort(key=lambda item: item[0])
         grid_best = ranked[0][1]
 
-        tuned, tune_s = _tune(command[1:], args.run_steps, args.tune_budget, tmp,
-                              ["--steps-per-trial", str(args.steps_per_trial), "--warmup", str(args.warmup)],
-                              args.booster)
         # Final interleaved pairs: tune's pick vs the grid's best, planned-run time each.
         ratios = []
         for repeat in range(1, args.pairs + 1):
@@ -147,6 +151,7 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
             "workload": name,
             "run_steps": args.run_steps,
             "combinations": len(combos),
+            "steps_per_trial": steps,
             "correct_combinations": len(ranked),
             "grid_seconds": grid_s,
             "grid_best": grid_best,
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="vision,mlp")
     parser.add_argument("--run-steps", type=int, default=400, help="planned run length (compile amortised)")
-    parser.add_argument("--steps-per-trial", type=int, default=30)
+    parser.add_argument("--steps-per-trial", default="auto", help="measured steps per trial (default: tune's auto)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--tune-budget", type=float, default=300.0)
     parser.add_argument("--pairs", type=int, default=3, help="final A/B pairs, tune's pick vs the grid's best")

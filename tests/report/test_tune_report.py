@@ -72,7 +72,7 @@ def _findings() -> list[Finding]:
 def _tune_run(script: FakeScript, run_steps: int | None, reused: int = 0, **search) -> TuneRun:
     outcome = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=run_steps, **search))
     return TuneRun(facts=_facts(), findings=_findings(), outcome=outcome, config=settings_to_config(outcome.settings),
-                   run_steps=run_steps, reused_trials=reused)
+                   run_steps=run_steps, reused_trials=reused, steps_per_trial=60)
 
 
 def mixed_run() -> TuneRun:
@@ -137,7 +137,9 @@ def test_report_json_has_the_documented_schema(written):
     assert compile_decision["break_even"] == "after 4,839 steps (the run has 500 steps)"
     assert report["precision"] == ["bf16 was 1.8x slower here: rejected"]
     assert [f["id"] for f in report["findings"]] == ["data.workers", "precision.slower_on_cpu"]
-    assert report["trials"] == {"total": run.outcome.trials_run, "run": run.outcome.trials_run - 4, "reused": 4}
+    assert report["trials"] == {"total": run.outcome.trials_run, "run": run.outcome.trials_run - 4, "reused": 4,
+                                "steps": 60}
+    assert "60 measured steps each" in " ".join(report["notes"])
     assert report["run_steps"] == 500 and report["stopped_by_budget"] is False
     assert report["config"] == {"path": str(config_path), "toml": config_path.read_text(encoding="utf-8")}
     assert report["command"][-1] == HOSTILE

@@ -269,3 +269,14 @@ def test_without_the_interaction_pass_one_lever_at_a_time_stays_at_one_worker():
     outcome = run_search(default_levers(), BOOSTER_CPU2, _two_lever_script(calls), SearchOptions(interaction_margin=0.0))
     assert outcome.settings["loader.num_workers"] == 1 and "memory.channels_last" not in outcome.settings
     assert not any(d.lever == "interaction" for d in outcome.decisions)
+
+
+def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
+    from torchboost.tune.runner import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, TRIAL_WINDOW_S, auto_trial_steps
+
+    assert auto_trial_steps(2.0) == math.ceil(TRIAL_WINDOW_S * 1e3 / 2.0)  # 2 ms steps: 750 of them
+    assert auto_trial_steps(0.01) == MAX_TRIAL_STEPS
+    assert auto_trial_steps(500.0) == MIN_TRIAL_STEPS  # slow steps: never fewer than the floor
+    assert auto_trial_steps(None) == MIN_TRIAL_STEPS
+    assert auto_trial_steps(1.0, planned_steps=400, warmup=5) == 395  # no more than the script runs
+    assert auto_trial_steps(1.0, planned_steps=10, warmup=5) == MIN_TRIAL_STEPS

@@ -37,8 +37,9 @@ is baseline step time / this step time (above 1 is faster)::
                        in words ("bf16 was 1.8x slower here: rejected")
     precision          [str]   the verdict line of each reduced-precision candidate
     findings           [ {id, title, severity, expected_speedup} ]   the doctor's, ranked
-    trials             {total, run, reused}   measurements the search used; run in a fresh
-                       process this time, or reused from the journal (--resume)
+    trials             {total, run, reused, steps}   measurements the search used; run in a
+                       fresh process this time, or reused from the journal (--resume);
+                       steps: measured steps per trial (null when not recorded)
     run_steps          int | null   planned length of the real run (compile amortisation)
     stopped_by_budget  bool    the time budget ended the search before every lever was tried
     elapsed_s          float   seconds the search took
@@ -125,7 +126,8 @@ def _notes(run: TuneRun, trials: dict[str, int]) -> list[str]:
         "Each technique was tried on top of those kept before it, measured against them in "
         "alternating pairs (A B A B), and kept only when its median ratio beat the noise "
         "margin and its losses matched the baseline's (same seed, same data).",
-        f"{trials['total']} trials: {trials['run']} run now, {trials['reused']} reused from the journal.",
+        f"{trials['total']} trials: {trials['run']} run now, {trials['reused']} reused from the journal"
+        + (f"; {trials['steps']} measured steps each, after the warm-up." if trials.get("steps") else "."),
     ]
     if run.run_steps:
         notes.append(f"Planned run: {words.steps(run.run_steps)}; torch.compile is kept only if its "
@@ -177,7 +179,8 @@ def build_tune_report(run: TuneRun, *, config_path: Path | None = None) -> dict[
     before_ms = outcome.waterfall[0].ms_per_step if outcome.waterfall else None
     after_ms = outcome.waterfall[-1].ms_per_step if outcome.waterfall else None
     reused = min(run.reused_trials, outcome.trials_run)
-    trials = {"total": outcome.trials_run, "run": outcome.trials_run - reused, "reused": reused}
+    trials = {"total": outcome.trials_run, "run": outcome.trials_run - reused, "reused": reused,
+              "steps": run.steps_per_trial}
     status = "failed" if outcome.error is not None else ("tuned" if kept else "unchanged")
     return _finite({
         "schema_version": TUNE_SCHEMA_VERSION,

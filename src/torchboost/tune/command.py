@@ -17,11 +17,20 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.observe.runner import UsageError, parse_command
-from torchboost.tune.runner import TuneOptions, TuneRun, tune_script
+from torchboost.tune.runner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script
 from torchboost.tune.search import Decision
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]
+
+
+def _steps_or_auto(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
 
 
 def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> None:
@@ -32,10 +41,9 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
     parser.add_argument("--run-steps", type=int, default=None, metavar="N",
                         help="steps the real run will take, to amortise compile time "
                              "(default: one epoch of the script's DataLoader, when it has one)")
-    # 30 measured steps: loader workers fill a queue of workers x prefetch_factor batches
-    # ahead, and a window much longer than that queue keeps its draining out of the median.
-    parser.add_argument("--steps-per-trial", type=int, default=30, metavar="N",
-                        help="measured steps per trial, after warm-up (default 30)")
+    parser.add_argument("--steps-per-trial", type=_steps_or_auto, default=None, metavar="N|auto",
+                        help="measured steps per trial, after warm-up (default auto: about "
+                             f"{TRIAL_WINDOW_S:g} s of the script's steps, at least {MIN_TRIAL_STEPS})")
     parser.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up steps per trial (default 5)")
     parser.add_argument("--resume", action="store_true", help="reuse the finished trials in DIR/journal.jsonl")
 
@@ -50,7 +58,7 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
     """TuneOptions from parsed arguments; raises UsageError for values out of range."""
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, got {args.budget}")
-    if args.steps_per_trial < 3:
+    if args.steps_per_trial is not None and args.steps_per_trial < 3:
         raise UsageError(f"--steps-per-trial must be at least 3, got {args.steps_per_trial}")
     if args.warmup < 1:
         raise UsageError(f"--warmup must be at least 1, got {args.warmup}")

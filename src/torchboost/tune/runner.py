@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,7 +27,8 @@ from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_sea
 from torchboost.tune.trial import run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
-__all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header"]
+__all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header",
+           "auto_trial_steps", "MIN_TRIAL_STEPS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S"]
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,8 @@ class TuneOptions:
     budget_s: float = 600.0
     run_steps: int | None = None
     """Planned length of the real run in steps (compile amortisation); None: from the script."""
-    steps_per_trial: int = 30
-    """Measured steps per trial: many more than a loader's prefetch queue, whose draining
-    would otherwise pass for speed."""
+    steps_per_trial: int | None = None
+    """Measured steps per trial; None: :func:`auto_trial_steps` from the doctor's step time."""
     warmup: int = 5
     resume: bool = False
     trial_timeout_s: float = 300.0
@@ -57,6 +59,28 @@ class TuneRun:
     config: BoostConfig
     run_steps: int | None
     reused_trials: int
+    steps_per_trial: int | None = None
+    """Measured steps each trial ran (chosen from the doctor's step time unless given)."""
+
+
+MIN_TRIAL_STEPS = 30
+"""Fewest measured steps per trial: many more than a loader's prefetch queue, whose
+draining would otherwise pass for speed."""
+MAX_TRIAL_STEPS = 1000
+TRIAL_WINDOW_S = 1.5
+"""Measured time per trial that ``auto`` aims at, at the baseline's speed: 30 steps of
+1 ms are 30 ms, where a single hiccup of the machine moves the mean by 10%."""
+
+
+def auto_trial_steps(step_ms: float | None, *, planned_steps: int | None = None, warmup: int = 5) -> int:
+    """Measured steps per trial: about ``TRIAL_WINDOW_S`` of the baseline's steps, at least
+    ``MIN_TRIAL_STEPS``, at most ``MAX_TRIAL_STEPS`` and what the script runs after warm-up."""
+    if not step_ms or step_ms <= 0 or not math.isfinite(step_ms):
+        return MIN_TRIAL_STEPS
+    steps = min(MAX_TRIAL_STEPS, max(MIN_TRIAL_STEPS, math.ceil(TRIAL_WINDOW_S * 1e3 / step_ms)))
+    if planned_steps is not None:
+        steps = max(MIN_TRIAL_STEPS, min(steps, planned_steps - warmup))
+    return steps
 
 
 def context_from_facts(facts: Facts) -> TuneContext:
@@ -122,7 +146,7 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> Facts | None:
     facts_path = doctor_dir / "facts.json"
     if options.resume and facts_path.is_file():
         return Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8")))
-    observed = run_observed(command, steps=options.steps_per_trial, warmup=options.warmup,
+    observed = run_observed(command, steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
                             out_dir=doctor_dir, echo=False)
     return observed.facts
 
@@ -145,6 +169,11 @@ def tune_script(
     run_steps = options.run_steps
     if run_steps is None and facts is not None:
         run_steps = facts.planned_steps
+    if options.steps_per_trial is None:
+        step_ms = statistics.fmean(s.total_ms for s in facts.steps) if facts is not None and facts.steps else None
+        planned = facts.planned_steps if facts is not None else None
+        options = dataclasses.replace(options, steps_per_trial=auto_trial_steps(
+            step_ms, planned_steps=planned, warmup=options.warmup))
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume)
     search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
                                    max_repeats=options.max_repeats, run_steps=run_steps)
@@ -159,6 +188,7 @@ def tune_script(
         "settings": outcome.settings,
         "speedup": outcome.speedup,
         "trials_run": outcome.trials_run,
+        "steps_per_trial": options.steps_per_trial,
         "reused_trials": journal.reused,
         "error": outcome.error,
         "decisions": [dataclasses.asdict(d) for d in outcome.decisions],
@@ -166,4 +196,4 @@ def tune_script(
     }
     atomic_write_bytes(options.out_dir / "outcome.json", json.dumps(summary, indent=2, default=str).encode())
     return TuneRun(facts=facts, findings=findings, outcome=outcome, config=config, run_steps=run_steps,
-                   reused_trials=journal.reused)
+                   reused_trials=journal.reused, steps_per_trial=options.steps_per_trial)
