@@ -280,3 +280,17 @@ def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
     assert auto_trial_steps(None) == MIN_TRIAL_STEPS
     assert auto_trial_steps(1.0, planned_steps=400, warmup=5) == 395  # no more than the script runs
     assert auto_trial_steps(1.0, planned_steps=10, warmup=5) == MIN_TRIAL_STEPS
+
+
+def test_steps_per_trial_option_takes_auto_or_a_number():
+    import argparse
+
+    from torchboost.tune.command import add_arguments, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert options_from_args(parser.parse_args([]), config="t.toml").steps_per_trial is None
+    assert options_from_args(parser.parse_args(["--steps-per-trial", "auto"]), config="t.toml").steps_per_trial is None
+    assert options_from_args(parser.parse_args(["--steps-per-trial", "50"]), config="t.toml").steps_per_trial == 50
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--steps-per-trial", "many"])

@@ -64,6 +64,10 @@ class ObservedRun:
     """Training steps the child saw, warm-up included (0: it never trained)."""
 
 
+_DRAIN_S = 0.25
+"""Seconds to let the relays copy what an exited child left in its pipes."""
+
+
 def parse_command(command: Sequence[str]) -> list[str]:
     """The bootstrap target for a user's command: ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``.
 
@@ -166,8 +170,11 @@ def run_observed(
             except subprocess.TimeoutExpired:
                 _kill(proc, group=False)
             raise
+        # The child has exited and what it wrote is in the pipes; a process it started may
+        # still hold them open (torch's shared-memory manager, used by the file_system
+        # hand-over, lingers for seconds), so do not wait for their end-of-file.
         for relay in relays:
-            relay.join(timeout=5)
+            relay.join(timeout=_DRAIN_S)
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     return ObservedRun(
         facts=Facts.from_dict(raw) if raw is not None else None,

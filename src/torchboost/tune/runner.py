@@ -170,10 +170,11 @@ def tune_script(
     if run_steps is None and facts is not None:
         run_steps = facts.planned_steps
     if options.steps_per_trial is None:
+        # Sized on the planned run (--run-steps, else the doctor's estimate): a script that
+        # loops over its loader for a fixed number of steps runs more than one epoch.
         step_ms = statistics.fmean(s.total_ms for s in facts.steps) if facts is not None and facts.steps else None
-        planned = facts.planned_steps if facts is not None else None
         options = dataclasses.replace(options, steps_per_trial=auto_trial_steps(
-            step_ms, planned_steps=planned, warmup=options.warmup))
+            step_ms, planned_steps=run_steps, warmup=options.warmup))
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume)
     search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
                                    max_repeats=options.max_repeats, run_steps=run_steps)
