@@ -294,3 +294,20 @@ def test_steps_per_trial_option_takes_auto_or_a_number():
     assert options_from_args(parser.parse_args(["--steps-per-trial", "50"]), config="t.toml").steps_per_trial == 50
     with pytest.raises(SystemExit):
         parser.parse_args(["--steps-per-trial", "many"])
+
+
+CONVERGING = [2.0 * 0.85**i for i in range(40)]  # 2.0 down to about 0.004
+
+
+@pytest.mark.parametrize(
+    "tail,kind,ok",
+    [
+        (1.12, EXACT, True),  # 12% above a loss of 0.004: noise near convergence, not divergence
+        (80.0, EXACT, False),  # the twin: back up at 0.3 (15% of the 2.0 the loss fell) diverged
+        (1.12, REDUCED, False),  # reduced precision keeps its 2% of the last losses themselves
+    ],
+)
+def test_divergence_is_measured_on_the_loss_scale(tail, kind, ok):
+    candidate = CONVERGING[:-5] + [x * tail for x in CONVERGING[-5:]]
+    verdict = check_parity(CONVERGING, candidate, kind=kind)
+    assert verdict.ok is ok, verdict.detail
