@@ -129,8 +129,8 @@ def _optimizer(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
 
 
 def _channels_last(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
-    # Only through the Booster (the inputs are converted too), and on any device: on this
-    # 2-core CPU a small ResNet's fp32 step measured 14% faster in channels_last.
+    # Only through the Booster (the inputs are converted too), and on any device: on a
+    # 2-core CPU the vision workload's tune kept it at 1.06x (benchmarks/RESULTS.md).
     return [{"memory.channels_last": True}] if ctx.uses_booster and ctx.has_conv2d else []
 
 
