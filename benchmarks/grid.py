@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from torchboost.env import probe
-from torchboost.launch import settings_from_config
+from torchboost.launch import changed_settings, settings_from_config
 from torchboost.config import BoostConfig
 from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.journal import Journal
@@ -78,11 +78,8 @@ def _run_time_s(result: TrialResult, run_steps: int) -> float:
 
 
 def _settings_of(config: BoostConfig, booster: bool) -> dict[str, Any]:
-    if not booster:
-        return settings_from_config(config)[0]  # what can be applied from outside
-    off = BoostConfig.off().to_dict()  # a Booster script takes every concrete change
-    return {f"{section}.{key}": value for section, values in config.to_dict().items()
-            for key, value in values.items() if value not in (off[section][key], "keep")}
+    # A Booster script takes every change; an unmodified one what can be applied from outside.
+    return (changed_settings if booster else settings_from_config)(config)[0]
 
 
 def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str],

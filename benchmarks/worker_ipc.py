@@ -16,7 +16,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 
 from rich.console import Console
 from rich.table import Table
@@ -25,35 +24,16 @@ STRATEGIES = ("keep", "file_system")
 
 
 def child(workload: str, workers: int, strategy: str, steps: int, warmup: int) -> None:
-    from torchboost import BoostConfig, Booster
-    from torchboost.workloads import REGISTRY
-    from torchboost.workloads._loop import make_loader
+    from torchboost import BoostConfig
+    from torchboost.workloads import REGISTRY, train
 
     work = REGISTRY[workload].build("tiny")
     config = BoostConfig.off().replace(
         cpu={"threads": 1},
         loader={"num_workers": workers, "persistent_workers": True, "sharing_strategy": strategy},
     )
-    booster = Booster(config=config, verbose=False)
-    model, optimizer, loader = booster.prepare(work.model, work.make_optimizer(work.model.parameters()),
-                                               make_loader(work))
-
-    def batches():
-        while True:
-            yield from loader
-
-    it = batches()
-    start = 0.0
-    for step in range(warmup + steps):
-        if step == warmup:
-            start = time.perf_counter()
-        x, y = next(it)
-        loss = work.loss_fn(model(x), y)
-        booster.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    elapsed = time.perf_counter() - start
-    print(json.dumps({"ms_per_step": 1e3 * elapsed / steps}))
+    result = train(work, steps=warmup + steps, warmup_steps=warmup, booster=True, config=config, log=None)
+    print(json.dumps({"ms_per_step": 1e3 * result.batch_size / result.samples_per_s}))
 
 
 def measure(workload: str, workers: int, strategy: str, steps: int, warmup: int) -> float:

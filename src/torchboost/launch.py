@@ -22,17 +22,15 @@ from typing import Any, Sequence
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
 
-__all__ = ["add_arguments", "run", "main", "settings_from_config"]
+__all__ = ["add_arguments", "run", "main", "settings_from_config", "changed_settings"]
 
 
-def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
-    """The dotted settings to apply from outside, and notes on what is left alone.
+def changed_settings(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
+    """The dotted settings of ``config`` that change something, and notes on its "auto"s.
 
-    Only values that change something are applied: "keep", the plain-PyTorch defaults
-    and "auto" (which only the Booster resolves, as it sees the model) are left alone.
+    "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
+    only the Booster resolves it (it sees the model).
     """
-    from torchboost.observe.apply import nocode_settings
-
     off = BoostConfig.off().to_dict()
     wanted: dict[str, Any] = {}
     notes: list[str] = []
@@ -45,6 +43,17 @@ def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]
                 notes.append(f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it')
             else:
                 wanted[dotted] = value
+    return wanted, notes
+
+
+def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
+    """The dotted settings to apply from outside, and notes on what is left alone.
+
+    Only the :func:`changed_settings` that can be applied without a Booster in the loop.
+    """
+    from torchboost.observe.apply import nocode_settings
+
+    wanted, notes = changed_settings(config)
     settings, refused = nocode_settings(wanted)
     return settings, notes + refused
 

@@ -347,7 +347,8 @@ def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:
 
     The new loader shares the dataset, sampler (and so its generator and order),
     batch_sampler, collate_fn, drop_last, generator, worker_init_fn (wrapped to set the
-    sharing strategy first, when one is chosen), timeout, multiprocessing_context and in_order, so it yields the same batches in the same order.
+    sharing strategy first, when one is chosen), timeout, multiprocessing_context and
+    in_order, so it yields the same batches in the same order.
     One exception, torch's own: a loader whose persistent_workers differs draws its
     workers' base seed from the generator (or the global RNG) only once instead of every
     epoch, so from the second epoch a shuffle continues from a different generator state
