@@ -197,7 +197,7 @@ def test_checkpoint_round_trip_is_bitwise_scaler_included(tmp_path):
     _fp16_run(booster, model, optimizer, loader, steps=5, skip=2)
     path = tmp_path / "ckpt.pt"
     booster.save(path, model=model, optimizer=optimizer, epoch=3, note="hello")
-    scale = booster._precision.state_dict()["scale"]
+    scale = booster.precision.state_dict()["scale"]
     assert scale < 2.0**16  # the skip halved it, so a restored default would differ
 
     fresh = torchboost.Booster(config, device="cpu", verbose=False)
@@ -205,7 +205,7 @@ def test_checkpoint_round_trip_is_bitwise_scaler_included(tmp_path):
     extra = fresh.load(path, model=model2, optimizer=optimizer2)
     assert extra == {"epoch": 3, "note": "hello"}
     _assert_bitwise(model, model2)
-    assert fresh._precision.state_dict() == booster._precision.state_dict()
+    assert fresh.precision.state_dict() == booster.precision.state_dict()
     assert optimizer2.real_steps == optimizer.real_steps == 4
 
     # Both continue identically on the same batches.
@@ -230,7 +230,7 @@ def test_checkpoint_without_scaler_state_would_diverge(tmp_path):
     fresh = torchboost.Booster(config, device="cpu", verbose=False)
     model2, optimizer2, _ = fresh.prepare(*_setup("mlp"))
     fresh.load(path, model=model2, optimizer=optimizer2)
-    assert fresh._precision.state_dict() != booster._precision.state_dict()
+    assert fresh.precision.state_dict() != booster.precision.state_dict()
 
 
 class _Payload:
@@ -283,7 +283,7 @@ def test_interrupted_checkpoint_write_keeps_the_previous(tmp_path, monkeypatch):
 
 
 def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch):
-    from torchboost import trial
+    from torchboost import handover as trial
 
     settings = tmp_path / "trial.json"
     trial.write_trial_settings(settings, {"precision.mode": "bf16", "loader.num_workers": 0})

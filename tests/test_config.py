@@ -13,15 +13,13 @@ import pytest
 
 from torchboost import BoostConfig, ConfigError
 from torchboost._io import atomic_writer
-from torchboost.config import (
-    AccumulationConfig,
-    CompileConfig,
-    CpuConfig,
-    LoaderConfig,
-    MemoryConfig,
-    OptimizerConfig,
-    PrecisionConfig,
-)
+from torchboost.techniques.accumulation import AccumulationConfig
+from torchboost.techniques.compile import CompileConfig
+from torchboost.techniques.cpu import CpuConfig
+from torchboost.techniques.loader import LoaderConfig
+from torchboost.techniques.memory import MemoryConfig
+from torchboost.techniques.optimizer import OptimizerConfig
+from torchboost.techniques.precision import PrecisionConfig
 
 # (section class, field, a bad value, words the error must contain)
 BAD_VALUES = [

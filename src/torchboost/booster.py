@@ -16,13 +16,13 @@ Or ``booster.train_step(batch, compute_loss)``: one optimizer step on a batch sp
 micro-batches that fit memory. Under ``torchrun`` the same script runs with DDP.
 
 The Booster composes the technique modules (``torchboost.techniques``) and owns no
-technique logic. Techniques switched off are null objects chosen in ``prepare``, so the
-step code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch.
+technique logic: ``prepare`` runs each registered technique's ``apply`` in the
+registry's order. Techniques switched off are null objects chosen there, so the step
+code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -31,25 +31,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchboost.checkpoint import CheckpointError, ResumableLoader, load_checkpoint, save_checkpoint
+from torchboost import handover
+from torchboost.checkpoint import CheckpointError, booster_state, load_checkpoint, restore_booster_state
+from torchboost.checkpoint import save_checkpoint
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
 from torchboost.env import Environment, probe
 from torchboost.prepared import BoostedOptimizer, BoostedScheduler
 from torchboost.resolve import ResolvedConfig, resolve
-from torchboost.trial import mark_booster_prepared, overlay, trial_settings
-from torchboost.techniques.accumulation import Accumulator
-from torchboost.techniques.microbatch import MicroBatcher
-from torchboost.techniques.compile import CompileStats, apply_compile
-from torchboost.techniques.cpu import apply_threads
-from torchboost.techniques.distributed import SingleProcess, make_distributed, unwrap_model
-from torchboost.techniques.loader import DeviceLoader, rebuild_loader
-from torchboost.techniques.memory import apply_channels_last, to_channels_last
-from torchboost.techniques.optimizer import apply_optimizer_implementation
-from torchboost.techniques.precision import Precision, make_precision
+from torchboost.techniques.registry import Preparation, techniques
 
 __all__ = ["Booster", "load_config"]
-
-_CHECKPOINT_FORMAT = 1
 
 
 def load_config(config: BoostConfig | str | Path | dict | None) -> BoostConfig:
@@ -73,10 +64,15 @@ def _default_device(env: Environment) -> torch.device:
 
 
 class _Unprepared:
-    """Stands in for the precision policy until ``prepare`` runs, with a clear error."""
+    """Stands in for the precision policy and the accumulator until ``prepare`` runs."""
+
+    at_boundary = True
 
     def __getattr__(self, name: str) -> Any:
         raise RuntimeError("Booster.prepare(model, optimizer, ...) must be called first")
+
+
+_UNPREPARED = _Unprepared()
 
 
 class Booster:
@@ -98,27 +94,17 @@ class Booster:
         verbose: bool = True,
     ):
         self.config = load_config(config)
-        trial = trial_settings()
+        trial = handover.trial_settings()
         if trial is not None:
-            # A `torchboost tune` trial (see torchboost.trial): the candidate on top of
+            # A `torchboost tune` trial (see torchboost.handover): the candidate on top of
             # plain PyTorch, exactly what tune writes to torchboost.toml if it wins.
-            self.config = overlay(BoostConfig.off(), trial)
+            self.config = trial.on(BoostConfig.off())
         self.env = probe()
         self.device = torch.device(device) if device is not None else _default_device(self.env)
         self.verbose = verbose
         self.resolved: ResolvedConfig | None = None
         """The concrete choices made by ``prepare``, with reasons."""
-        self.compile_stats: CompileStats | None = None
-        """How compilation went (first-call seconds, fallback), after ``prepare``."""
-        self._precision: Precision | _Unprepared = _Unprepared()
-        self._accumulator: Accumulator | _Unprepared = _Unprepared()
-        self._optimizer: BoostedOptimizer | None = None
-        self._loader: ResumableLoader | None = None
-        self._model: nn.Module | None = None
-        self._dist: SingleProcess | None = None
-        self.micro_batcher: MicroBatcher | None = None
-        """Runs ``train_step``; ``.size`` is the current micro-batch size (None: whole
-        batch), ``.simulate_oom_from`` a test hook. Set by ``prepare``."""
+        self._prep: Preparation | None = None
 
     # -- setting up -------------------------------------------------------------------
 
@@ -139,80 +125,61 @@ class Booster:
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"prepare: model must be a torch.nn.Module; got {type(model).__name__}")
-        mark_booster_prepared()  # no-code application (tune trials, `torchboost run`) stands down
-        self._dist = make_distributed(self.env, self.device)  # first: later steps may communicate
-        resolved = resolve(
-            self.config, self.env, device=self.device, model=model, optimizer=optimizer, loader=loader
-        )
-        cfg = resolved.config
-        self.resolved = resolved
-
-        # The order matters, and is written once here:
-        # 1. process-wide switches first (threads, TF32), so everything after runs under them;
-        apply_threads(resolved.threads)
-        self._precision = make_precision(cfg.precision.mode, self.device.type)
-        self._precision.setup()
-        # 2. the model to its device and memory format before the optimizer is rebuilt
-        #    (fused kernels need parameters on the device) and before compile (Inductor
-        #    specialises on device and layout);
-        model.to(self.device)
-        batch_transform = None
-        if cfg.memory.channels_last:
-            apply_channels_last(model)
-            batch_transform = to_channels_last
-        # 3. compile on the model, so it traces the final layout;
-        self.compile_stats = apply_compile(model, mode=cfg.compile.mode, scope=cfg.compile.scope)
-        # 4. DDP last: it wraps the compiled module and all-reduces its gradients.
-        model = self._dist.wrap_model(model)
-        self._model = model
-
-        prepared_loader = None
-        if loader is not None:
-            # Shard first, so the rebuilt loader keeps the DistributedSampler.
-            sharded = self._dist.shard_loader(loader)
-            rebuilt = rebuild_loader(sharded, resolved.loader) if resolved.loader is not None else sharded
-            pinned = bool(getattr(rebuilt, "pin_memory", False))
-            self._loader = prepared_loader = ResumableLoader(
-                DeviceLoader(rebuilt, self.device, non_blocking=pinned, transform=batch_transform)
-            )
-        batch_size = getattr(loader, "batch_size", None)
-        self._accumulator = Accumulator(
-            resolved.accumulation.steps,
-            position=prepared_loader,
-            unit=batch_size if isinstance(batch_size, int) else 1,
-            reduce_sum=self._dist.reduce_sum,
-            world_size=self._dist.world_size,
-            device=self.device,
-        )
-        micro = resolved.accumulation.micro_batch_size
-        self.micro_batcher = MicroBatcher(micro if isinstance(micro, int) else None)
-
-        results: list[Any] = [model]
-        if optimizer is not None:
-            inner = apply_optimizer_implementation(optimizer, cfg.optimizer.implementation)
-            if scheduler is not None and inner is not optimizer:
-                scheduler.optimizer = inner  # the schedule must drive the rebuilt optimizer
-            self._accumulator.optimizer = inner
-            step = functools.partial(self._accumulator.step, step_fn=self._precision.step)
-            self._optimizer = BoostedOptimizer(inner, step, self._accumulator.zero_grad)
-            results.append(self._optimizer)
-        elif scheduler is not None:
+        if scheduler is not None and optimizer is None:
             raise ValueError("prepare: a scheduler needs its optimizer passed too")
-        else:
-            results.append(None)
-        if prepared_loader is not None:
-            results.append(prepared_loader)
-        if scheduler is not None:
-            results.append(BoostedScheduler(scheduler, self._optimizer))
+        registry = techniques()
+        handover.claim(t.name for t in registry if t.apply is not None)  # no-code appliers stand down
+        prep = Preparation(env=self.env, device=self.device, config=self.config, details={}, model=model,
+                           optimizer=optimizer, loader=loader, scheduler=scheduler)
+        for technique in registry:
+            if technique.setup is not None:
+                technique.setup(prep)
+        self.resolved = resolve(self.config, self.env, device=self.device, model=model, optimizer=optimizer,
+                                loader=loader)
+        prep.config, prep.details = self.resolved.config, self.resolved.details
+        model.to(self.device)  # before any technique: fused kernels and compile want the device
+        for technique in registry:  # the written order: see each technique's `order`
+            if technique.apply is not None:
+                technique.apply(prep)
+        self._prep = prep
         if self.verbose and self.is_main_process:
-            print(resolved.summary(), file=sys.stderr)
+            print(self.resolved.summary(), file=sys.stderr)
+        results: list[Any] = [prep.model, prep.prepared_optimizer]
+        if prep.prepared_loader is not None:
+            results.append(prep.prepared_loader)
+        if scheduler is not None:
+            results.append(BoostedScheduler(scheduler, prep.prepared_optimizer))
         return tuple(results)
+
+    @property
+    def precision(self) -> Any:
+        """The precision policy (:mod:`torchboost.techniques.precision_policy`), after ``prepare``."""
+        return self._prep.precision if self._prep is not None else _UNPREPARED
+
+    @property
+    def _accumulator(self) -> Any:
+        return self._prep.accumulator if self._prep is not None else _UNPREPARED
+
+    @property
+    def _optimizer(self) -> BoostedOptimizer | None:
+        return self._prep.prepared_optimizer if self._prep is not None else None
+
+    @property
+    def compile_stats(self) -> Any:
+        """How compilation went (first-call seconds, fallback), after ``prepare``; else None."""
+        return self._prep.compile_stats if self._prep is not None else None
+
+    @property
+    def micro_batcher(self) -> Any:
+        """Runs ``train_step``; ``.size`` is the current micro-batch size (None: whole
+        batch), ``.simulate_oom_from`` a test hook. None before ``prepare``."""
+        return self._prep.micro_batcher if self._prep is not None else None
 
     # -- the training step ------------------------------------------------------------
 
     def autocast(self) -> AbstractContextManager:
         """Context for forward and loss: autocast in bf16/fp16 modes, nothing otherwise."""
-        return self._precision.autocast()
+        return self.precision.autocast()
 
     def accumulate(self, model: nn.Module | None = None, *, num_samples: int | None = None) -> AbstractContextManager:
         """Context for one micro-step (forward, backward, ``optimizer.step()``, ``zero_grad()``).
@@ -222,7 +189,8 @@ class Booster:
         and a DDP ``model`` skips its all-reduce (``no_sync``). ``num_samples``: samples in
         this micro-batch, when it does not come from the prepared loader.
         """
-        return self._accumulator.micro_step(model if model is not None else self._model, num_samples=num_samples)
+        default = self._prep.model if self._prep is not None else None
+        return self._accumulator.micro_step(model if model is not None else default, num_samples=num_samples)
 
     def backward(self, loss: torch.Tensor, *, num_items: int | float | torch.Tensor | None = None, **kwargs: Any) -> None:
         """``loss.backward()``, scaled in fp16 mode, weighted for accumulation.
@@ -231,7 +199,7 @@ class Booster:
         many items (e.g. non-padding tokens), and the step then uses the window's sum
         divided by its total item count. Other keyword args go to ``backward``.
         """
-        self._accumulator.backward(loss, self._precision.backward, num_items=num_items, **kwargs)
+        self._accumulator.backward(loss, self.precision.backward, num_items=num_items, **kwargs)
 
     def train_step(self, batch: Any, compute_loss: Any) -> torch.Tensor:
         """One optimizer step on ``batch``, in micro-batches that fit memory.
@@ -247,7 +215,7 @@ class Booster:
         return self.micro_batcher.run(
             batch,
             compute_loss,
-            model=self._model,
+            model=self._prep.model,
             optimizer=self._optimizer,
             accumulator=self._accumulator,
             autocast=self.autocast,
@@ -260,7 +228,7 @@ class Booster:
         if target is None:
             raise RuntimeError("unscale_: no optimizer was prepared")
         inner = target.optimizer if isinstance(target, BoostedOptimizer) else target
-        self._precision.unscale_(inner)
+        self.precision.unscale_(inner)
 
     @property
     def step_was_skipped(self) -> bool:
@@ -270,19 +238,24 @@ class Booster:
     @property
     def is_main_process(self) -> bool:
         """Rank 0 (or not distributed): the process that prints and saves."""
-        if self._dist is not None:
-            return self._dist.rank == 0
+        if self._prep is not None and self._prep.dist is not None:
+            return self._prep.dist.rank == 0
         return self.env.dist_env.get("RANK", "0") == "0"
 
     @property
     def at_window_boundary(self) -> bool:
         """No accumulation window is open: the last micro-step stepped (a checkpoint may be taken)."""
-        return isinstance(self._accumulator, _Unprepared) or self._accumulator.at_boundary
+        return self._accumulator.at_boundary
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 unless launched by torchrun with several)."""
+        return self._prep.dist.rank if self._prep is not None and self._prep.dist is not None else 0
 
     @property
     def world_size(self) -> int:
         """Training processes (1 unless launched by torchrun with several)."""
-        return self._dist.world_size if self._dist is not None else 1
+        return self._prep.dist.world_size if self._prep is not None and self._prep.dist is not None else 1
 
     def summary(self) -> str:
         """The resolved configuration and the reason for each choice, as text."""
@@ -292,15 +265,8 @@ class Booster:
 
     # -- checkpoints ------------------------------------------------------------------
 
-    def save(
-        self,
-        path: str | Path,
-        *,
-        model: nn.Module | None = None,
-        optimizer: Any = None,
-        scheduler: Any = None,
-        **extra: Any,
-    ) -> None:
+    def save(self, path: str | Path, *, model: nn.Module | None = None, optimizer: Any = None,
+             scheduler: Any = None, **extra: Any) -> None:
         """Write a checkpoint atomically: model, optimizer, scheduler, scaler, ``extra``.
 
         ``extra`` values must be tensors or plain containers of numbers and strings (they
@@ -313,56 +279,17 @@ class Booster:
                 "save: an accumulation window is open (its gradients are not in a checkpoint); "
                 "save after optimizer.step() at the window's end"
             )
-        state: dict[str, Any] = {"format": _CHECKPOINT_FORMAT, "extra": extra}
-        if self._loader is not None:
-            state["loader"] = self._loader.state_dict()
-        if model is not None:
-            state["model"] = unwrap_model(model).state_dict()
-        if optimizer is not None:
-            state["optimizer"] = optimizer.state_dict()
-        if scheduler is not None:
-            state["scheduler"] = scheduler.state_dict()
-        if not isinstance(self._precision, _Unprepared):
-            state["precision"] = self._precision.state_dict()
-        if self._optimizer is not None:
-            state["steps"] = {
-                "real": self._optimizer.real_steps,
-                "skipped": self._optimizer.skipped_steps,
-            }
-        if self.resolved is not None:
-            state["resolved"] = self.resolved.to_dict()
+        state = booster_state(self._prep, resolved=self.resolved, model=model, optimizer=optimizer,
+                              scheduler=scheduler, extra=extra)
         if self.is_main_process:
             save_checkpoint(path, state)
 
-    def load(
-        self,
-        path: str | Path,
-        *,
-        model: nn.Module | None = None,
-        optimizer: Any = None,
-        scheduler: Any = None,
-    ) -> dict[str, Any]:
+    def load(self, path: str | Path, *, model: nn.Module | None = None, optimizer: Any = None,
+             scheduler: Any = None) -> dict[str, Any]:
         """Restore what ``save`` wrote into the given objects; returns the ``extra`` dict.
 
         The prepared loader resumes at the saved position on its next pass. Refuses
         (``CheckpointError``) a file that holds anything that would run code.
         """
         state = load_checkpoint(path, map_location=self.device)
-        model = unwrap_model(model) if model is not None else None
-        wanted = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
-        for key, target in wanted.items():
-            if target is None:
-                continue
-            if key not in state:
-                raise CheckpointError(f"{path}: holds no {key} state")
-            target.load_state_dict(state[key])
-        if "precision" in state and not isinstance(self._precision, _Unprepared):
-            self._precision.load_state_dict(state["precision"])
-        if "steps" in state and self._optimizer is not None:
-            self._optimizer.__dict__["real_steps"] = int(state["steps"]["real"])
-            self._optimizer.__dict__["skipped_steps"] = int(state["steps"]["skipped"])
-        if isinstance(scheduler, BoostedScheduler):
-            scheduler.sync()
-        if "loader" in state and self._loader is not None:
-            self._loader.load_state_dict(state["loader"])
-        return dict(state.get("extra", {}))
+        return restore_booster_state(path, state, self._prep, model=model, optimizer=optimizer, scheduler=scheduler)

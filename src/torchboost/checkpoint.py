@@ -20,6 +20,8 @@ from typing import Any, Iterator
 import torch
 
 from torchboost._io import atomic_writer
+from torchboost.prepared import BoostedScheduler
+from torchboost.techniques.distributed import unwrap_model
 from torchboost.techniques.microbatch import batch_size_of
 
 __all__ = [
@@ -208,3 +210,54 @@ class ResumableLoader:
         """Resume at ``state`` when the next pass begins (RNGs are restored then)."""
         self._resume = dict(state)
         self.epoch = self._next_epoch = int(state["epoch"])
+
+
+# -- a Booster's whole state ------------------------------------------------------------
+
+CHECKPOINT_FORMAT = 1
+"""Version of the dict :func:`booster_state` writes."""
+
+
+def booster_state(prep: Any, *, resolved: Any, model: Any = None, optimizer: Any = None, scheduler: Any = None,
+                  extra: dict[str, Any]) -> dict[str, Any]:
+    """Everything ``Booster.save`` writes: the user's objects' state dicts, the prepared
+    loader's position, the precision policy's state (the fp16 scaler), the optimizer's
+    step counts and the resolved configuration. ``prep`` is the Booster's preparation."""
+    state: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "extra": extra}
+    if prep is not None and prep.prepared_loader is not None:
+        state["loader"] = prep.prepared_loader.state_dict()
+    if model is not None:
+        state["model"] = unwrap_model(model).state_dict()
+    for key, target in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if target is not None:
+            state[key] = target.state_dict()
+    if prep is not None:
+        state["precision"] = prep.precision.state_dict()
+        if prep.prepared_optimizer is not None:
+            state["steps"] = prep.prepared_optimizer.step_counts()
+    if resolved is not None:
+        state["resolved"] = resolved.to_dict()
+    return state
+
+
+def restore_booster_state(path: str | Path, state: dict[str, Any], prep: Any, *, model: Any = None,
+                          optimizer: Any = None, scheduler: Any = None) -> dict[str, Any]:
+    """Load what :func:`booster_state` wrote into the given objects; returns its ``extra``."""
+    wanted = {"model": unwrap_model(model) if model is not None else None, "optimizer": optimizer,
+              "scheduler": scheduler}
+    for key, target in wanted.items():
+        if target is None:
+            continue
+        if key not in state:
+            raise CheckpointError(f"{path}: holds no {key} state")
+        target.load_state_dict(state[key])
+    if prep is not None:
+        if "precision" in state:
+            prep.precision.load_state_dict(state["precision"])
+        if "steps" in state and prep.prepared_optimizer is not None:
+            prep.prepared_optimizer.restore_step_counts(state["steps"])
+        if "loader" in state and prep.prepared_loader is not None:
+            prep.prepared_loader.load_state_dict(state["loader"])
+    if isinstance(scheduler, BoostedScheduler):
+        scheduler.sync()  # the restored optimizer steps count as seen
+    return dict(state.get("extra", {}))

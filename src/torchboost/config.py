@@ -1,33 +1,24 @@
-"""BoostConfig: what torchboost may change, one frozen dataclass per technique.
+"""BoostConfig: what torchboost may change, one frozen section per technique.
 
-The configuration lives in one TOML file, ``torchboost.toml``::
+The configuration lives in one TOML file, ``torchboost.toml``, one table per technique::
 
     [precision]
     mode = "auto"            # auto | fp32 | tf32 | bf16 | fp16
-    [compile]
-    mode = "off"             # off | default | reduce-overhead | max-autotune
-    scope = "model"          # model | regional
     [loader]
     num_workers = "auto"     # auto | keep | int >= 0
-    pin_memory = "auto"      # auto | keep | true | false
-    persistent_workers = "auto"
-    prefetch_factor = "auto" # auto | keep | int >= 1
-    sharing_strategy = "auto"  # auto | keep | file_descriptor | file_system
-    [optimizer]
-    implementation = "auto"  # auto | default | foreach | fused
-    [memory]
-    channels_last = "auto"   # auto | true | false
-    [cpu]
-    threads = "auto"         # auto | keep | int >= 1
-    [accumulation]
-    steps = 1                # micro-batches per optimizer step, or:
-    effective_batch_size = "off"  # off | samples per optimizer step (all processes)
-    micro_batch_size = "auto"     # auto | batch | int >= 1  (Booster.train_step)
+    ...
 
-``"auto"`` is resolved at ``Booster.prepare`` time from the hardware (see
-:mod:`torchboost.resolve`); ``"keep"`` leaves the user's own setting untouched.
-Every value is validated when the dataclass is built, and a bad value raises
-:class:`ConfigError` naming the field and what it accepts.
+Each section is a frozen, keyword-only dataclass declared in its technique's module
+under :mod:`torchboost.techniques` and registered here with :func:`register_section`;
+:class:`BoostConfig` holds one instance of every registered section. ``"auto"`` is
+resolved at ``Booster.prepare`` time from the hardware; ``"keep"`` leaves the user's own
+setting untouched. Every value is validated when its section is built, and a bad value
+raises :class:`ConfigError` naming the field and what it accepts.
+
+:class:`Overlay` is a partial configuration, some fields of some sections: the typed
+value in which candidate settings travel between the tuner, the trial child and the
+no-code applier. Dotted names (``"loader.num_workers"``) exist only at the edges: TOML,
+the journal, report JSON and the command line.
 """
 
 from __future__ import annotations
@@ -35,9 +26,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Union
+from typing import Any, Callable, Iterator, Mapping, TypeVar, Union
 
 import tomli_w
 
@@ -49,16 +39,19 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 __all__ = [
-    "AccumulationConfig",
+    "AUTO",
+    "KEEP",
     "BoostConfig",
-    "CompileConfig",
-    "ConfigError",
-    "CpuConfig",
-    "LoaderConfig",
-    "MemoryConfig",
-    "OptimizerConfig",
-    "PrecisionConfig",
+    "BoolOrWord",
     "CONFIG_FILENAME",
+    "ConfigError",
+    "IntOrWord",
+    "Overlay",
+    "check_bool_or_word",
+    "check_choice",
+    "check_int_or_word",
+    "register_section",
+    "section_classes",
 ]
 
 CONFIG_FILENAME = "torchboost.toml"
@@ -69,6 +62,8 @@ KEEP = "keep"
 
 IntOrWord = Union[int, str]
 BoolOrWord = Union[bool, str]
+
+S = TypeVar("S")
 
 
 class ConfigError(ValueError):
@@ -81,12 +76,14 @@ def _fmt(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is one of the words ``choices``."""
     if not isinstance(value, str) or value not in choices:
         raise ConfigError(f"{name}: expected one of {', '.join(choices)}; got {_fmt(value)}")
 
 
-def _check_int_or_word(name: str, value: Any, minimum: int, words: tuple[str, ...]) -> None:
+def check_int_or_word(name: str, value: Any, minimum: int, words: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is an integer >= ``minimum`` or one of ``words``."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if is_int and value >= minimum:
         return
@@ -96,153 +93,41 @@ def _check_int_or_word(name: str, value: Any, minimum: int, words: tuple[str, ..
     raise ConfigError(f"{name}: expected {allowed}; got {_fmt(value)}")
 
 
-def _check_bool_or_word(name: str, value: Any, words: tuple[str, ...]) -> None:
+def check_bool_or_word(name: str, value: Any, words: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is true, false or one of ``words``."""
     if isinstance(value, bool) or (isinstance(value, str) and value in words):
         return
     allowed = " | ".join([*words, "true", "false"])
     raise ConfigError(f"{name}: expected {allowed}; got {_fmt(value)}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class PrecisionConfig:
-    """Numeric precision of forward and backward."""
+# -- the section table ------------------------------------------------------------------
 
-    section: ClassVar[str] = "precision"
-    MODES: ClassVar[tuple[str, ...]] = ("auto", "fp32", "tf32", "bf16", "fp16")
-
-    mode: str = AUTO
-    """auto | fp32 (no change) | tf32 (matmul precision "high") | bf16 autocast |
-    fp16 autocast with a GradScaler."""
-
-    def __post_init__(self) -> None:
-        _check_choice("precision.mode", self.mode, self.MODES)
+_SECTIONS: dict[str, type] = {}
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompileConfig:
-    """torch.compile of the model."""
+def register_section(cls: type[S]) -> type[S]:
+    """Class decorator for a technique's config section.
 
-    section: ClassVar[str] = "compile"
-    MODES: ClassVar[tuple[str, ...]] = ("off", "default", "reduce-overhead", "max-autotune")
-    SCOPES: ClassVar[tuple[str, ...]] = ("model", "regional")
-
-    mode: str = "off"
-    """off | default | reduce-overhead | max-autotune (torch.compile's ``mode``)."""
-    scope: str = "model"
-    """model (compile the whole model) | regional (compile each block of a repeated
-    ModuleList/Sequential; shorter compile, falls back to the whole model)."""
-
-    def __post_init__(self) -> None:
-        _check_choice("compile.mode", self.mode, self.MODES)
-        _check_choice("compile.scope", self.scope, self.SCOPES)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoaderConfig:
-    """DataLoader settings; ``keep`` leaves the user's value as it is."""
-
-    section: ClassVar[str] = "loader"
-    SHARING: ClassVar[tuple[str, ...]] = ("auto", "keep", "file_descriptor", "file_system")
-
-    num_workers: IntOrWord = AUTO
-    """auto | keep | worker processes (>= 0). auto is bounded by cores and RAM and never
-    raises workers for an IterableDataset."""
-    pin_memory: BoolOrWord = AUTO
-    """auto (on when batches go to a CUDA device) | keep | true | false."""
-    persistent_workers: BoolOrWord = AUTO
-    """auto (on when there are workers) | keep | true | false."""
-    prefetch_factor: IntOrWord = AUTO
-    """auto | keep | batches prefetched per worker (>= 1)."""
-    sharing_strategy: str = AUTO
-    """auto (torch's default) | keep | file_descriptor | file_system: how workers hand
-    batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
-
-    def __post_init__(self) -> None:
-        _check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP))
-        _check_bool_or_word("loader.pin_memory", self.pin_memory, (AUTO, KEEP))
-        _check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
-        _check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP))
-        _check_choice("loader.sharing_strategy", self.sharing_strategy, self.SHARING)
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimizerConfig:
-    """Optimizer implementation."""
-
-    section: ClassVar[str] = "optimizer"
-    IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("auto", "default", "foreach", "fused")
-
-    implementation: str = AUTO
-    """auto | default (leave the optimizer as built) | foreach | fused."""
-
-    def __post_init__(self) -> None:
-        _check_choice("optimizer.implementation", self.implementation, self.IMPLEMENTATIONS)
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemoryConfig:
-    """Memory layout."""
-
-    section: ClassVar[str] = "memory"
-
-    channels_last: BoolOrWord = AUTO
-    """auto (on only for 4-D convolutions on CUDA with reduced precision) | true | false."""
-
-    def __post_init__(self) -> None:
-        _check_bool_or_word("memory.channels_last", self.channels_last, (AUTO,))
-
-
-@dataclass(frozen=True, kw_only=True)
-class CpuConfig:
-    """Host CPU settings."""
-
-    section: ClassVar[str] = "cpu"
-
-    threads: IntOrWord = AUTO
-    """auto (leaves cores for loader workers) | keep | intra-op threads (>= 1)."""
-
-    def __post_init__(self) -> None:
-        _check_int_or_word("cpu.threads", self.threads, 1, (AUTO, KEEP))
-
-
-@dataclass(frozen=True, kw_only=True)
-class AccumulationConfig:
-    """Gradient accumulation and automatic micro-batching.
-
-    Give either ``steps`` or ``effective_batch_size`` (both only when they agree): with
-    the loader's batch size B and W processes, ``effective_batch_size = steps * B * W``.
+    The class is a frozen dataclass with ``section: ClassVar[str]`` (its TOML table),
+    ``order: ClassVar[int]`` (its place in the file) and a classmethod ``off()`` giving
+    the plain-PyTorch value (no change to the user's script).
     """
-
-    section: ClassVar[str] = "accumulation"
-
-    steps: int = 1
-    """Micro-batches (loader batches) per optimizer step (>= 1)."""
-    effective_batch_size: IntOrWord = "off"
-    """off | samples per optimizer step over all processes (>= 1); gives ``steps`` from
-    the loader's batch size, and must divide by it."""
-    micro_batch_size: IntOrWord = AUTO
-    """auto | batch | samples per micro-batch (>= 1) in ``Booster.train_step``. auto: the
-    largest that fits memory (the whole batch first, halved on out-of-memory); batch: the
-    whole batch, halved on out-of-memory."""
-
-    def __post_init__(self) -> None:
-        _check_int_or_word("accumulation.steps", self.steps, 1, ())
-        _check_int_or_word("accumulation.effective_batch_size", self.effective_batch_size, 1, ("off",))
-        _check_int_or_word("accumulation.micro_batch_size", self.micro_batch_size, 1, (AUTO, "batch"))
+    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__}: a config section must be a frozen dataclass")
+    name = getattr(cls, "section", None)
+    if not isinstance(name, str) or not isinstance(getattr(cls, "order", None), int):
+        raise TypeError(f"{cls.__name__}: a config section needs `section: ClassVar[str]` and `order: ClassVar[int]`")
+    known = _SECTIONS.get(name)
+    if known is not None and known.__qualname__ != cls.__qualname__:
+        raise TypeError(f"config section {name!r} is declared twice: {known.__qualname__} and {cls.__qualname__}")
+    _SECTIONS[name] = cls
+    return cls
 
 
-_SECTIONS: dict[str, type] = {
-    cls.section: cls
-    for cls in (
-        PrecisionConfig,
-        CompileConfig,
-        LoaderConfig,
-        OptimizerConfig,
-        MemoryConfig,
-        CpuConfig,
-        AccumulationConfig,
-    )
-}
+def section_classes() -> dict[str, type]:
+    """Every registered section class by TOML table name, in file order."""
+    return dict(sorted(_SECTIONS.items(), key=lambda item: (item[1].order, item[0])))
 
 
 def _unknown(kind: str, name: str, valid: list[str], prefix: str = "") -> ConfigError:
@@ -252,62 +137,92 @@ def _unknown(kind: str, name: str, valid: list[str], prefix: str = "") -> Config
     return ConfigError(f'unknown {kind} "{prefix}{name}"{hint}')
 
 
-@dataclass(frozen=True, kw_only=True)
+def _field_names(section_cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(section_cls)]
+
+
+def _build_section(name: str, values: Any) -> Any:
+    table = section_classes()
+    if name not in table:
+        raise _unknown("section", name, list(table))
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{name}: expected a table; got {_fmt(values)}")
+    valid = _field_names(table[name])
+    for key in values:
+        if key not in valid:
+            raise _unknown("key", key, valid, prefix=f"{name}.")
+    return table[name](**values)
+
+
+# -- the whole configuration ------------------------------------------------------------
+
 class BoostConfig:
-    """Every torchboost technique's settings. Defaults: everything ``auto``, compile off."""
+    """Every technique's settings: one frozen section object per registered technique.
 
-    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
-    compile: CompileConfig = field(default_factory=CompileConfig)
-    loader: LoaderConfig = field(default_factory=LoaderConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    cpu: CpuConfig = field(default_factory=CpuConfig)
-    accumulation: AccumulationConfig = field(default_factory=AccumulationConfig)
+    ``BoostConfig(precision=PrecisionConfig(mode="bf16"))``; a section not given takes its
+    defaults (everything ``auto``, compile off). Sections are attributes:
+    ``config.loader.num_workers``. Immutable and comparable.
+    """
 
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            expected = _SECTIONS[f.name]
-            if not isinstance(getattr(self, f.name), expected):
-                raise ConfigError(f"{f.name}: expected a {expected.__name__}")
+    __slots__ = ("_sections",)
+
+    def __init__(self, **sections: Any) -> None:
+        table = section_classes()
+        for name in sections:
+            if name not in table:
+                raise _unknown("section", name, list(table))
+        values: dict[str, Any] = {}
+        for name, cls in table.items():
+            value = sections.get(name)
+            if value is None:
+                value = cls()
+            elif not isinstance(value, cls):
+                raise ConfigError(f"{name}: expected a {cls.__name__}")
+            values[name] = value
+        object.__setattr__(self, "_sections", values)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._sections[name]
+        except KeyError:
+            raise AttributeError(f"BoostConfig has no section {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to BoostConfig.{name}: use replace()")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BoostConfig) and self._sections == other._sections
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._sections.items()))
+
+    def __repr__(self) -> str:
+        return f"BoostConfig({', '.join(f'{k}={v!r}' for k, v in self._sections.items())})"
+
+    def __reduce__(self) -> tuple[Callable[..., "BoostConfig"], tuple[Any, ...], dict[str, Any]]:
+        return (_rebuild, (), dict(self._sections))
+
+    def sections(self) -> dict[str, Any]:
+        """Section objects by TOML table name, in file order."""
+        return dict(self._sections)
 
     @classmethod
     def off(cls) -> "BoostConfig":
         """Every technique off: a Booster with this config is plain PyTorch."""
-        return cls(
-            precision=PrecisionConfig(mode="fp32"),
-            compile=CompileConfig(mode="off"),
-            loader=LoaderConfig(
-                num_workers=KEEP, pin_memory=KEEP, persistent_workers=KEEP, prefetch_factor=KEEP,
-                sharing_strategy=KEEP,
-            ),
-            optimizer=OptimizerConfig(implementation="default"),
-            memory=MemoryConfig(channels_last=False),
-            cpu=CpuConfig(threads=KEEP),
-            accumulation=AccumulationConfig(steps=1),
-        )
+        return cls(**{name: section.off() for name, section in section_classes().items()})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BoostConfig":
         """Build from nested mappings; missing keys take defaults, unknown keys are an error."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"expected a table of sections; got {type(data).__name__}")
-        sections: dict[str, Any] = {}
-        for name, values in data.items():
-            if name not in _SECTIONS:
-                raise _unknown("section", name, list(_SECTIONS))
-            section_cls = _SECTIONS[name]
-            if not isinstance(values, Mapping):
-                raise ConfigError(f"{name}: expected a table; got {_fmt(values)}")
-            valid = [f.name for f in dataclasses.fields(section_cls)]
-            for key in values:
-                if key not in valid:
-                    raise _unknown("key", key, valid, prefix=f"{name}.")
-            sections[name] = section_cls(**values)
-        return cls(**sections)
+        return cls(**{name: _build_section(name, values) for name, values in data.items()})
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Nested plain dicts, the shape of ``torchboost.toml``."""
-        return dataclasses.asdict(self)
+        return {name: dataclasses.asdict(section) for name, section in self._sections.items()}
 
     def replace(self, **changes: Mapping[str, Any]) -> "BoostConfig":
         """A copy with some keys changed: ``cfg.replace(precision={"mode": "bf16"})``."""
@@ -339,3 +254,116 @@ class BoostConfig:
     def to_toml(self, path: str | Path, header: str = "") -> None:
         """Write atomically: a crash mid-write leaves any previous file intact."""
         atomic_write_bytes(Path(path), self.to_toml_string(header).encode("utf-8"))
+
+
+def _rebuild(**sections: Any) -> BoostConfig:
+    return BoostConfig(**sections)
+
+
+# -- a partial configuration ------------------------------------------------------------
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class Overlay(Mapping[str, Any]):
+    """Some fields of some sections, validated: a candidate's changes, a trial's settings.
+
+    Built from section classes, ``Overlay.of(LoaderConfig, num_workers=2)``, combined with
+    ``|`` (the right side wins), applied with :meth:`on`. It reads as an immutable mapping
+    of dotted names (``"loader.num_workers"``) for the edges that store it (journal, report
+    JSON): :meth:`to_dict` and :meth:`from_dict`.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        clean: dict[tuple[str, str], Any] = {}
+        table = section_classes()
+        for dotted, value in (values or {}).items():
+            section, _, key = str(dotted).partition(".")
+            if not key:
+                raise ConfigError(f'setting "{dotted}": expected "section.key"')
+            if section not in table:
+                raise _unknown("section", section, list(table))
+            if key not in _field_names(table[section]):
+                raise _unknown("key", key, _field_names(table[section]), prefix=f"{section}.")
+            clean[(section, key)] = value
+        object.__setattr__(self, "_values", dict(sorted(clean.items())))
+        self.on(BoostConfig())  # every value is checked by its section
+
+    @classmethod
+    def of(cls, section_cls: type, **values: Any) -> "Overlay":
+        """Values for fields of one section: ``Overlay.of(CpuConfig, threads=1)``."""
+        return cls({f"{section_cls.section}.{key}": value for key, value in values.items()})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Overlay":
+        """From dotted names (journal, report JSON, a trial's spec)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"settings: expected a table of dotted names; got {type(data).__name__}")
+        return cls(data)
+
+    @classmethod
+    def between(cls, base: BoostConfig, config: BoostConfig) -> "Overlay":
+        """The fields in which ``config`` differs from ``base``."""
+        old = base.to_dict()
+        return cls({f"{name}.{key}": value for name, values in config.to_dict().items()
+                    for key, value in values.items() if old[name][key] != value})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dotted names to values, sorted."""
+        return {f"{section}.{key}": value for (section, key), value in self._values.items()}
+
+    def on(self, config: BoostConfig) -> BoostConfig:
+        """``config`` with these fields replaced (validated)."""
+        changes: dict[str, dict[str, Any]] = {}
+        for (section, key), value in self._values.items():
+            changes.setdefault(section, {})[key] = value
+        return config.replace(**changes)
+
+    def section(self, section_cls: type) -> dict[str, Any]:
+        """The fields this overlay sets in ``section_cls``'s table, by field name."""
+        return {key: value for (section, key), value in self._values.items() if section == section_cls.section}
+
+    def value(self, section_cls: type, key: str, default: Any = None) -> Any:
+        """One field's value, or ``default`` when the overlay does not set it."""
+        if key not in _field_names(section_cls):
+            raise _unknown("key", key, _field_names(section_cls), prefix=f"{section_cls.section}.")
+        return self._values.get((section_cls.section, key), default)
+
+    def without(self, section_cls: type) -> "Overlay":
+        """A copy without any field of ``section_cls``."""
+        return Overlay({k: v for k, v in self.to_dict().items() if not k.startswith(f"{section_cls.section}.")})
+
+    def describe(self) -> str:
+        """Short text: ``cpu.threads=1, loader.num_workers=2``, or ``baseline`` when empty."""
+        return ", ".join(f"{k}={_show(v)}" for k, v in self.to_dict().items()) or "baseline"
+
+    def __or__(self, other: Mapping[str, Any]) -> "Overlay":
+        return Overlay({**self.to_dict(), **dict(other)})
+
+    def __getitem__(self, dotted: str) -> Any:
+        section, _, key = dotted.partition(".")
+        return self._values[(section, key)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._values.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self.to_dict() == dict(other)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError("an Overlay is immutable: combine with |")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (Overlay, (self.to_dict(),))
+
+    def __repr__(self) -> str:
+        return f"Overlay({self.to_dict()!r})"

@@ -20,39 +20,29 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
+from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
+from torchboost.observe.apply import nocode_settings
 
 __all__ = ["add_arguments", "run", "main", "settings_from_config", "changed_settings"]
 
 
-def changed_settings(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
-    """The dotted settings of ``config`` that change something, and notes on its "auto"s.
+def changed_settings(config: BoostConfig) -> tuple[Overlay, list[str]]:
+    """The settings of ``config`` that change something, and notes on its "auto"s.
 
     "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
     only the Booster resolves it (it sees the model).
     """
-    off = BoostConfig.off().to_dict()
-    wanted: dict[str, Any] = {}
-    notes: list[str] = []
-    for section, values in config.to_dict().items():
-        for key, value in values.items():
-            dotted = f"{section}.{key}"
-            if value == off[section][key] or value == "keep":
-                continue
-            if value == "auto":
-                notes.append(f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it')
-            else:
-                wanted[dotted] = value
-    return wanted, notes
+    changed = Overlay.between(BoostConfig.off(), config)
+    notes = [f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it'
+             for dotted, value in changed.items() if value == "auto"]
+    return Overlay({k: v for k, v in changed.items() if v not in ("auto", "keep")}), notes
 
 
-def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]]:
-    """The dotted settings to apply from outside, and notes on what is left alone.
+def settings_from_config(config: BoostConfig) -> tuple[Overlay, list[str]]:
+    """The settings to apply from outside, and notes on what is left alone.
 
     Only the :func:`changed_settings` that can be applied without a Booster in the loop.
     """
-    from torchboost.observe.apply import nocode_settings
-
     wanted, notes = changed_settings(config)
     settings, refused = nocode_settings(wanted)
     return settings, notes + refused
@@ -85,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
               f"not {args.config}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
         settings_path = Path(tmp) / "settings.json"
-        settings_path.write_text(json.dumps(settings), encoding="utf-8")
+        settings_path.write_text(json.dumps(settings.to_dict()), encoding="utf-8")
         argv = [sys.executable, "-m", "torchboost.launch", str(settings_path), "--", *target]
         try:
             return subprocess.call(argv)
@@ -102,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m torchboost.launch SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
         return 2
-    settings = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    settings = Overlay.from_dict(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
     applier = Applier(settings).install()
     try:
         run_target(argv[2:])

@@ -92,6 +92,15 @@ class BoostedOptimizer(torch.optim.Optimizer):
         key = "real_steps" if stepped else "skipped_steps"
         self.__dict__[key] += 1
 
+    def step_counts(self) -> dict[str, int]:
+        """``{"real": ..., "skipped": ...}``: steps that updated the weights and fp16 overflows."""
+        return {"real": self.real_steps, "skipped": self.skipped_steps}
+
+    def restore_step_counts(self, counts: dict[str, int]) -> None:
+        """Set the step counts from :meth:`step_counts`'s output (a restored checkpoint)."""
+        self.__dict__["real_steps"] = int(counts["real"])
+        self.__dict__["skipped_steps"] = int(counts["skipped"])
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients (not mid accumulation window); ``set_to_none`` frees their memory
         instead of writing zeros."""

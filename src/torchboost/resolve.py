@@ -1,13 +1,12 @@
 """Resolve "auto": turn a BoostConfig into concrete choices for this machine, model and loader.
 
-Each technique module owns its own rule (``resolve_*``); this module only asks each in
-turn and collects the answers with their reasons, so the choice made and the why are
-one printable, saveable object.
+Each technique owns its own rule (its descriptor's ``resolve``); this module asks each in
+the registry's order, on the configuration resolved so far, and collects the answers
+with their reasons, so the choice made and the why are one printable, saveable object.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,7 @@ from torch import nn
 
 from torchboost.config import BoostConfig
 from torchboost.env import Environment
-from torchboost.techniques.accumulation import ResolvedAccumulation, resolve_accumulation
-from torchboost.techniques.compile import resolve_compile
-from torchboost.techniques.loader import LOADER_FIELDS, LoaderSettings, resolve_host
-from torchboost.techniques.memory import resolve_channels_last
-from torchboost.techniques.optimizer import resolve_optimizer
-from torchboost.techniques.precision import resolve_precision
+from torchboost.techniques.registry import ResolveContext, techniques
 
 __all__ = ["ResolvedConfig", "resolve"]
 
@@ -31,18 +25,14 @@ __all__ = ["ResolvedConfig", "resolve"]
 class ResolvedConfig:
     """The concrete choices for one prepared run, and the reason for each.
 
-    ``config`` holds no "auto": loader fields hold the values the rebuilt loader uses
-    (or "keep" when there is no loader), ``cpu.threads`` the intra-op thread count.
-    ``reasons`` is keyed by dotted field name ("precision.mode").
+    ``config`` holds no "auto": every field holds the value applied, or "keep" where
+    the user's own setting stays. ``reasons`` is keyed by dotted field name.
     """
 
     config: BoostConfig
     reasons: dict[str, str] = field(default_factory=dict)
-    loader: LoaderSettings | None = None
-    threads: int | None = None
-    """Intra-op threads to set, None to leave as is."""
-    accumulation: ResolvedAccumulation | None = None
-    """Micro-steps per optimizer step and the micro-batch size for ``train_step``."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Each technique's resolved detail for its ``apply`` (e.g. the loader's settings), by name."""
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(field, value, reason) for every field, in config order."""
@@ -85,55 +75,14 @@ def resolve(
     loader: Any = None,
 ) -> ResolvedConfig:
     """Resolve every "auto" in ``config`` for this environment, model, optimizer and loader."""
+    ctx = ResolveContext(env=env, device=device, model=model, optimizer=optimizer, loader=loader, config=config)
     reasons: dict[str, str] = {}
-
-    precision_mode, reasons["precision.mode"] = resolve_precision(config.precision.mode, env)
-    compile_cfg, reasons["compile.mode"] = resolve_compile(config.compile, env)
-
-    settings, threads, host_reasons = resolve_host(config.loader, config.cpu, loader, env, device=device)
-    reasons.update(host_reasons)
-
-    if optimizer is None:
-        implementation = "default"
-        reasons["optimizer.implementation"] = "no optimizer given"
-    else:
-        implementation, reasons["optimizer.implementation"] = resolve_optimizer(
-            config.optimizer.implementation, optimizer, device=device
-        )
-
-    batch_size = getattr(loader, "batch_size", None)
-    accumulation = resolve_accumulation(
-        config.accumulation,
-        batch_size=batch_size if isinstance(batch_size, int) else None,
-        world_size=max(1, int(env.dist_env.get("WORLD_SIZE", "1"))),
-    )
-    reasons.update(accumulation.reasons)
-
-    channels_last, reasons["memory.channels_last"] = resolve_channels_last(
-        config.memory.channels_last, model, device=device, precision_mode=precision_mode
-    )
-
-    loader_values = (
-        dataclasses.asdict(settings)
-        if settings is not None
-        else {k: "keep" for k in LOADER_FIELDS}
-    )
-    for key in ("prefetch_factor", "sharing_strategy"):
-        if loader_values.get(key) is None:
-            loader_values[key] = "keep"
-    concrete = config.replace(
-        precision={"mode": precision_mode},
-        compile={"mode": compile_cfg.mode, "scope": compile_cfg.scope},
-        loader=loader_values,
-        optimizer={"implementation": implementation},
-        memory={"channels_last": channels_last},
-        cpu={"threads": threads if threads is not None else "keep"},
-        accumulation={
-            "steps": accumulation.steps,
-            "effective_batch_size": accumulation.effective_batch_size,
-            "micro_batch_size": accumulation.micro_batch_size,
-        },
-    )
-    return ResolvedConfig(
-        config=concrete, reasons=reasons, loader=settings, threads=threads, accumulation=accumulation
-    )
+    details: dict[str, Any] = {}
+    for technique in techniques():
+        if technique.resolve is None:
+            continue
+        resolution = technique.resolve(ctx)
+        ctx.config = resolution.values.on(ctx.config)
+        reasons.update(resolution.reasons)
+        details[technique.name] = resolution.detail
+    return ResolvedConfig(config=ctx.config, reasons=reasons, details=details)

@@ -62,7 +62,7 @@ def main() -> None:
     model.register_comm_hook(None, counting_hook)
     world = booster.world_size
     seen = torch.cat([torch.tensor(list(DistributedSampler(data, world, r, shuffle=False))) for r in range(world)])
-    mine = torch.tensor(list(DistributedSampler(data, world, booster._dist.rank, shuffle=False)))
+    mine = torch.tensor(list(DistributedSampler(data, world, booster.rank, shuffle=False)))
     x_all, y_all = data.tensors
     record: dict = {"rel_err": [], "local_only_rel_err": [], "allreduce_per_window": []}
 

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import torchboost
 from torchboost import BoostConfig, ConfigError
 from torchboost.checkpoint import CheckpointError
-from torchboost.config import AccumulationConfig
+from torchboost.techniques.accumulation import AccumulationConfig
 from torchboost.techniques.accumulation import (
     MicroBatchWarning,
     batch_size_of,

@@ -15,7 +15,7 @@ import torch
 import torch._dynamo
 from torch import nn
 
-from torchboost.config import CompileConfig
+from torchboost.techniques.compile import CompileConfig
 from torchboost.env import Environment
 from torchboost.techniques.compile import (
     CompileStats,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchboost.config import CpuConfig
+from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.cpu import apply_threads, auto_threads, resolve_threads
 
 

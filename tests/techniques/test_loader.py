@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, SubsetRandomSampler
 
-from torchboost.config import CpuConfig, LoaderConfig
+from torchboost.techniques.cpu import CpuConfig
+from torchboost.techniques.loader import LoaderConfig
 from torchboost.env import probe
+from torchboost.techniques.loader_auto import GiB
 from torchboost.techniques.loader import (
-    GiB,
     DeviceLoader,
     LoaderSettings,
     auto_num_workers,
@@ -24,7 +25,7 @@ from torchboost.techniques.loader import (
     rebuild_loader,
     resolve_host,
 )
-from torchboost.techniques import loader as loader_mod
+from torchboost.techniques import loader_auto as loader_mod
 from torchboost.techniques.memory import to_channels_last
 
 # The hand-made machines have more cores than this one; torch's warning about it is noise here.

@@ -9,7 +9,8 @@ import torch
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from torchboost.config import CpuConfig, LoaderConfig
+from torchboost.techniques.cpu import CpuConfig
+from torchboost.techniques.loader import LoaderConfig
 from torchboost.env import probe
 from torchboost.observe.apply import Applier
 from torchboost.techniques.loader import LoaderSettings, rebuild_loader, resolve_host

@@ -19,6 +19,7 @@ import sys
 import traceback
 from typing import Sequence
 
+from torchboost import handover
 from torchboost.observe.apply import Applier, nocode_settings
 from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
@@ -37,9 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spec = ObserveSpec.read(argv[0])
     recorder = StepRecorder(spec)
-    # What only a Booster can apply (fp16, channels_last) reaches it through the trial
-    # channel instead; the rest is applied from outside.
-    applicable, _ = nocode_settings(spec.apply)
+    # A tuning trial's settings: what only a Booster can apply (fp16, channels_last) is
+    # left to the Booster, which reads the same hand-over; the rest is applied from outside.
+    trial = handover.trial_settings()
+    applicable, _ = nocode_settings(trial) if trial is not None else (None, [])
     applier = Applier(applicable).install() if applicable else None
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0

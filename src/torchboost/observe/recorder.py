@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchboost import trial as _trial
+from torchboost import handover
 from torchboost._io import atomic_write_bytes
 from torchboost.diagnose.facts import Facts, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord
 from torchboost.observe import describe
@@ -113,7 +113,7 @@ class StepRecorder:
         self.warmup_ms: list[float] = []
         """Total milliseconds of each warm-up step."""
         self._warmup_losses: list[torch.Tensor] = []
-        self._boosters_before = _trial.boosters_prepared()
+        self._claims_before = handover.claims()
         self.applied: list[str] = []
         """Settings applied from outside, in words (filled by the bootstrap)."""
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []
@@ -260,7 +260,7 @@ class StepRecorder:
             steps_seen=self._boundaries,
             warmup_step_ms=list(self.warmup_ms),
             warmup_losses=[float(t) for t in self._warmup_losses],
-            uses_booster=_trial.boosters_prepared() > self._boosters_before,
+            uses_booster=handover.claims() > self._claims_before,
             applied=list(self.applied),
             observer_errors=list(self.errors),
             profile_error=self.profile.error,

@@ -25,7 +25,8 @@ from typing import IO, Any, Callable, Sequence
 
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.spec import ObserveSpec
-from torchboost.trial import TRIAL_SETTINGS_ENV, write_trial_settings
+from torchboost.config import Overlay
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_settings
 
 __all__ = ["ObservedRun", "Progress", "UsageError", "parse_command", "run_observed"]
 
@@ -102,7 +103,7 @@ def run_observed(
     full: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
     stdout: Callable[[], IO[str]] | None = None,
-    apply: dict[str, Any] | None = None,
+    apply: Overlay | None = None,
     profile: bool = True,
     echo: bool = True,
     timeout_s: float | None = None,
@@ -115,9 +116,9 @@ def run_observed(
     the stream for the child's stdout (default ``sys.stdout``; ``--json`` sends it to
     stderr). Raises :class:`UsageError` for a command it cannot run or ``steps < 1``.
 
-    For tuning trials: ``apply`` holds dotted settings to apply to the script (see
-    :mod:`torchboost.observe.apply`; a Booster in the script receives them through
-    :mod:`torchboost.trial`), ``profile=False`` skips the profiler window, ``echo=False``
+    For tuning trials: ``apply`` holds the settings to apply to the script; they reach
+    the child once, through :mod:`torchboost.handover`, where the no-code applier
+    (:mod:`torchboost.observe.apply`) and a Booster in the script both read them, ``profile=False`` skips the profiler window, ``echo=False``
     keeps the child's output off the terminal (stderr's tail is still kept), and after
     ``timeout_s`` seconds the child is killed and ``timed_out`` set.
     """
@@ -132,8 +133,7 @@ def run_observed(
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
-                           progress_path=str(Path(tmp) / "progress.json"), command=list(command),
-                           apply=dict(apply or {}), **window)
+                           progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
         for stale in (facts_path, spec.trace_path):
             stale.unlink(missing_ok=True)  # an old run's files must not pass for this one's
         spec_path = Path(tmp) / "spec.json"
@@ -142,7 +142,7 @@ def run_observed(
         env = None
         if apply is not None:  # a tuning trial, the baseline ({}) included
             settings_path = Path(tmp) / "trial-settings.json"
-            write_trial_settings(settings_path, dict(apply))
+            write_trial_settings(settings_path, Overlay(apply))
             env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
         # A timed run (a tuning trial) gets a process group of its own, so a timeout ends
         # the script's own children and compile workers too, not just the script.

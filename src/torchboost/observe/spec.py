@@ -50,9 +50,8 @@ class ObserveSpec:
     tens of milliseconds with its fsync; facts are also written when recording ends and
     when the script exits or crashes)."""
     command: list[str] = field(default_factory=list)
-    """The user's command, as typed, for the facts."""
-    apply: dict[str, Any] = field(default_factory=dict)
-    """Dotted torchboost.toml settings to apply to the script (a tuning trial's candidate)."""
+    """The user's command, as typed, for the facts. (A tuning trial's settings are not
+    here: they reach the child once, through :mod:`torchboost.handover`.)"""
 
     def __post_init__(self) -> None:
         if self.steps < 1:

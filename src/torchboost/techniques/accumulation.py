@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 from torch import nn
 
-from torchboost.config import AccumulationConfig, ConfigError
+from torchboost.config import AUTO, ConfigError, IntOrWord, Overlay, check_int_or_word, register_section
+from torchboost.techniques.registry import FrameworkSpelling, Preparation, ResolveContext, Resolution, Technique
 from torchboost.techniques.microbatch import (
     MicroBatcher,
     MicroBatchWarning,
@@ -44,6 +45,7 @@ from torchboost.techniques.microbatch import (
 )
 
 __all__ = [
+    "AccumulationConfig",
     "Accumulator",
     "MicroBatchWarning",
     "MicroBatcher",
@@ -55,6 +57,39 @@ __all__ = [
 ]
 
 # -- configuration ------------------------------------------------------------------------
+
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class AccumulationConfig:
+    """Gradient accumulation and automatic micro-batching.
+
+    Give either ``steps`` or ``effective_batch_size`` (both only when they agree): with
+    the loader's batch size B and W processes, ``effective_batch_size = steps * B * W``.
+    """
+
+    section: ClassVar[str] = "accumulation"
+    order: ClassVar[int] = 70
+
+    steps: int = 1
+    """Micro-batches (loader batches) per optimizer step (>= 1)."""
+    effective_batch_size: IntOrWord = "off"
+    """off | samples per optimizer step over all processes (>= 1); gives ``steps`` from
+    the loader's batch size, and must divide by it."""
+    micro_batch_size: IntOrWord = AUTO
+    """auto | batch | samples per micro-batch (>= 1) in ``Booster.train_step``. auto: the
+    largest that fits memory (the whole batch first, halved on out-of-memory); batch: the
+    whole batch, halved on out-of-memory."""
+
+    def __post_init__(self) -> None:
+        check_int_or_word("accumulation.steps", self.steps, 1, ())
+        check_int_or_word("accumulation.effective_batch_size", self.effective_batch_size, 1, ("off",))
+        check_int_or_word("accumulation.micro_batch_size", self.micro_batch_size, 1, (AUTO, "batch"))
+
+    @classmethod
+    def off(cls) -> "AccumulationConfig":
+        """One micro-step per optimizer step: plain PyTorch."""
+        return cls(steps=1)
 
 
 @dataclass(frozen=True)
@@ -307,3 +342,46 @@ class Accumulator:
         self._weight = 0.0
         self._items_mode = None
         self._ready = False
+
+
+# -- the descriptor -------------------------------------------------------------------------
+
+def _batch_size(loader: Any) -> int | None:
+    size = getattr(loader, "batch_size", None)
+    return size if isinstance(size, int) else None
+
+
+def _resolve(ctx: ResolveContext) -> Resolution:
+    acc = resolve_accumulation(ctx.config.accumulation, batch_size=_batch_size(ctx.loader),
+                               world_size=max(1, int(ctx.env.dist_env.get("WORLD_SIZE", "1"))))
+    values = Overlay.of(AccumulationConfig, steps=acc.steps, effective_batch_size=acc.effective_batch_size,
+                        micro_batch_size=acc.micro_batch_size)
+    return Resolution(values, acc.reasons, detail=acc)
+
+
+def _apply(prep: Preparation) -> None:
+    # After the loader (the window closes on its last batch), before the optimizer (whose
+    # step and zero_grad go through the window).
+    acc = prep.details["accumulation"]
+    prep.accumulator = Accumulator(acc.steps, position=prep.prepared_loader, unit=_batch_size(prep.loader) or 1,
+                                   reduce_sum=prep.dist.reduce_sum, world_size=prep.dist.world_size,
+                                   device=prep.device)
+    micro = acc.micro_batch_size
+    prep.micro_batcher = MicroBatcher(micro if isinstance(micro, int) else None)
+
+
+def _spell(section: AccumulationConfig) -> FrameworkSpelling:
+    return FrameworkSpelling(lightning={"accumulate_grad_batches": section.steps},
+                             accelerate={"gradient_accumulation_steps": section.steps})
+
+
+TECHNIQUE = Technique(
+    name="accumulation",
+    title="gradient accumulation",
+    order=70,
+    section=AccumulationConfig,
+    resolve=_resolve,
+    apply=_apply,
+    nocode_refusal="accumulation changes the loop",
+    spell=_spell,
+)

@@ -29,15 +29,19 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
-from torchboost.config import CompileConfig
+from torchboost.config import Overlay, check_choice, register_section
 from torchboost.env import Environment
+from torchboost.techniques.registry import (
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+)
 
 __all__ = [
+    "CompileConfig",
     "CompileStats",
     "CompileWarning",
     "apply_compile",
@@ -45,6 +49,32 @@ __all__ = [
     "remove_compile",
     "resolve_compile",
 ]
+
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class CompileConfig:
+    """torch.compile of the model."""
+
+    section: ClassVar[str] = "compile"
+    order: ClassVar[int] = 20
+    MODES: ClassVar[tuple[str, ...]] = ("off", "default", "reduce-overhead", "max-autotune")
+    SCOPES: ClassVar[tuple[str, ...]] = ("model", "regional")
+
+    mode: str = "off"
+    """off | default | reduce-overhead | max-autotune (torch.compile's ``mode``)."""
+    scope: str = "model"
+    """model (compile the whole model) | regional (compile each block of a repeated
+    ModuleList/Sequential; shorter compile, falls back to the whole model)."""
+
+    def __post_init__(self) -> None:
+        check_choice("compile.mode", self.mode, self.MODES)
+        check_choice("compile.scope", self.scope, self.SCOPES)
+
+    @classmethod
+    def off(cls) -> "CompileConfig":
+        """No compile: plain PyTorch."""
+        return cls(mode="off")
 
 
 class CompileWarning(UserWarning):
@@ -292,3 +322,49 @@ def remove_compile(model: nn.Module) -> int:
             del module.__dict__["forward"]
             removed += 1
     return removed
+
+
+# -- the descriptor ---------------------------------------------------------------------
+
+def _resolve(ctx: ResolveContext) -> Resolution:
+    chosen, reason = resolve_compile(ctx.config.compile, ctx.env)
+    return Resolution(Overlay.of(CompileConfig, mode=chosen.mode, scope=chosen.scope), {"compile.mode": reason})
+
+
+def _apply(prep: Preparation) -> None:
+    # After the model has its device and memory format (Inductor specialises on both),
+    # before the DDP wrap (DDP all-reduces the compiled module's gradients).
+    prep.compile_stats = apply_compile(prep.model, mode=prep.config.compile.mode, scope=prep.config.compile.scope)
+
+
+def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:
+    mode = values.get("mode", "off")
+    if mode != "off":
+        apply_compile(module, mode=mode, scope=values.get("scope", "model"))
+        notes.append(f"compiled {type(module).__name__} ({mode})")
+
+
+def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    return [Overlay.of(CompileConfig, mode="default")] if ctx.can_compile else []
+
+
+def _spell(section: CompileConfig) -> FrameworkSpelling:
+    if section.mode == "off":
+        return FrameworkSpelling()
+    mode = "" if section.mode == "default" else f', mode="{section.mode}"'
+    return FrameworkSpelling(accelerate={"dynamo_config": {"dynamo_backend": "INDUCTOR", "dynamo_mode": section.mode}},
+                             code=(f"model = torch.compile(model{mode})",))
+
+
+TECHNIQUE = Technique(
+    name="compile",
+    title="torch.compile",
+    order=40,
+    section=CompileConfig,
+    resolve=_resolve,
+    apply=_apply,
+    nocode=NoCode(wants_root=lambda values: values.get("mode", "off") != "off", at_root=_nocode_root),
+    levers=(Lever("compile", "torch.compile", Parity.EXACT, _propose, ("compile.enable",), priority=50,
+                  is_compile=True),),
+    spell=_spell,
+)

@@ -13,11 +13,35 @@ the main process's count is ours to choose.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
 import torch
 
-from torchboost.config import CpuConfig
+from torchboost.config import AUTO, KEEP, IntOrWord, check_int_or_word, register_section
+from torchboost.techniques.registry import FrameworkSpelling, NoCode, Preparation, Technique
 
-__all__ = ["apply_threads", "auto_threads", "resolve_threads"]
+__all__ = ["CpuConfig", "apply_threads", "auto_threads", "resolve_threads"]
+
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class CpuConfig:
+    """Host CPU settings."""
+
+    section: ClassVar[str] = "cpu"
+    order: ClassVar[int] = 60
+
+    threads: IntOrWord = AUTO
+    """auto (leaves cores for loader workers) | keep | intra-op threads (>= 1)."""
+
+    def __post_init__(self) -> None:
+        check_int_or_word("cpu.threads", self.threads, 1, (AUTO, KEEP))
+
+    @classmethod
+    def off(cls) -> "CpuConfig":
+        """torch's own thread count."""
+        return cls(threads=KEEP)
 
 
 def auto_threads(
@@ -96,3 +120,40 @@ def apply_threads(threads: int | None) -> None:
     if threads < 1:
         raise ValueError(f"cpu.threads must be >= 1; got {threads}")
     torch.set_num_threads(threads)
+
+
+# -- the descriptor ---------------------------------------------------------------------
+# "auto" is resolved with the loader's workers, which share the cores
+# (:func:`torchboost.techniques.loader_auto.resolve_host`); the tuner's lever for both is
+# the loader's.
+
+def _threads(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _apply(prep: Preparation) -> None:
+    # A process-wide switch: first, so everything after runs under it.
+    apply_threads(_threads(prep.config.cpu.threads))
+
+
+def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
+    threads = _threads(values.get("threads"))
+    if threads is not None:
+        apply_threads(threads)
+        notes.append(f"intra-op threads set to {threads}")
+
+
+def _spell(section: CpuConfig) -> FrameworkSpelling:
+    threads = _threads(section.threads)
+    return FrameworkSpelling(code=(f"torch.set_num_threads({threads})",) if threads is not None else ())
+
+
+TECHNIQUE = Technique(
+    name="cpu",
+    title="CPU threads",
+    order=10,
+    section=CpuConfig,
+    apply=_apply,
+    nocode=NoCode(at_start=_nocode_start),
+    spell=_spell,
+)

@@ -9,14 +9,39 @@ order of elements in memory differs.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from torchboost.config import AUTO, BoolOrWord, Overlay, check_bool_or_word, register_section
 from torchboost.techniques.batches import map_tensors
+from torchboost.techniques.registry import (
+    FrameworkSpelling, Lever, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+)
 
-__all__ = ["apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
+__all__ = ["MemoryConfig", "apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
+
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig:
+    """Memory layout."""
+
+    section: ClassVar[str] = "memory"
+    order: ClassVar[int] = 50
+
+    channels_last: BoolOrWord = AUTO
+    """auto (on only for 4-D convolutions on CUDA with reduced precision) | true | false."""
+
+    def __post_init__(self) -> None:
+        check_bool_or_word("memory.channels_last", self.channels_last, (AUTO,))
+
+    @classmethod
+    def off(cls) -> "MemoryConfig":
+        """The model's own layout: plain PyTorch."""
+        return cls(channels_last=False)
 
 REDUCED_PRECISION_MODES = ("bf16", "fp16")
 """Precision modes in which ``auto`` turns channels_last on (CUDA only)."""
@@ -71,3 +96,46 @@ def to_channels_last(batch: Any) -> Any:
     Labels and integer masks are left alone.
     """
     return map_tensors(batch, _to_channels_last)
+
+
+# -- the descriptor ---------------------------------------------------------------------
+
+def _resolve(ctx: ResolveContext) -> Resolution:
+    chosen, reason = resolve_channels_last(ctx.config.memory.channels_last, ctx.model, device=ctx.device,
+                                           precision_mode=ctx.config.precision.mode)
+    return Resolution(Overlay.of(MemoryConfig, channels_last=chosen), {"memory.channels_last": reason})
+
+
+def _apply(prep: Preparation) -> None:
+    # Before compile (Inductor specialises on the layout) and before the optimizer is
+    # rebuilt; the inputs follow, converted as the prepared loader yields them.
+    if prep.config.memory.channels_last:
+        apply_channels_last(prep.model)
+        prep.batch_transforms.append(to_channels_last)
+
+
+def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    # Only through the Booster (the inputs are converted too), and on any device: on a
+    # 2-core CPU the vision workload's tune kept it at 1.06x (benchmarks/RESULTS.md).
+    return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.uses_booster and ctx.has_conv2d else []
+
+
+def _spell(section: MemoryConfig) -> FrameworkSpelling:
+    if section.channels_last is not True:
+        return FrameworkSpelling()
+    return FrameworkSpelling(code=("model = model.to(memory_format=torch.channels_last)",
+                                   "x = x.contiguous(memory_format=torch.channels_last)  # each input batch"))
+
+
+TECHNIQUE = Technique(
+    name="memory",
+    title="channels_last memory format",
+    order=30,
+    section=MemoryConfig,
+    resolve=_resolve,
+    apply=_apply,
+    nocode_refusal="the inputs must be converted too",
+    levers=(Lever("channels_last", "channels_last memory format", Parity.EXACT, _propose, ("memory.channels_last",),
+                  priority=90),),
+    spell=_spell,
+)

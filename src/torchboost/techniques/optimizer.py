@@ -13,12 +13,21 @@ optimizer with it, keeping its parameter groups, per-group hyperparameters and s
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
+from torchboost.config import AUTO, Overlay, check_choice, register_section
+from torchboost.prepared import BoostedOptimizer
+from torchboost.techniques.registry import (
+    Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+)
+
 __all__ = [
+    "OptimizerConfig",
     "FOREACH_OPTIMIZERS",
     "FUSED_DEVICES",
     "IMPLEMENTATIONS",
@@ -30,6 +39,27 @@ __all__ = [
 
 IMPLEMENTATIONS = ("default", "foreach", "fused")
 """The concrete implementations; "auto" resolves to one of these."""
+
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    """Optimizer implementation."""
+
+    section: ClassVar[str] = "optimizer"
+    order: ClassVar[int] = 40
+    IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("auto", "default", "foreach", "fused")
+
+    implementation: str = AUTO
+    """auto | default (leave the optimizer as built) | foreach | fused."""
+
+    def __post_init__(self) -> None:
+        check_choice("optimizer.implementation", self.implementation, self.IMPLEMENTATIONS)
+
+    @classmethod
+    def off(cls) -> "OptimizerConfig":
+        """The optimizer as the script built it."""
+        return cls(implementation="default")
 
 _O = torch.optim
 FUSED_DEVICES: dict[type, frozenset[str]] = {
@@ -217,3 +247,62 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and bool(torch.equal(a, b))
     return a == b
+
+
+# -- the descriptor ---------------------------------------------------------------------
+
+def _resolve(ctx: ResolveContext) -> Resolution:
+    if ctx.optimizer is None:
+        implementation, reason = "default", "no optimizer given"
+    else:
+        implementation, reason = resolve_optimizer(ctx.config.optimizer.implementation, ctx.optimizer,
+                                                   device=ctx.device)
+    return Resolution(Overlay.of(OptimizerConfig, implementation=implementation),
+                      {"optimizer.implementation": reason})
+
+
+def _apply(prep: Preparation) -> None:
+    # Last: fused kernels need the parameters on their device, and the step it builds
+    # goes through accumulation (a real step only at a window's end) and the precision
+    # policy (unscale, skip on fp16 overflow).
+    if prep.optimizer is None:
+        return
+    inner = apply_optimizer_implementation(prep.optimizer, prep.config.optimizer.implementation)
+    if prep.scheduler is not None and inner is not prep.optimizer:
+        prep.scheduler.optimizer = inner  # the schedule must drive the rebuilt optimizer
+    prep.optimizer = inner
+    prep.accumulator.optimizer = inner
+    step = functools.partial(prep.accumulator.step, step_fn=prep.precision.step)
+    prep.prepared_optimizer = BoostedOptimizer(inner, step, prep.accumulator.zero_grad)
+
+
+def _nocode_first_step(values: dict[str, Any], optimizer: torch.optim.Optimizer, notes: list[str]) -> None:
+    implementation = values.get("implementation", "default")
+    if implementation in ("default", "auto"):
+        return
+    try:
+        switched = switch_implementation_in_place(optimizer, implementation)
+    except ValueError as exc:  # this optimizer has no such kernel: leave it as the script built it
+        notes.append(f"{type(optimizer).__name__} kept as built: {exc}")
+        return
+    if switched:
+        notes.append(f"{type(optimizer).__name__} switched to {implementation}")
+
+
+def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    if not ctx.has_optimizer:
+        return []
+    return [Overlay.of(OptimizerConfig, implementation="fused"), Overlay.of(OptimizerConfig, implementation="foreach")]
+
+
+TECHNIQUE = Technique(
+    name="optimizer",
+    title="optimizer implementation",
+    order=80,
+    section=OptimizerConfig,
+    resolve=_resolve,
+    apply=_apply,
+    nocode=NoCode(at_first_step=_nocode_first_step),
+    levers=(Lever("optimizer", "fused/foreach optimizer", Parity.EXACT, _propose, ("optimizer.fused",),
+                  priority=60),),
+)

@@ -1,6 +1,7 @@
-"""Mixed precision: one small object per mode, chosen once, so the training step has no ``if``.
+"""Mixed precision: the ``[precision]`` section, how ``"auto"`` picks a mode, the descriptor.
 
-Four concrete modes:
+Four concrete modes, each a small policy object in
+:mod:`~torchboost.techniques.precision_policy`:
 
 * ``fp32``: plain PyTorch; touches nothing.
 * ``tf32``: fp32 tensors, but CUDA matmuls and convolutions use TF32 tensor cores
@@ -38,20 +39,29 @@ Every mode is usable on its own, without the Booster::
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 from torchboost import env as _envmod
-from torchboost.config import ConfigError, PrecisionConfig
+from torchboost.config import AUTO, ConfigError, Overlay, check_choice, register_section
+from torchboost.techniques.precision_policy import (
+    AutocastPrecision, Fp16Precision, Precision, Tf32Precision, make_precision,
+)
+from torchboost.techniques.registry import (
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+)
 
 __all__ = [
     "CPU_BF16_MIN_SPEEDUP",
     "AutocastPrecision",
     "Fp16Precision",
     "Precision",
+    "PrecisionConfig",
     "SlowPrecisionWarning",
     "Tf32Precision",
     "make_precision",
@@ -62,8 +72,29 @@ CPU_BF16_MIN_SPEEDUP = 1.2
 """bf16/fp32 matmul speed ratio (fp32 time / bf16 time, unitless) a CPU must reach for
 ``auto`` to pick bf16. Below it the rounding cost of bf16 buys too little."""
 
-_CONCRETE = tuple(m for m in PrecisionConfig.MODES if m != "auto")
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class PrecisionConfig:
+    """Numeric precision of forward and backward."""
+
+    section: ClassVar[str] = "precision"
+    order: ClassVar[int] = 10
+    MODES: ClassVar[tuple[str, ...]] = ("auto", "fp32", "tf32", "bf16", "fp16")
+
+    mode: str = AUTO
+    """auto | fp32 (no change) | tf32 (matmul precision "high") | bf16 autocast |
+    fp16 autocast with a GradScaler."""
+
+    def __post_init__(self) -> None:
+        check_choice("precision.mode", self.mode, self.MODES)
+
+    @classmethod
+    def off(cls) -> "PrecisionConfig":
+        """fp32: plain PyTorch."""
+        return cls(mode="fp32")
+
+
 _FP16_MIN_CAPABILITY = (7, 0)  # first GPUs with fp16 tensor cores (Volta)
 
 # Warnings already given in this process, so each is said once however many times
@@ -73,173 +104,6 @@ _warned: set[str] = set()
 
 class SlowPrecisionWarning(UserWarning):
     """The requested precision runs here but is likely slower than fp32."""
-
-
-class Precision:
-    """fp32: the null object. Every method does exactly what plain PyTorch does.
-
-    Subclasses change only what their mode needs; the training step calls the same
-    methods whatever the mode.
-    """
-
-    mode = "fp32"
-
-    def __init__(self, device_type: str) -> None:
-        self.device_type = device_type
-        """Device type the model runs on: "cpu", "cuda", "mps", ..."""
-
-    def setup(self) -> None:
-        """Set the global switches this mode needs. fp32 touches nothing."""
-
-    def teardown(self) -> None:
-        """Restore what :meth:`setup` changed. fp32 changed nothing."""
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """Context for the forward pass and loss; a no-op for fp32 and tf32."""
-        return contextlib.nullcontext()
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)``, scaled when the mode needs it."""
-        loss.backward(**kwargs)
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Bring gradients back to their true size before clipping; no-op unless fp16."""
-
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Step the optimizer. Returns False when the step was skipped (fp16 overflow)."""
-        optimizer.step()
-        return True
-
-    def state_dict(self) -> dict:
-        """What a checkpoint must keep to resume this mode: the scaler for fp16, else {}."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`'s output."""
-        if state:
-            raise ValueError(
-                f"precision {self.mode!r} keeps no state but got keys {sorted(state)}; "
-                "was this checkpoint saved with precision fp16?"
-            )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(mode={self.mode!r}, device_type={self.device_type!r})"
-
-
-class Tf32Precision(Precision):
-    """tf32: fp32 tensors, TF32 tensor cores for CUDA matmuls and convolutions."""
-
-    mode = "tf32"
-
-    def __init__(self, device_type: str) -> None:
-        super().__init__(device_type)
-        self._saved: tuple[str, bool] | None = None
-
-    def setup(self) -> None:
-        """Switch matmul precision to "high" and allow TF32 in cuDNN (remembered for
-        :meth:`teardown`)."""
-        if self._saved is None:
-            self._saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.allow_tf32 = True
-
-    def teardown(self) -> None:
-        """Put back the matmul precision and cuDNN setting found by :meth:`setup`."""
-        if self._saved is not None:
-            torch.set_float32_matmul_precision(self._saved[0])
-            torch.backends.cudnn.allow_tf32 = self._saved[1]
-            self._saved = None
-
-
-class AutocastPrecision(Precision):
-    """bf16 (or any autocast dtype that needs no scaler): autocast in the forward pass."""
-
-    def __init__(self, device_type: str, mode: str = "bf16") -> None:
-        super().__init__(device_type)
-        self.mode = mode
-        self.dtype = _DTYPES[mode]
-        """The autocast dtype."""
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """``torch.autocast(device_type, dtype)``."""
-        return torch.autocast(self.device_type, dtype=self.dtype)
-
-
-class Fp16Precision(AutocastPrecision):
-    """fp16: autocast to float16 and a GradScaler that skips steps with inf/NaN gradients."""
-
-    def __init__(self, device_type: str) -> None:
-        super().__init__(device_type, "fp16")
-        self.scaler = torch.amp.GradScaler(device_type)
-        """The loss scaler; one optimizer per scaler (``update`` follows every step)."""
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backward of ``loss * scale``, so small fp16 gradients do not flush to zero."""
-        self.scaler.scale(loss).backward(**kwargs)
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divide the gradients by the scale (once per step) so clipping sees true norms."""
-        self.scaler.unscale_(optimizer)
-
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """``scaler.step`` then ``scaler.update``; False when the gradients held inf/NaN.
-
-        The scaler backs off (halves the scale) exactly when it found inf/NaN and then
-        skipped the step, and otherwise keeps or grows it, so comparing the scale
-        before and after tells whether the optimizer stepped.
-        """
-        # Host-device sync: get_scale() reads the scale tensor. Once per optimizer step,
-        # and scaler.step already syncs on the inf check, so this adds no stall.
-        before = self.scaler.get_scale()
-        self.scaler.step(optimizer)
-        self.scaler.update()
-        return self.scaler.get_scale() >= before
-
-    def state_dict(self) -> dict:
-        """The scaler's state (scale, growth tracker, factors)."""
-        return self.scaler.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore the scaler's state."""
-        self.scaler.load_state_dict(state)
-
-
-def make_precision(mode: str, device_type: str) -> Precision:
-    """Build the precision object for a concrete ``mode`` on ``device_type``.
-
-    Raises :class:`~torchboost.config.ConfigError` for combinations that cannot run:
-    ``"auto"`` (resolve it first), tf32 off CUDA, autocast on a device type torch has
-    no autocast for.
-    """
-    if mode not in _CONCRETE:
-        hint = "; resolve it first with resolve_precision()" if mode == "auto" else ""
-        raise ConfigError(
-            f"precision.mode: expected one of {', '.join(_CONCRETE)}; got {mode!r}{hint}"
-        )
-    if mode == "fp32":
-        return Precision(device_type)
-    if mode == "tf32":
-        if device_type != "cuda":
-            raise ConfigError(
-                f'precision.mode "tf32" needs a CUDA GPU (Ampere or newer); the model is on '
-                f'{device_type!r}. Use "fp32", or "auto" to pick for this device.'
-            )
-        return Tf32Precision(device_type)
-    if not _autocast_available(device_type):
-        raise ConfigError(
-            f'precision.mode "{mode}": torch has no autocast for device type {device_type!r}; '
-            'use "fp32".'
-        )
-    if mode == "fp16":
-        return Fp16Precision(device_type)
-    return AutocastPrecision(device_type, "bf16")
-
-
-def _autocast_available(device_type: str) -> bool:
-    try:
-        return torch.amp.is_autocast_available(device_type)
-    except RuntimeError:  # not a device type torch knows at all
-        return False
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -310,3 +174,105 @@ def resolve_precision(requested: str, env: _envmod.Environment) -> tuple[str, st
     if env.device == "cpu":
         return _resolve_cpu(env)
     return "fp32", f"auto keeps fp32 on {env.device}; ask for fp16 or bf16 to try them"
+
+
+# -- the descriptor ---------------------------------------------------------------------
+
+def _resolve(ctx: ResolveContext) -> Resolution:
+    mode, reason = resolve_precision(ctx.config.precision.mode, ctx.env)
+    return Resolution(Overlay.of(PrecisionConfig, mode=mode), {"precision.mode": reason})
+
+
+def _apply(prep: Preparation) -> None:
+    # A process-wide switch (TF32) or an autocast policy; set before the model is touched,
+    # so everything after runs under it.
+    prep.precision = make_precision(prep.config.precision.mode, prep.device.type)
+    prep.precision.setup()
+
+
+def _to_fp32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() and value.dtype != torch.float32 else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_to_fp32(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_fp32(v) for k, v in value.items()}
+    return value
+
+
+def _nocode_refuse(values: dict[str, Any]) -> str | None:
+    return "fp16 needs a gradient scaler in the loop" if values.get("mode") == "fp16" else None
+
+
+def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
+    if values.get("mode") == "tf32":
+        Tf32Precision("cuda").setup()
+        notes.append("TF32 matmuls on")
+
+
+def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:
+    # From outside there is no autocast block in the loop: the root module's forward runs
+    # under autocast, and floating outputs go back to fp32 for the loss, as they would
+    # leave an autocast block the user wrote around the forward and the loss.
+    if values.get("mode") != "bf16":
+        return
+    inner = module.forward
+    device_type = next((p.device.type for p in module.parameters()), "cpu")
+
+    @functools.wraps(inner)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            out = inner(*args, **kwargs)
+        return _to_fp32(out)
+
+    module.forward = forward
+    notes.append(f"bf16 autocast around {type(module).__name__}.forward")
+
+
+def _propose_precision(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    if ctx.device == "cuda":
+        if ctx.cuda_bf16:
+            return [Overlay.of(PrecisionConfig, mode="bf16")]
+        return [Overlay.of(PrecisionConfig, mode="fp16")] if ctx.uses_booster else []
+    # On a CPU bf16 is tried even without bf16 instructions: the measurement, not the
+    # flag, decides, and the report then says how much slower it was.
+    return [Overlay.of(PrecisionConfig, mode="bf16")]
+
+
+def _propose_tf32(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    if not ctx.tf32 or incumbent.section(PrecisionConfig):
+        return []
+    return [Overlay.of(PrecisionConfig, mode="tf32")]
+
+
+def _subject(change: Overlay) -> str:
+    return str(change.value(PrecisionConfig, "mode"))
+
+
+_LIGHTNING = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+_ACCELERATE = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
+def _spell(section: PrecisionConfig) -> FrameworkSpelling:
+    code = ('torch.set_float32_matmul_precision("high")',) if section.mode == "tf32" else ()
+    return FrameworkSpelling(lightning={"precision": _LIGHTNING.get(section.mode)},
+                             accelerate={"mixed_precision": _ACCELERATE.get(section.mode)}, code=code)
+
+
+TECHNIQUE = Technique(
+    name="precision",
+    title="mixed precision",
+    order=20,
+    section=PrecisionConfig,
+    resolve=_resolve,
+    apply=_apply,
+    nocode=NoCode(refuse=_nocode_refuse, at_start=_nocode_start, wants_root=lambda v: v.get("mode") == "bf16",
+                  at_root=_nocode_root),
+    levers=(
+        Lever("precision", "lower precision (autocast)", Parity.REDUCED, _propose_precision,
+              ("precision.lower", "precision.slower_on_cpu"), priority=30, subject=_subject),
+        Lever("tf32", "TF32 matmuls", Parity.REDUCED, _propose_tf32, ("precision.lower",), priority=40,
+              subject=_subject),
+    ),
+    spell=_spell,
+)

@@ -23,11 +23,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from torchboost.techniques.registry import Parity
+
 __all__ = ["ParityVerdict", "check_parity", "EXACT", "REDUCED", "STATISTICAL"]
 
-EXACT = "exact"
-REDUCED = "reduced"
-STATISTICAL = "statistical"
+EXACT = Parity.EXACT
+REDUCED = Parity.REDUCED
+STATISTICAL = Parity.STATISTICAL
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torchboost._io import atomic_write_bytes
-from torchboost.config import BoostConfig
+from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.runner import run_observed
 from torchboost.techniques.worker_ipc import available as sharing_available
-from torchboost.trial import overlay
 from torchboost.tune.journal import Journal
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
@@ -103,9 +102,9 @@ def context_from_facts(facts: Facts) -> TuneContext:
     )
 
 
-def settings_to_config(settings: dict[str, Any]) -> BoostConfig:
+def settings_to_config(settings: dict[str, Any] | Overlay) -> BoostConfig:
     """A torchboost.toml config: the user's own setup ("off"/"keep") plus the kept settings."""
-    return overlay(BoostConfig.off(), settings)
+    return Overlay(settings).on(BoostConfig.off())
 
 
 def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:
@@ -186,14 +185,14 @@ def tune_script(
     summary = {
         "command": list(command),
         "run_steps": run_steps,
-        "settings": outcome.settings,
+        "settings": outcome.settings.to_dict(),
         "speedup": outcome.speedup,
         "trials_run": outcome.trials_run,
         "steps_per_trial": options.steps_per_trial,
         "reused_trials": journal.reused,
         "error": outcome.error,
-        "decisions": [dataclasses.asdict(d) for d in outcome.decisions],
-        "waterfall": [dataclasses.asdict(w) for w in outcome.waterfall],
+        "decisions": [{**dataclasses.asdict(d), "settings": d.settings.to_dict()} for d in outcome.decisions],
+        "waterfall": [{**dataclasses.asdict(w), "settings": w.settings.to_dict()} for w in outcome.waterfall],
     }
     atomic_write_bytes(options.out_dir / "outcome.json", json.dumps(summary, indent=2, default=str).encode())
     return TuneRun(facts=facts, findings=findings, outcome=outcome, config=config, run_steps=run_steps,

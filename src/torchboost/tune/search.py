@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from torchboost.config import Overlay
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.parity import EXACT, STATISTICAL, ParityVerdict, check_parity
 from torchboost.tune.trial_result import TrialResult, describe_settings
@@ -33,7 +34,7 @@ from torchboost.tune.trial_result import TrialResult, describe_settings
 __all__ = ["Decision", "SearchOptions", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
            "INTERACTION", "INTERACTION_TITLE"]
 
-Settings = dict[str, Any]
+Settings = Overlay
 Measure = Callable[[Settings, int], TrialResult]
 
 
@@ -167,8 +168,8 @@ def _interaction_lever(levers: list[Lever], decisions: list[Decision], screened:
               if d.status == "rejected" and d.ratios and d.ratio is not None and d.ratio < 1.0
               and by_id.get(d.lever) is not None and by_id[d.lever].parity == EXACT
               and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
-    proposals = [{**host, **other} for host in near for other in missed
-                 if not set(host) & set(other) and {**incumbent, **host, **other} != incumbent]
+    proposals = [host | other for host in near for other in missed
+                 if not set(host) & set(other) and incumbent | host | other != incumbent]
     if not proposals:
         return None
     return Lever(INTERACTION, INTERACTION_TITLE, EXACT, lambda inc, ctx: proposals,
@@ -194,7 +195,7 @@ class _Runner:
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
-        return self._measure(dict(settings), repeat)
+        return self._measure(Overlay(settings), repeat)
 
 
 def run_search(
@@ -208,7 +209,7 @@ def run_search(
 ) -> TuneOutcome:
     """Measure the baseline, then try each lever in order; see the module docstring."""
     run = _Runner(measure, options, clock)
-    baseline = run({})
+    baseline = run(Overlay())
     decisions: list[Decision] = []
 
     def decide(decision: Decision) -> None:
@@ -217,20 +218,20 @@ def run_search(
             on_decision(decision)
 
     if not baseline.ok:
-        return TuneOutcome(baseline, {}, [], decisions, run.trials, clock() - run.start,
+        return TuneOutcome(baseline, Overlay(), [], decisions, run.trials, clock() - run.start,
                            error=f"the baseline run failed: {baseline.error}")
     bad = next((i for i, x in enumerate(baseline.losses) if not math.isfinite(x)), None)
     if bad is not None:
-        return TuneOutcome(baseline, {}, [], decisions, run.trials, clock() - run.start,
+        return TuneOutcome(baseline, Overlay(), [], decisions, run.trials, clock() - run.start,
                            error=f"the script's own loss is {baseline.losses[bad]} at step {bad}: "
                                  "fix that before tuning (no candidate can be checked against it)")
 
-    incumbent: Settings = {}
+    incumbent: Settings = Overlay()
     incumbent_ms = baseline.ms_per_step
     reference = baseline.losses
     """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
     held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
-    waterfall = [WaterfallStep("baseline", {}, incumbent_ms, 1.0, 0.0)]
+    waterfall = [WaterfallStep("baseline", Overlay(), incumbent_ms, 1.0, 0.0)]
     stopped = False
     screened: dict[str, list[tuple[float, Settings]]] = {}
     """Per lever: the correct candidates' screening times, for the interaction pass."""
@@ -243,7 +244,7 @@ def run_search(
             if run.out_of_budget():
                 stopped = True
                 break
-            candidate = {**incumbent, **change}
+            candidate = incumbent | change
             result = run(candidate)
             if not result.ok:
                 decide(Decision(lever.id, change, "failed", result.error or "the trial failed"))
@@ -264,7 +265,7 @@ def run_search(
                                 f"{other_ms:.1f} ms/step in screening, against {best_ms:.1f} ms for "
                                 f"{describe_settings(change)}",
                                 ratio=other_ms / incumbent_ms, ms_per_step=other_ms))
-        candidate = {**incumbent, **change}
+        candidate = incumbent | change
         # The screening ratio compares with an incumbent measured earlier; at least one
         # fresh pair, run back to back, must confirm it before anything is kept.
         ratios = [best_ms / incumbent_ms]
@@ -327,7 +328,7 @@ def run_search(
             reference = best.losses
             speedup = waterfall[-1].speedup / ratio
             waterfall.append(WaterfallStep(
-                f"+ {lever.title}", dict(candidate), baseline.ms_per_step / speedup, speedup,
+                f"+ {lever.title}", candidate, baseline.ms_per_step / speedup, speedup,
                 max(ratios) - min(ratios),
             ))
         decide(decision)

@@ -7,36 +7,31 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
+
+from torchboost.config import Overlay
 
 __all__ = ["TrialResult", "trial_key", "describe_settings"]
 
 
-def trial_key(settings: dict[str, Any], repeat: int) -> str:
+def trial_key(settings: Mapping[str, Any], repeat: int) -> str:
     """A stable key for (candidate settings, repeat index)."""
-    return json.dumps({"settings": settings, "repeat": repeat}, sort_keys=True)
+    return json.dumps({"settings": Overlay(settings).to_dict(), "repeat": repeat}, sort_keys=True)
 
 
-def describe_settings(settings: dict[str, Any]) -> str:
-    """Short text for a candidate: ``loader.num_workers=2, cpu.threads=1`` or ``baseline``."""
-    if not settings:
-        return "baseline"
-    return ", ".join(f"{k}={_show(v)}" for k, v in sorted(settings.items()))
-
-
-def _show(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def describe_settings(settings: Mapping[str, Any]) -> str:
+    """Short text for a candidate: ``cpu.threads=1, loader.num_workers=2`` or ``baseline``."""
+    return Overlay(settings).describe()
 
 
 @dataclass
 class TrialResult:
     """One run of the user's script with one candidate configuration.
 
-    ``settings`` are dotted config keys changed from the user's own setup (empty for the
-    baseline). Times are milliseconds, memory bytes.
+    ``settings`` are the changes from the user's own setup (empty for the baseline). Times are milliseconds, memory bytes.
     """
 
-    settings: dict[str, Any]
+    settings: Overlay
     repeat: int = 0
     ok: bool = True
     """False when the trial crashed or timed out (non-finite losses are parity's to judge)."""
@@ -79,9 +74,12 @@ class TrialResult:
             return None
         return 1e3 * self.samples_per_step / self.ms_per_step
 
+    def __post_init__(self) -> None:
+        self.settings = Overlay(self.settings)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict."""
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "settings": self.settings.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrialResult":

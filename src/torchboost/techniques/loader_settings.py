@@ -1,0 +1,119 @@
+"""The DataLoader arguments torchboost may change, and a loader rebuilt with them.
+
+:func:`rebuild_loader` builds a new DataLoader with :class:`LoaderSettings` that yields
+the same batches in the same order (same dataset, sampler, generator, collate_fn, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from torchboost.techniques.worker_ipc import sharing_of, with_sharing
+
+__all__ = ["LOADER_FIELDS", "LoaderSettings", "rebuild_loader"]
+
+LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "sharing_strategy")
+"""The ``[loader]`` fields, in the order of :class:`LoaderSettings`."""
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The DataLoader arguments torchboost may change. Plain data."""
+
+    num_workers: int
+    """Worker processes (0 = load in the main process)."""
+    pin_memory: bool
+    """Collate batches into page-locked memory (fast, asynchronous copies to CUDA)."""
+    persistent_workers: bool
+    """Keep workers alive between epochs; only legal with num_workers > 0."""
+    prefetch_factor: int | None
+    """Batches loaded ahead per worker; None exactly when num_workers == 0."""
+    sharing_strategy: str | None = None
+    """How workers hand batches over (:mod:`~torchboost.techniques.worker_ipc`); None:
+    torch's default. Always None with 0 workers."""
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0; got {self.num_workers}")
+        if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
+            raise ValueError(
+                "persistent_workers=True and prefetch_factor need num_workers > 0; "
+                "use persistent_workers=False, prefetch_factor=None with 0 workers"
+            )
+        if self.num_workers > 0 and (self.prefetch_factor is None or self.prefetch_factor < 1):
+            raise ValueError(f"prefetch_factor must be >= 1 with workers; got {self.prefetch_factor}")
+        if self.num_workers == 0 and self.sharing_strategy is not None:
+            raise ValueError("a sharing strategy needs num_workers > 0: nothing crosses processes without workers")
+
+    @classmethod
+    def of(cls, loader: DataLoader) -> "LoaderSettings":
+        """The settings ``loader`` was built with."""
+        return cls(
+            num_workers=loader.num_workers,
+            pin_memory=bool(loader.pin_memory),
+            persistent_workers=bool(loader.persistent_workers),
+            prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+            sharing_strategy=sharing_of(loader.worker_init_fn) if loader.num_workers > 0 else None,
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _init_parameters() -> frozenset[str]:
+    return frozenset(inspect.signature(DataLoader.__init__).parameters)
+
+
+def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:
+    """A DataLoader like ``loader`` with ``settings``; ``loader`` itself when nothing changes.
+
+    The new loader shares the dataset, sampler (and so its generator and order),
+    batch_sampler, collate_fn, drop_last, generator, worker_init_fn (wrapped to set the
+    sharing strategy first, when one is chosen), timeout, multiprocessing_context and
+    in_order, so it yields the same batches in the same order.
+    One exception, torch's own: a loader whose persistent_workers differs draws its
+    workers' base seed from the generator (or the global RNG) only once instead of every
+    epoch, so from the second epoch a shuffle continues from a different generator state
+    (still seeded and reproducible). Random augmentations run in workers are seeded by
+    that base seed, so changing num_workers changes their random stream as well.
+    ``loader`` must be a plain DataLoader: a subclass's constructor is unknown.
+    """
+    if LoaderSettings.of(loader) == settings:
+        return loader
+    if type(loader) is not DataLoader:
+        raise TypeError(
+            f"cannot rebuild a {type(loader).__name__} (a DataLoader subclass with its own "
+            'constructor); set loader options to "keep" or build it with the settings yourself'
+        )
+    kwargs: dict[str, Any] = dict(
+        dataset=loader.dataset,
+        collate_fn=loader.collate_fn,
+        timeout=loader.timeout,
+        worker_init_fn=with_sharing(loader.worker_init_fn, settings.sharing_strategy),
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,  # also seeds the workers' base seed, drawn per epoch
+        num_workers=settings.num_workers,
+        pin_memory=settings.pin_memory,
+        persistent_workers=settings.persistent_workers,
+        prefetch_factor=settings.prefetch_factor,
+    )
+    if isinstance(loader.dataset, IterableDataset):
+        # Its sampler is an internal infinite one that the constructor refuses back.
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is not None:
+        # batch_size=B made the BatchSampler from loader.sampler; passing the same sampler
+        # (which holds the generator) lets the constructor make an identical one and keeps
+        # .batch_size and .drop_last what the user set.
+        kwargs.update(sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_sampler is not None:
+        kwargs.update(batch_sampler=loader.batch_sampler)  # the user's own batch sampler
+    else:
+        kwargs.update(sampler=loader.sampler, batch_size=None)  # no automatic batching
+    for name in ("in_order", "pin_memory_device"):
+        value = getattr(loader, name, None)
+        if name in _init_parameters() and value not in (None, ""):
+            kwargs[name] = value
+    return DataLoader(**kwargs)

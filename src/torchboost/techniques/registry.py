@@ -1,0 +1,241 @@
+"""The technique descriptor: what the rest of torchboost needs to know of one technique.
+
+Each technique module under :mod:`torchboost.techniques` ends with ``TECHNIQUE =
+Technique(...)``: its config section, how ``"auto"`` resolves and why, how it applies
+inside the Booster, how it applies from outside to an unmodified script (or why it
+cannot), its tuner levers with their parity kind, the finding ids that propose them and
+its Lightning and Accelerate spellings. :func:`techniques` collects every module's
+descriptor in application order; the Booster, ``torchboost run``'s applier, the tuner and
+the reports iterate it and know no technique by name. Adding a technique is one new
+module (and its tests).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+import torchboost.techniques as _package
+from torchboost.config import BoostConfig, Overlay
+
+__all__ = [
+    "FrameworkSpelling",
+    "Lever",
+    "NoCode",
+    "Parity",
+    "Preparation",
+    "ResolveContext",
+    "Resolution",
+    "Technique",
+    "TuneContext",
+    "techniques",
+]
+
+
+class Parity(str, enum.Enum):
+    """How a candidate's losses must agree with the configuration it is held to."""
+
+    EXACT = "exact"
+    """fp32 maths unchanged: the first losses match closely."""
+    REDUCED = "reduced"
+    """Lower precision: the last losses within a relative tolerance."""
+    STATISTICAL = "statistical"
+    """Other random draws (loader workers seed their own augmentations): the same trend."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class TuneContext:
+    """What the tuner knows before it starts: machine and script facts, plain data."""
+
+    device: str = "cpu"
+    cpu_cores: int = 1
+    cpu_bf16: bool = False
+    cuda_bf16: bool = False
+    tf32: bool = False
+    can_compile: bool = True
+    iterable_dataset: bool = False
+    has_loader: bool = True
+    has_optimizer: bool = True
+    uses_booster: bool = False
+    """The script calls Booster.prepare: every lever applies through it (fp16 too)."""
+    max_workers: int = 4
+    """Upper bound on loader workers to try."""
+    has_conv2d: bool = True
+    """The model has 2-D convolutions (channels_last, cudnn.benchmark can matter)."""
+    file_system_sharing: bool = True
+    """The platform offers torch's file_system sharing strategy for worker batches."""
+    fixed_shapes: bool = True
+    """Every observed batch had the same input shapes (cudnn.benchmark pays only then)."""
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One change the tuner may keep or revert as a whole."""
+
+    id: str
+    title: str
+    parity: Parity
+    proposer: Callable[[Overlay, TuneContext], list[Overlay]]
+    """Changes to try on top of the incumbent settings (an empty list: not applicable)."""
+    finding_ids: tuple[str, ...] = field(default=())
+    """Doctor findings whose expected speedup ranks this lever."""
+    priority: int = 100
+    """Place in the default order, lowest first, when no finding ranks the levers."""
+    is_compile: bool = False
+    """Compile cost is amortised over the planned run before it is kept."""
+    coupled: bool = False
+    """Its candidates move several knobs together (workers and threads): its runners-up
+    are tried again with the levers not kept alone, in the interaction pass."""
+    fallback_parity: Parity | None = None
+    """A looser check when ``parity`` fails: loader workers seed their own random
+    augmentations, so the same samples come out with other random draws."""
+    subject: Callable[[Overlay], str] | None = None
+    """What a reader calls a candidate ("bf16"); None: the lever's title."""
+
+    def propose(self, incumbent: Mapping[str, Any], ctx: TuneContext) -> list[Overlay]:
+        """The candidate changes on top of ``incumbent`` (the settings kept so far)."""
+        return [Overlay(change) for change in self.proposer(Overlay(incumbent), ctx)]
+
+
+@dataclass
+class ResolveContext:
+    """What ``"auto"`` is resolved against, and the configuration resolved so far."""
+
+    env: Any
+    device: torch.device
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    loader: Any
+    config: BoostConfig
+    """The user's configuration with the techniques resolved before this one applied."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One technique's concrete choices: the values, the reason for each, and any detail
+    object its ``apply`` needs (e.g. the loader's settings)."""
+
+    values: Overlay
+    reasons: dict[str, str]
+    """Keyed by dotted field name, for the printed and saved summary."""
+    detail: Any = None
+
+
+@dataclass
+class Preparation:
+    """What ``Booster.prepare`` builds, passed through each technique's ``apply`` in turn."""
+
+    env: Any
+    device: torch.device
+    config: BoostConfig
+    """Concrete: no "auto" left."""
+    details: dict[str, Any]
+    """Each technique's :attr:`Resolution.detail`, by technique name."""
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+    """The optimizer the step drives (rebuilt when its implementation changed)."""
+    loader: Any = None
+    scheduler: Any = None
+    dist: Any = None
+    """The process-group handle (:mod:`torchboost.techniques.distributed`)."""
+    precision: Any = None
+    accumulator: Any = None
+    micro_batcher: Any = None
+    compile_stats: Any = None
+    batch_transforms: list[Callable[[Any], Any]] = field(default_factory=list)
+    """Applied to every batch the prepared loader yields, after the move to the device."""
+    prepared_loader: Any = None
+    prepared_optimizer: Any = None
+
+
+@dataclass(frozen=True)
+class NoCode:
+    """How a technique reaches an unmodified script, from inside its process.
+
+    Every hook gets ``values``, the fields of the technique's section the settings set
+    (by field name), and ``notes``, a list to append what was applied to, in words. The
+    applier (:mod:`torchboost.observe.apply`) owns the patching; these say what to do.
+    """
+
+    refuse: Callable[[dict[str, Any]], str | None] = lambda values: None
+    """Why these values need the Booster in the loop; None when they can be applied."""
+    at_start: Callable[[dict[str, Any], list[str]], None] | None = None
+    """Process-wide switches, set when the applier is installed."""
+    loader_arguments: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    """Rewrites a map-style DataLoader's constructor arguments in place."""
+    wants_root: Callable[[dict[str, Any]], bool] = lambda values: False
+    """Whether :attr:`at_root` has anything to do (finding the root module costs hooks)."""
+    at_root: Callable[[dict[str, Any], nn.Module, list[str]], None] | None = None
+    """The root module (the outermost trainable module) after its first forward."""
+    at_first_step: Callable[[dict[str, Any], torch.optim.Optimizer, list[str]], None] | None = None
+    """An optimizer before its first step (its state still empty)."""
+
+
+@dataclass(frozen=True)
+class FrameworkSpelling:
+    """The same setting in a framework's own words."""
+
+    lightning: dict[str, Any] = field(default_factory=dict)
+    """``lightning.Trainer`` keyword arguments."""
+    accelerate: dict[str, Any] = field(default_factory=dict)
+    """``accelerate`` config keys."""
+    code: tuple[str, ...] = ()
+    """Lines a user adds where neither has a flag."""
+
+
+@dataclass(frozen=True)
+class Technique:
+    """One technique, described once."""
+
+    name: str
+    title: str
+    order: int
+    """Application order in ``Booster.prepare``, lowest first; each module says why."""
+    section: type | None = None
+    """Its ``torchboost.toml`` table (a class registered with ``register_section``)."""
+    resolve: Callable[[ResolveContext], Resolution] | None = None
+    """``"auto"`` -> concrete values, with reasons; None: the section is taken as written."""
+    setup: Callable[[Preparation], None] | None = None
+    """Before anything is resolved (the process group, which later steps talk through)."""
+    apply: Callable[[Preparation], None] | None = None
+    """Inside the Booster: changes the model, optimizer, loader or process, in order."""
+    nocode: NoCode | None = None
+    """From outside, on an unmodified script; None: it cannot (see :attr:`nocode_refusal`)."""
+    nocode_refusal: str = "it needs the Booster in the training loop"
+    levers: tuple[Lever, ...] = ()
+    """Tuner candidates."""
+    spell: Callable[[Any], FrameworkSpelling] | None = None
+    """The concrete section in Lightning's and Accelerate's words; None: not spelled yet."""
+
+    @property
+    def finding_ids(self) -> tuple[str, ...]:
+        """Doctor findings that propose this technique (those of its levers)."""
+        return tuple(dict.fromkeys(fid for lever in self.levers for fid in lever.finding_ids))
+
+
+_REGISTRY: list[Technique] = []
+
+
+def techniques() -> list[Technique]:
+    """Every technique module's descriptor, in application order (loaded once)."""
+    if not _REGISTRY:
+        found = []
+        for info in pkgutil.iter_modules(_package.__path__):
+            module = importlib.import_module(f"{_package.__name__}.{info.name}")
+            technique = getattr(module, "TECHNIQUE", None)
+            if isinstance(technique, Technique):
+                found.append(technique)
+        names = [t.name for t in found]
+        if len(set(names)) != len(names):
+            raise RuntimeError(f"two technique modules share a name: {sorted(names)}")
+        _REGISTRY.extend(sorted(found, key=lambda t: (t.order, t.name)))
+    return list(_REGISTRY)
