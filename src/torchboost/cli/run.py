@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
         settings_path = Path(tmp) / "settings.json"
         settings_path.write_text(json.dumps(settings), encoding="utf-8")
-        argv = [sys.executable, "-m", "torchboost.launch", str(settings_path), "--", *target]
+        argv = [sys.executable, "-m", "torchboost.cli.run", str(settings_path), "--", *target]
         try:
             return subprocess.call(argv)
         except KeyboardInterrupt:
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m torchboost.launch SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
+        print("usage: python -m torchboost.cli.run SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
         return 2
     settings = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     applier = Applier(settings).install()

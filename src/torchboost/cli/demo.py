@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from torchboost.diagnose import diagnose
     from torchboost.observe.runner import run_observed
     from torchboost.report.doctor import print_doctor_report, write_doctor_report
-    from torchboost.tune.command import print_outcome, tune_with_progress
+    from torchboost.cli.tune import print_outcome, tune_with_progress
     from torchboost.tune.runner import TuneOptions
 
     if args.command:
