@@ -12,6 +12,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from torchboost import __version__
+
 __all__ = ["main", "split_command"]
 
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -37,8 +39,6 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from torchboost import __version__
-
     parser = _Parser(prog="torchboost", description="Make PyTorch training markedly faster, and prove it.")
     parser.add_argument("--version", action="version", version=f"torchboost {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)

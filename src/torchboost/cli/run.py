@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
+from torchboost.observe.apply import Applier, nocode_settings
+from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
+from torchboost.observe.runner import UsageError, parse_command
 
 __all__ = ["add_arguments", "run", "main", "settings_from_config", "changed_settings"]
 
@@ -51,8 +54,6 @@ def settings_from_config(config: BoostConfig) -> tuple[dict[str, Any], list[str]
 
     Only the :func:`changed_settings` that can be applied without a Booster in the loop.
     """
-    from torchboost.observe.apply import nocode_settings
-
     wanted, notes = changed_settings(config)
     settings, refused = nocode_settings(wanted)
     return settings, notes + refused
@@ -65,8 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost run``; returns the script's exit status."""
-    from torchboost.observe.runner import UsageError, parse_command
-
     try:
         target = parse_command(args.command)
         if not Path(args.config).is_file():
@@ -95,9 +94,6 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Child side: apply the settings file, run the target as ``__main__``."""
-    from torchboost.observe.apply import Applier
-    from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m torchboost.cli.run SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
