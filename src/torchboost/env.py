@@ -128,7 +128,7 @@ def _compiler() -> str:
 
 def _has_triton() -> bool:
     try:
-        import triton  # noqa: F401
+        import triton  # noqa: F401  - optional: importing it is the check, so only here
     except Exception:
         return False
     return True

@@ -57,7 +57,7 @@ def _observed(tmp_path, *, steps_seen: int, exit_code: int):
 def test_why_nothing_was_recorded_is_explained(tmp_path, steps_seen, exit_code, message):
     from rich.console import Console
 
-    from torchboost.observe.command import _explain_no_steps
+    from torchboost.cli.doctor import _explain_no_steps
 
     console = Console(record=True, width=300)
     _explain_no_steps(_observed(tmp_path, steps_seen=steps_seen, exit_code=exit_code), console)

@@ -275,7 +275,7 @@ def test_waterfall_loads_in_chromium_and_a_broken_one_is_caught(written, tmp_pat
 
 
 def test_the_tune_command_prints_and_writes_this_report(tmp_path):
-    from torchboost.tune.command import print_outcome
+    from torchboost.cli.tune import print_outcome
     from torchboost.tune.runner import TuneOptions
 
     run = mixed_run()

@@ -285,7 +285,7 @@ def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
 def test_steps_per_trial_option_takes_auto_or_a_number():
     import argparse
 
-    from torchboost.tune.command import add_arguments, options_from_args
+    from torchboost.cli.tune import add_arguments, options_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

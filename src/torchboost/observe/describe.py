@@ -114,9 +114,9 @@ def peak_rss_bytes() -> int:
     the current resident size.
     """
     try:
-        import resource
+        import resource  # here, not at the top: it does not exist on Windows
     except ImportError:
-        import psutil
+        import psutil  # the fallback, imported only where resource is missing
 
         info = psutil.Process().memory_info()
         return int(getattr(info, "peak_wset", info.rss))

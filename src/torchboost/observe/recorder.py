@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from torchboost import env as _env
 from torchboost import handover
 from torchboost._io import atomic_write_bytes
 from torchboost.diagnose.facts import Facts, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord
@@ -293,9 +294,7 @@ class StepRecorder:
             self.errors.append(f"{getattr(fn, '__name__', 'observer')}: {type(exc).__name__}: {exc}")
 
     def _measure_bf16(self) -> None:
-        from torchboost.env import measure_cpu_bf16_speedup
-
-        self._bf16_speedup = float(measure_cpu_bf16_speedup())
+        self._bf16_speedup = float(_env.measure_cpu_bf16_speedup())
 
     def _phase_begin(self, phase: int) -> None:
         if self._cuda is not None:
@@ -337,10 +336,8 @@ class StepRecorder:
     def _snapshot_settings(self) -> None:
         # End of warm-up: the script has set itself up; probing now cannot disturb its
         # setup (CUDA_VISIBLE_DEVICES, thread counts) and objects are still alive.
-        from torchboost.env import probe
-
         cuda_before = torch.cuda.is_initialized()
-        self._settings = {"env": probe().to_dict(), "cpu_threads": torch.get_num_threads()}
+        self._settings = {"env": _env.probe().to_dict(), "cpu_threads": torch.get_num_threads()}
         self._probe_started_cuda |= not cuda_before and torch.cuda.is_initialized()
         roots = [(e[0](), e[1]) for e in self._roots.values()]
         roots = [(m, calls) for m, calls in roots if m is not None]

@@ -129,52 +129,85 @@ def run_observed(
     target = parse_command(command)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    facts_path = out / "facts.json"
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
                            progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
-        for stale in (facts_path, spec.trace_path):
-            stale.unlink(missing_ok=True)  # an old run's files must not pass for this one's
-        spec_path = Path(tmp) / "spec.json"
-        spec.write(spec_path)
+        spec_path = _write_spec(spec, out, Path(tmp))
         argv = [sys.executable, "-u", "-m", "torchboost.observe.bootstrap", str(spec_path), "--", *target]
-        env = None
-        if apply is not None:  # a tuning trial, the baseline ({}) included
-            settings_path = Path(tmp) / "trial-settings.json"
-            write_trial_settings(settings_path, Overlay(apply))
-            env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
-        # A timed run (a tuning trial) gets a process group of its own, so a timeout ends
-        # the script's own children and compile workers too, not just the script.
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env=env, start_new_session=timeout_s is not None)
+        proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo, timed=timeout_s is not None)
         tail: collections.deque[str] = collections.deque()
-        relays = [threading.Thread(target=_relay, args=(proc.stderr, (lambda: sys.stderr) if echo else None, tail),
-                                   daemon=True)]
-        if echo:
-            relays.append(threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None),
-                                           daemon=True))
-        for relay in relays:
-            relay.start()
-        timed_out = False
-        try:
-            timed_out = _wait(proc, Path(spec.progress_path), on_progress, timeout_s)
-        except BaseException as exc:
-            # Ctrl-C reaches the child too (same process group): give it a moment to
-            # write what it saw; anything else of ours ends it at once.
-            if timeout_s is not None:
-                _kill(proc, group=True)  # its own group: Ctrl-C did not reach it
-                raise
-            try:
-                proc.wait(timeout=10 if isinstance(exc, KeyboardInterrupt) else 0)
-            except subprocess.TimeoutExpired:
-                _kill(proc, group=False)
-            raise
+        relays = _start_relays(proc, tail, echo=echo, stdout=stdout)
+        timed_out = _wait_or_end(proc, Path(spec.progress_path), on_progress, timeout_s)
         # The child has exited and what it wrote is in the pipes; a process it started may
         # still hold them open (torch's shared-memory manager, used by the file_system
         # hand-over, lingers for seconds), so do not wait for their end-of-file.
         for relay in relays:
             relay.join(timeout=_DRAIN_S)
+    return _collect(out, proc, tail, timed_out)
+
+
+def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
+    """Clear an old run's files from ``out``, write the child's spec; returns its path."""
+    for stale in (out / "facts.json", spec.trace_path):
+        stale.unlink(missing_ok=True)  # an old run's files must not pass for this one's
+    spec_path = tmp_dir / "spec.json"
+    spec.write(spec_path)
+    return spec_path
+
+
+def _child_env(apply: Overlay | None, tmp_dir: Path) -> dict[str, str] | None:
+    """The child's environment: ours plus a tuning trial's settings; None (inherit) otherwise."""
+    if apply is None:
+        return None
+    # A tuning trial, the baseline ({}) included.
+    settings_path = tmp_dir / "trial-settings.json"
+    write_trial_settings(settings_path, Overlay(apply))
+    return {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
+
+
+def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool, timed: bool) -> subprocess.Popen:
+    """Start the observed child with its stdout and stderr piped (stdout dropped unless ``echo``)."""
+    # A timed run (a tuning trial) gets a process group of its own, so a timeout ends
+    # the script's own children and compile workers too, not just the script.
+    return subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env, start_new_session=timed)
+
+
+def _start_relays(proc: subprocess.Popen, tail: collections.deque[str], *, echo: bool,
+                  stdout: Callable[[], IO[str]] | None) -> list[threading.Thread]:
+    """Threads copying the child's stderr (kept in ``tail``) and, with ``echo``, its stdout."""
+    relays = [threading.Thread(target=_relay, args=(proc.stderr, (lambda: sys.stderr) if echo else None, tail),
+                               daemon=True)]
+    if echo:
+        relays.append(threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None),
+                                       daemon=True))
+    for relay in relays:
+        relay.start()
+    return relays
+
+
+def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
+                 timeout_s: float | None) -> bool:
+    """:func:`_wait`, ending the child if anything interrupts us. True if it timed out."""
+    try:
+        return _wait(proc, progress_path, on_progress, timeout_s)
+    except BaseException as exc:
+        # Ctrl-C reaches the child too (same process group): give it a moment to
+        # write what it saw; anything else of ours ends it at once.
+        if timeout_s is not None:
+            _kill(proc, group=True)  # its own group: Ctrl-C did not reach it
+            raise
+        try:
+            proc.wait(timeout=10 if isinstance(exc, KeyboardInterrupt) else 0)
+        except subprocess.TimeoutExpired:
+            _kill(proc, group=False)
+        raise
+
+
+def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool) -> ObservedRun:
+    """The run's result from the facts the exited child left in ``out``."""
+    facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     return ObservedRun(
         facts=Facts.from_dict(raw) if raw is not None else None,

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from torchboost.booster import Booster
+
 __all__ = ["Workload", "RunResult", "make_loader", "train", "main_for"]
 
 SIZES = ("tiny", "small", "gpt2")
@@ -131,24 +133,47 @@ def train(
     warmup = min(10, steps // 10) if warmup_steps is None else warmup_steps
     if not 0 <= warmup < steps:
         raise ValueError(f"warmup_steps: need 0 <= warmup_steps < steps ({steps}); got {warmup}")
-    model = workload.model
     loader = make_loader(workload, seed=seed)
-    if booster:
-        import torchboost
+    parts = _booster_parts(workload, loader, config) if booster else _plain_parts(workload, loader)
+    losses, elapsed = _timed_steps(workload, parts, steps=steps, warmup=warmup, log_every=log_every, log=log)
+    return _result(workload, losses, elapsed, steps=steps, warmup=warmup, booster=booster)
 
-        boost = torchboost.Booster() if config is None else torchboost.Booster(config=config)
-        optimizer = workload.make_optimizer(model.parameters())
-        model, optimizer, loader = boost.prepare(model, optimizer, loader)
-        device, autocast, backward = boost.device, boost.autocast, boost.backward
-    else:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        model = model.to(device)  # before the optimizer, so it holds the device's parameters
-        optimizer = workload.make_optimizer(model.parameters())
-        autocast, backward = contextlib.nullcontext, torch.Tensor.backward
+
+@dataclass
+class _Parts:
+    """What the step runs on, chosen once at setup: plain PyTorch's or the Booster's."""
+
+    model: nn.Module
+    optimizer: Any
+    loader: Iterable
+    device: torch.device
+    autocast: Callable[[], Any]
+    backward: Callable[[torch.Tensor], Any]
+
+
+def _booster_parts(workload: Workload, loader: DataLoader, config: Any) -> _Parts:
+    boost = Booster() if config is None else Booster(config=config)
+    optimizer = workload.make_optimizer(workload.model.parameters())
+    model, optimizer, loader = boost.prepare(workload.model, optimizer, loader)
+    return _Parts(model, optimizer, loader, boost.device, boost.autocast, boost.backward)
+
+
+def _plain_parts(workload: Workload, loader: DataLoader) -> _Parts:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = workload.model.to(device)  # before the optimizer, so it holds the device's parameters
+    optimizer = workload.make_optimizer(model.parameters())
+    return _Parts(model, optimizer, loader, device, contextlib.nullcontext, torch.Tensor.backward)
+
+
+def _timed_steps(workload: Workload, parts: _Parts, *, steps: int, warmup: int, log_every: int,
+                 log: Callable[[str], None] | None) -> tuple[list[torch.Tensor], float]:
+    """Run the steps; returns each step's loss and the wall time of those after ``warmup``."""
+    model, optimizer, device = parts.model, parts.optimizer, parts.device
+    autocast, backward = parts.autocast, parts.backward
     model.train()
     losses: list[torch.Tensor] = []
     start = time.perf_counter()
-    batches = iter(_forever(loader))
+    batches = iter(_forever(parts.loader))
     for step in range(steps):
         if step == warmup:
             _sync(device)
@@ -164,7 +189,11 @@ def train(
             # .item() syncs with the device; only on logging steps.
             log(f"{workload.name}: step {step + 1}/{steps} loss {loss.item():.4f}")
     _sync(device)
-    elapsed = time.perf_counter() - start
+    return losses, time.perf_counter() - start
+
+
+def _result(workload: Workload, losses: list[torch.Tensor], elapsed: float, *, steps: int, warmup: int,
+            booster: bool) -> RunResult:
     curve = torch.stack(losses).float().cpu()
     window = max(1, min(10, steps // 4))
     timed = (steps - warmup) * workload.batch_size

@@ -13,7 +13,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from torchboost.observe.runner import UsageError
+from torchboost.cli.tune import print_outcome, tune_with_progress
+from torchboost.diagnose import diagnose
+from torchboost.observe.runner import UsageError, run_observed
+from torchboost.report.doctor import print_doctor_report, write_doctor_report
+from torchboost.tune.runner import TuneOptions
 
 __all__ = ["add_arguments", "run", "demo_command", "DEMO_WORKLOADS"]
 
@@ -43,12 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost demo``: doctor, then tune, then the before/after."""
-    from torchboost.diagnose import diagnose
-    from torchboost.observe.runner import run_observed
-    from torchboost.report.doctor import print_doctor_report, write_doctor_report
-    from torchboost.tune.command import print_outcome, tune_with_progress
-    from torchboost.tune.runner import TuneOptions
-
     if args.command:
         print("torchboost demo: error: the demo runs a built-in workload and takes no command "
               "after '--'; use 'torchboost tune -- python train.py' for your own script", file=sys.stderr)

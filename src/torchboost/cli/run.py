@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
-from torchboost.observe.apply import nocode_settings
+from torchboost.observe.apply import Applier, nocode_settings
+from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
+from torchboost.observe.runner import UsageError, parse_command
 
 __all__ = ["add_arguments", "run", "main", "settings_from_config", "changed_settings"]
 
@@ -55,8 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost run``; returns the script's exit status."""
-    from torchboost.observe.runner import UsageError, parse_command
-
     try:
         target = parse_command(args.command)
         if not Path(args.config).is_file():
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
         settings_path = Path(tmp) / "settings.json"
         settings_path.write_text(json.dumps(settings.to_dict()), encoding="utf-8")
-        argv = [sys.executable, "-m", "torchboost.launch", str(settings_path), "--", *target]
+        argv = [sys.executable, "-m", "torchboost.cli.run", str(settings_path), "--", *target]
         try:
             return subprocess.call(argv)
         except KeyboardInterrupt:
@@ -85,12 +85,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Child side: apply the settings file, run the target as ``__main__``."""
-    from torchboost.observe.apply import Applier
-    from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m torchboost.launch SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
+        print("usage: python -m torchboost.cli.run SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
         return 2
     settings = Overlay.from_dict(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
     applier = Applier(settings).install()

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from torchboost.diagnose import diagnose
 from torchboost.observe.runner import ObservedRun, Progress, UsageError, run_observed
+from torchboost.report.doctor import print_doctor_report, write_doctor_report
 
 __all__ = ["add_arguments", "run"]
 
@@ -44,10 +46,6 @@ def run(args: argparse.Namespace) -> int:
     if facts is None or not facts.steps:
         _explain_no_steps(observed, err)
         return observed.exit_code or 1
-
-    from torchboost.diagnose import diagnose
-    from torchboost.report.doctor import print_doctor_report, write_doctor_report
-
     findings = diagnose(facts)
     paths = write_doctor_report(facts, findings, observed.out_dir)
     if args.json:

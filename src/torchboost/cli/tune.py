@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.observe.runner import UsageError, parse_command
+from torchboost.report.tune import print_tune_report, write_tune_report
 from torchboost.tune.runner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script
 from torchboost.tune.search import Decision
 from torchboost.tune.trial_result import TrialResult, describe_settings
@@ -93,8 +94,6 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
 
 def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
     """The final table: waterfall, then where the files are."""
-    from torchboost.report.tune import print_tune_report, write_tune_report
-
     paths = write_tune_report(run, options.out_dir, config_path=options.config_path)
     print_tune_report(run, console, paths, config_path=options.config_path)
 

@@ -1,7 +1,7 @@
 """The ``torchboost`` command line: one sub-command per moment of use.
 
-Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; this file only wires them up. Bad usage exits 2 with one line
+Each sub-command lives in its own module of this package exposing
+``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them up. Bad usage exits 2 with one line
 on stderr and no traceback.
 """
 
@@ -12,13 +12,15 @@ import importlib
 import sys
 from typing import Sequence
 
+from torchboost import __version__
+
 __all__ = ["main", "split_command"]
 
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("torchboost.demo", "diagnose and tune a built-in workload, then show the before/after"),
-    "doctor": ("torchboost.observe.command", "diagnose an unmodified training script"),
-    "tune": ("torchboost.tune.command", "measure techniques one by one on your script; write torchboost.toml"),
-    "run": ("torchboost.launch", "run an unmodified script with torchboost.toml applied"),
+    "demo": ("torchboost.cli.demo", "diagnose and tune a built-in workload, then show the before/after"),
+    "doctor": ("torchboost.cli.doctor", "diagnose an unmodified training script"),
+    "tune": ("torchboost.cli.tune", "measure techniques one by one on your script; write torchboost.toml"),
+    "run": ("torchboost.cli.run", "run an unmodified script with torchboost.toml applied"),
 }
 
 
@@ -37,8 +39,6 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from torchboost import __version__
-
     parser = _Parser(prog="torchboost", description="Make PyTorch training markedly faster, and prove it.")
     parser.add_argument("--version", action="version", version=f"torchboost {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
@@ -63,7 +63,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("torchboost: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
