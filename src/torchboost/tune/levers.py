@@ -61,6 +61,8 @@ class Lever:
     fallback_parity: str | None = None
     """A looser check when ``parity`` fails: loader workers seed their own random
     augmentations, so the same samples come out with other random draws."""
+    subject: Callable[[Settings], str] | None = None
+    """What a reader calls one of its candidates ("bf16"); None: the lever's title."""
 
 
 def _host(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
@@ -120,6 +122,11 @@ def _tf32(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
     return [{"precision.mode": "tf32"}] if ctx.tf32 and "precision.mode" not in incumbent else []
 
 
+def _mode_name(change: Settings) -> str:
+    # A precision candidate is named by its mode: "bf16", "tf32".
+    return str(next(iter(change.values())))
+
+
 def _compile(incumbent: Settings, ctx: TuneContext) -> list[Settings]:
     return [{"compile.mode": "default"}] if ctx.can_compile else []
 
@@ -143,8 +150,8 @@ def default_levers() -> list[Lever]:
         Lever("sharing", "worker batch hand-over (file_system)", EXACT, _sharing, ("data.workers",),
               fallback_parity=STATISTICAL),
         Lever("precision", "lower precision (autocast)", REDUCED, _precision,
-              ("precision.lower", "precision.slower_on_cpu")),
-        Lever("tf32", "TF32 matmuls", REDUCED, _tf32, ("precision.lower",)),
+              ("precision.lower", "precision.slower_on_cpu"), subject=_mode_name),
+        Lever("tf32", "TF32 matmuls", REDUCED, _tf32, ("precision.lower",), subject=_mode_name),
         Lever("compile", "torch.compile", EXACT, _compile, ("compile.enable",), is_compile=True),
         Lever("optimizer", "fused/foreach optimizer", EXACT, _optimizer, ("optimizer.fused",)),
         Lever("pin_memory", "pinned host memory", EXACT, _pin, ("data.pin_memory",)),
