@@ -18,6 +18,7 @@ from torchboost.report.tune import TUNE_SCHEMA_VERSION, build_tune_report, print
 from torchboost.tune.levers import TuneContext, default_levers
 from torchboost.tune.runner import TuneRun, settings_to_config
 from torchboost.tune.search import SearchOptions, run_search
+from torchboost.tune.summary import tune_summary
 from torchboost.tune.trial_result import TrialResult
 
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
@@ -101,7 +102,7 @@ def _config_file(tmp_path, run: TuneRun):
 def written(tmp_path):
     run = mixed_run()
     config_path = _config_file(tmp_path, run)
-    return run, config_path, write_tune_report(run, tmp_path / "tune", config_path=config_path)
+    return run, config_path, write_tune_report(tune_summary(run, config_path=config_path), tmp_path / "tune")
 
 
 def test_report_json_has_the_documented_schema(written):
@@ -159,7 +160,8 @@ def test_markdown_mentions_every_status_and_the_break_even(written, tmp_path):
     assert "\\| `tick`" in text  # a "|" in a table cell is escaped, so the row keeps its columns
     assert "waits for data \\<script>" in text  # and a "<" cannot open an HTML tag where Markdown is rendered
 
-    skipped = write_tune_report(skipped_compile_run(), tmp_path / "short")["md"].read_text(encoding="utf-8")
+    short = write_tune_report(tune_summary(skipped_compile_run()), tmp_path / "short")
+    skipped = short["md"].read_text(encoding="utf-8")
     assert "| **skipped** |" in skipped
     assert "break-even at least" in skipped and "(the run has 20 steps)" in skipped
 
@@ -186,7 +188,7 @@ def test_html_embeds_a_decodable_waterfall_and_escapes_user_text(written):
 def test_waterfall_plot_changes_with_its_bars():
     from torchboost.report._tune_html import waterfall_png
 
-    report = build_tune_report(mixed_run())
+    report = build_tune_report(tune_summary(mixed_run()))
     one = waterfall_png(report["waterfall"][:1])
     two = waterfall_png(report["waterfall"])
     empty = waterfall_png([])
@@ -196,7 +198,8 @@ def test_waterfall_plot_changes_with_its_bars():
 
 def _terminal(run: TuneRun, paths, config_path) -> str:
     buf = io.StringIO()
-    print_tune_report(run, Console(file=buf, width=220, color_system=None), paths, config_path=config_path)
+    summary = tune_summary(run, config_path=config_path)
+    print_tune_report(summary, Console(file=buf, width=220, color_system=None), paths)
     return buf.getvalue()
 
 
@@ -220,12 +223,12 @@ def test_budget_and_unknown_run_length_are_said(tmp_path):
     outcome = run_search(default_levers(), CPU2, FakeScript(), SearchOptions(budget_s=3), clock=lambda: next(ticks))
     run = TuneRun(facts=None, findings=[], outcome=outcome, config=settings_to_config(outcome.settings),
                   run_steps=None, reused_trials=0)
-    report = build_tune_report(run)
+    report = build_tune_report(tune_summary(run))
     assert report["stopped_by_budget"] is True and report["status"] == "unchanged"
     assert any("time budget stopped the search" in n for n in report["notes"])
     assert any("run length is unknown" in n for n in report["notes"])
     assert report["config"]["path"] is None and "[loader]" in report["config"]["toml"]
-    text = write_tune_report(run, tmp_path)["md"].read_text(encoding="utf-8")
+    text = write_tune_report(tune_summary(run), tmp_path)["md"].read_text(encoding="utf-8")
     assert "time budget stopped the search" in text and "No finding." in text
     out = _terminal(run, {}, tmp_path / "torchboost.toml")
     assert "nothing changed" in out and "it changes: nothing" in out and "time budget stopped" in out
@@ -238,7 +241,7 @@ def test_failed_baseline_still_writes_a_report(tmp_path):
     outcome = run_search(default_levers(), CPU2, crash)
     run = TuneRun(facts=_facts(), findings=[], outcome=outcome, config=settings_to_config({}), run_steps=None,
                   reused_trials=0)
-    paths = write_tune_report(run, tmp_path, config_path=tmp_path / "torchboost.toml")
+    paths = write_tune_report(tune_summary(run, config_path=tmp_path / "torchboost.toml"), tmp_path)
     report = json.loads(paths["json"].read_text(encoding="utf-8"))
     assert report["status"] == "failed" and "exit code 3" in report["error"]
     assert report["waterfall"] == [] and report["config"]["toml"] is None
@@ -252,11 +255,11 @@ def test_kept_and_incorrect_reduced_precision_are_said():
     close = [x * 1.005 for x in BASE_LOSSES]
     faster = _tune_run(FakeScript(factors={("precision.mode", "bf16"): 0.6}, losses={("precision.mode", "bf16"): close},
                                   noise=0.0), run_steps=None)
-    assert build_tune_report(faster)["precision"] == ["bf16 was 1.67x faster here: kept"]
+    assert build_tune_report(tune_summary(faster))["precision"] == ["bf16 was 1.67x faster here: kept"]
     nan = BASE_LOSSES[:3] + [float("nan")] * 17
     wrong = _tune_run(FakeScript(factors={("precision.mode", "bf16"): 0.5}, losses={("precision.mode", "bf16"): nan}),
                       run_steps=None)
-    report = build_tune_report(wrong)
+    report = build_tune_report(tune_summary(wrong))
     assert report["precision"] == ["bf16 changed the training loss beyond tolerance: incorrect, rejected"]
     assert report["settings"].get("precision.mode") is None
 

@@ -20,6 +20,7 @@ from torchboost.observe.runner import UsageError, parse_command
 from torchboost.report.tune import print_tune_report, write_tune_report
 from torchboost.tune.runner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script
 from torchboost.tune.search import Decision
+from torchboost.tune.summary import tune_summary
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]
@@ -94,8 +95,9 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
 
 def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
     """The final table: waterfall, then where the files are."""
-    paths = write_tune_report(run, options.out_dir, config_path=options.config_path)
-    print_tune_report(run, console, paths, config_path=options.config_path)
+    summary = tune_summary(run, config_path=options.config_path)
+    paths = write_tune_report(summary, options.out_dir)
+    print_tune_report(summary, console, paths)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,9 +5,11 @@ Public names::
     build_report(facts, findings) -> dict                 the report.json document
     write_doctor_report(facts, findings, out_dir) -> {"json", "md", "html": Path}
     print_doctor_report(facts, findings, console, paths)  rich tables in the terminal
-    build_tune_report(run) -> dict                        the tuner's report.json document
-    write_tune_report(run, out_dir) -> {"json", "md", "html": Path}
-    print_tune_report(run, console, paths, config_path=)  before/after, waterfall, decisions
+    build_tune_report(summary) -> dict                    the tuner's report.json document
+    write_tune_report(summary, out_dir) -> {"json", "md", "html": Path}
+    print_tune_report(summary, console, paths)            before/after, waterfall, decisions
+
+A tune ``summary`` is plain data: the tuner's ``tune_summary`` of a run.
 """
 
 from torchboost.report.doctor import SCHEMA_VERSION, build_report, print_doctor_report, write_doctor_report

@@ -8,7 +8,7 @@ Everything that may hold user text (command, reasons, error messages, paths) goe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -107,17 +107,19 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
                        style="dim"))
 
 
-def print_tune(report: dict[str, Any], console: Console, paths: dict[str, Path]) -> None:
-    """Print ``report`` (a build_tune_report document) to ``console``, then the files."""
+def print_tune(report: dict[str, Any], console: Console, paths: dict[str, Path], *,
+               precision: Sequence[dict[str, Any]] = ()) -> None:
+    """Print ``report`` (a build_tune_report document) to ``console``, then the files.
+
+    ``precision``: its decisions that lowered numeric precision, each said on its own line."""
     console.rule("torchboost tune")
     console.print(Text(fmt.command(report["command"]), style="dim"))
     console.print(_headline(report))
     if report["status"] != "failed":
         console.print(Text("Your script was measured as it is, then with each technique on top; only what was "
                            "faster beyond noise and kept the same training loss was kept.", style="dim"))
-    for d in report["decisions"]:
-        if words.is_reduced_precision(d):  # the lever people most often assume helps: say how it measured
-            console.print(Text(d["verdict"], style=_STATUS_STYLES.get(d["status"], "")))
+    for d in precision:  # the lever people most often assume helps: say how it measured
+        console.print(Text(d["verdict"], style=_STATUS_STYLES.get(d["status"], "")))
     if report["waterfall"]:
         console.print(_waterfall_table(report))
     if report["decisions"]:

@@ -41,10 +41,11 @@ def steps(n: float) -> str:
 def break_even(entry: dict[str, Any], run_steps: int | None) -> str | None:
     """When compiling pays for itself, in words; None for levers other than compile.
 
-    ``entry`` is a report.json decision. Compile time is repaid once the per-step saving
-    has added up to it; a compile that makes steps no faster never pays off.
+    ``entry`` is a decision of the tuner's summary (``amortised``: its compile time must
+    be repaid). Compile time is repaid once the per-step saving has added up to it; a
+    compile that makes steps no faster never pays off.
     """
-    if entry["lever"] != "compile":
+    if not entry["amortised"]:
         return None
     planned = f" (the run has {steps(run_steps)})" if run_steps else " (the run's length is unknown)"
     n = entry["break_even_steps"]
@@ -62,15 +63,10 @@ def break_even(entry: dict[str, Any], run_steps: int | None) -> str | None:
     return "not computed: compiled steps were not faster beyond noise"
 
 
-def subject(entry: dict[str, Any]) -> str:
-    """What a decision was about, as a reader names it: "bf16", or the technique's title."""
-    mode = entry["settings"].get("precision.mode")
-    return str(mode) if mode is not None else entry["technique"]
-
-
 def verdict(entry: dict[str, Any]) -> str:
-    """One line per decision, e.g. "bf16 was 1.8x slower here: rejected"."""
-    who, status = subject(entry), entry["status"]
+    """One line per decision of the tuner's summary, e.g. "bf16 was 1.8x slower here:
+    rejected"; ``subject`` names what it was about, as a reader does."""
+    who, status = entry["subject"], entry["status"]
     if status == "incorrect":
         return f"{who} changed the training loss beyond tolerance: incorrect, rejected"
     if status == "failed":
@@ -81,11 +77,6 @@ def verdict(entry: dict[str, Any]) -> str:
     if said == "not measured":
         return f"{who}: {status}"
     return f"{who} was {said} here: {status}"
-
-
-def is_reduced_precision(entry: dict[str, Any]) -> bool:
-    """The decision changed numeric precision (bf16, fp16, tf32)."""
-    return entry["settings"].get("precision.mode") is not None
 
 
 def spread(step: dict[str, Any]) -> str:

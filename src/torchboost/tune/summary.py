@@ -1,0 +1,129 @@
+"""A tuning run as plain data, for its report (:mod:`torchboost.report.tune`).
+
+``tune_summary(run)`` holds everything ``report.json`` states about the run, as plain
+dicts, lists, strings and numbers, so the report renders it without knowing the tuner:
+
+- the keys of ``report.json`` (its schema is documented in :mod:`torchboost.report.tune`)
+  from ``command`` to ``config``, in that order, except the report's own ``precision``;
+  ``schema_version``, ``kind``, ``torchboost_version`` and ``notes`` are the report's too;
+- each decision with the keys of a ``report.json`` decision up to ``break_even_steps``
+  (not the phrases ``break_even`` and ``verdict``), plus the words and facts the report
+  phrases them from: ``subject`` (what a reader calls the candidate: "bf16", or the
+  technique's title), ``reduced_precision`` (the lever lowers numeric precision) and
+  ``amortised`` (the lever is compile: its compile time must be repaid).
+
+Numbers are as measured: a break-even that never comes is ``inf`` here (the report
+writes non-finite numbers as null).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from torchboost.tune.runner import TuneRun, toml_header
+from torchboost.tune.search import Decision, Status, WaterfallStep
+from torchboost.tune.trial_result import describe_settings
+
+__all__ = ["tune_summary"]
+
+
+def _samples_per_s(samples_per_step: int | None, step_ms: float | None) -> float | None:
+    if not samples_per_step or not step_ms:
+        return None
+    return 1e3 * samples_per_step / step_ms
+
+
+def _decision(d: Decision) -> dict[str, Any]:
+    technique = d.title or d.lever
+    return {
+        "lever": d.lever,
+        "technique": technique,
+        "settings": dict(d.settings),
+        "change": describe_settings(d.settings),
+        "status": Status(d.status).value,
+        "reason": d.reason,
+        "ratio": d.ratio,
+        "ratios": list(d.ratios),
+        "ms_per_step": d.ms_per_step,
+        "break_even_steps": d.break_even_steps,
+        "subject": d.subject or technique,
+        "reduced_precision": d.reduced_precision,
+        "amortised": d.amortised,
+    }
+
+
+def _waterfall_entry(step: WaterfallStep, kept: Decision | None, samples_per_step: int | None) -> dict[str, Any]:
+    ratios = list(kept.ratios) if kept is not None else []
+    low = high = step.ms_per_step
+    if ratios:
+        # The bar is the candidate's median time; its error bar spans the pair ratios.
+        mid = statistics.median(ratios)
+        low = min(step.ms_per_step, step.ms_per_step * min(ratios) / mid)  # min/max: rounding
+        high = max(step.ms_per_step, step.ms_per_step * max(ratios) / mid)
+    return {
+        "label": step.label,
+        "change": describe_settings(kept.settings) if kept is not None else "your script as it is",
+        "settings": dict(step.settings),
+        "ms_per_step": step.ms_per_step,
+        "samples_per_s": _samples_per_s(samples_per_step, step.ms_per_step),
+        "speedup": step.speedup,
+        "spread": step.spread,
+        "ratios": ratios,
+        "step_ms_range": [low, high],
+    }
+
+
+def _config(run: TuneRun, config_path: Path | None) -> dict[str, Any]:
+    if run.outcome.error is not None:
+        return {"path": str(config_path) if config_path else None, "toml": None}
+    if config_path is not None and Path(config_path).is_file():
+        text = Path(config_path).read_text(encoding="utf-8")  # what was written, word for word
+    else:
+        command = list(run.facts.command) if run.facts is not None else []
+        text = run.config.to_toml_string(header=toml_header(run.outcome, command))
+    return {"path": str(config_path) if config_path else None, "toml": text}
+
+
+def _findings(findings: list[Any]) -> list[dict[str, Any]]:
+    ranked = sorted(findings, key=lambda f: -float(f.expected_speedup))
+    return [{"id": f.id, "title": f.title, "severity": getattr(f, "severity", ""),
+             "expected_speedup": f.expected_speedup} for f in ranked]
+
+
+def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, Any]:
+    """The report's plain data for ``run`` (see the module docstring).
+
+    ``config_path``: where torchboost.toml was written; its text is read from there
+    when it exists, else rendered from ``run.config``.
+    """
+    outcome = run.outcome
+    per_step = outcome.baseline.samples_per_step
+    kept = [d for d in outcome.decisions if d.status is Status.KEPT]
+    # Every bar after the baseline comes from one kept decision, in the same order.
+    waterfall = [_waterfall_entry(step, decision, per_step)
+                 for step, decision in zip(outcome.waterfall, [None, *kept])]
+    before_ms = outcome.waterfall[0].ms_per_step if outcome.waterfall else None
+    after_ms = outcome.waterfall[-1].ms_per_step if outcome.waterfall else None
+    reused = min(run.reused_trials, outcome.trials_run)
+    status = "failed" if outcome.error is not None else ("tuned" if kept else "unchanged")
+    return {
+        "command": list(run.facts.command) if run.facts is not None else [],
+        "status": status,
+        "error": outcome.error,
+        "before": {"ms_per_step": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},
+        "after": {"ms_per_step": after_ms, "samples_per_s": _samples_per_s(per_step, after_ms)},
+        "speedup": outcome.speedup,
+        "samples_per_step": per_step,
+        "settings": dict(outcome.settings),
+        "waterfall": waterfall,
+        "decisions": [_decision(d) for d in outcome.decisions],
+        "findings": _findings(run.findings),
+        "trials": {"total": outcome.trials_run, "run": outcome.trials_run - reused, "reused": reused,
+                   "steps": run.steps_per_trial},
+        "run_steps": run.run_steps,
+        "stopped_by_budget": outcome.stopped_by_budget,
+        "elapsed_s": outcome.elapsed_s,
+        "config": _config(run, config_path),
+    }
