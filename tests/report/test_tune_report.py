@@ -14,11 +14,11 @@ from rich.console import Console
 
 from _report_helpers import CHROMIUM, loaded_images
 from torchboost.diagnose import Facts, Finding, LoaderFacts, StepRecord
-from torchboost.report.tune import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
+from torchboost.report.tune_report import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
 from torchboost.tune.levers import TuneContext, default_levers
-from torchboost.tune.runner import TuneRun, settings_to_config
+from torchboost.tune.tuner import TuneRun, settings_to_config
 from torchboost.tune.search import SearchOptions, run_search
-from torchboost.tune.summary import tune_summary
+from torchboost.tune.report_data import tune_summary
 from torchboost.tune.trial_result import TrialResult
 
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
@@ -279,7 +279,7 @@ def test_waterfall_loads_in_chromium_and_a_broken_one_is_caught(written, tmp_pat
 
 def test_the_tune_command_prints_and_writes_this_report(tmp_path):
     from torchboost.cli.tune import print_outcome
-    from torchboost.tune.runner import TuneOptions
+    from torchboost.tune.tuner import TuneOptions
 
     run = mixed_run()
     options = TuneOptions(out_dir=tmp_path / "tune", config_path=_config_file(tmp_path, run))

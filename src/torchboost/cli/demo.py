@@ -15,9 +15,9 @@ from rich.console import Console
 
 from torchboost.cli.tune import print_outcome, tune_with_progress
 from torchboost.diagnose import diagnose
-from torchboost.observe.runner import UsageError, run_observed
-from torchboost.report.doctor import print_doctor_report, write_doctor_report
-from torchboost.tune.runner import TuneOptions
+from torchboost.observe.supervise import UsageError, run_observed
+from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
+from torchboost.tune.tuner import TuneOptions
 
 __all__ = ["add_arguments", "run", "demo_command", "DEMO_WORKLOADS"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from torchboost.diagnose import diagnose
-from torchboost.observe.runner import ObservedRun, Progress, UsageError, run_observed
-from torchboost.report.doctor import print_doctor_report, write_doctor_report
+from torchboost.observe.supervise import ObservedRun, Progress, UsageError, run_observed
+from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
 
 __all__ = ["add_arguments", "run"]
 

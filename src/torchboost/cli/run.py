@@ -18,12 +18,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
 from torchboost.observe.apply import Applier, nocode_settings
 from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
-from torchboost.observe.runner import UsageError, parse_command
+from torchboost.observe.supervise import UsageError, parse_command
 
 __all__ = ["add_arguments", "run", "main", "settings_from_config", "changed_settings"]
 

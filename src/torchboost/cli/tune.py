@@ -16,11 +16,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from torchboost.observe.runner import UsageError, parse_command
-from torchboost.report.tune import print_tune_report, write_tune_report
-from torchboost.tune.runner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script
+from torchboost.observe.supervise import UsageError, parse_command
+from torchboost.report.tune_report import print_tune_report, write_tune_report
+from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script
 from torchboost.tune.search import Decision
-from torchboost.tune.summary import tune_summary
+from torchboost.tune.report_data import tune_summary
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]

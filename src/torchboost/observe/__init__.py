@@ -12,7 +12,7 @@ Public names::
 
 from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
-from torchboost.observe.runner import ObservedRun, Progress, UsageError, parse_command, run_observed
+from torchboost.observe.supervise import ObservedRun, Progress, UsageError, parse_command, run_observed
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = [

@@ -12,8 +12,8 @@ Public names::
 A tune ``summary`` is plain data: the tuner's ``tune_summary`` of a run.
 """
 
-from torchboost.report.doctor import SCHEMA_VERSION, build_report, print_doctor_report, write_doctor_report
-from torchboost.report.tune import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
+from torchboost.report.doctor_report import SCHEMA_VERSION, build_report, print_doctor_report, write_doctor_report
+from torchboost.report.tune_report import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
 
 __all__ = ["SCHEMA_VERSION", "build_report", "print_doctor_report", "write_doctor_report",
            "TUNE_SCHEMA_VERSION", "build_tune_report", "print_tune_report", "write_tune_report"]

@@ -9,6 +9,7 @@ from torchboost.report import _format as fmt
 from torchboost.report import _tune_text as words
 from torchboost.report._tune_markdown import STATUS_MEANINGS, TOP_FINDINGS, before_after
 from torchboost.report.html import data_uri, load_template
+from torchboost.report.plots import _figure, _png
 
 __all__ = ["render_tune_html", "waterfall_png", "TUNE_TEMPLATE_NAME"]
 
@@ -25,8 +26,6 @@ def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
 
     ``waterfall`` is report.json's list. matplotlib is drawn on a bare Agg figure here only.
     """
-    from torchboost.report.plots import _figure, _png
-
     fig = _figure(max(5.0, 1.6 * len(waterfall) + 2.0), 3.6)
     ax = fig.add_subplot(1, 1, 1)
     if not waterfall:
@@ -70,7 +69,7 @@ def _wrap(label: str, width: int = 18) -> str:
 
 
 def render_tune_html(report: dict[str, Any]) -> str:
-    """The HTML page for ``report`` (a :func:`~torchboost.report.tune.build_tune_report` document)."""
+    """The HTML page for ``report`` (a :func:`~torchboost.report.tune_report.build_tune_report` document)."""
     return load_template(TUNE_TEMPLATE_NAME).render(
         report=report,
         command=fmt.command(report["command"]),

@@ -1,4 +1,4 @@
-"""The tuner's report.md, rendered from the report.json document of :mod:`torchboost.report.tune`."""
+"""The tuner's report.md, rendered from the report.json document of :mod:`torchboost.report.tune_report`."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _decisions(report: dict[str, Any]) -> list[str]:
 
 
 def render_tune_markdown(report: dict[str, Any]) -> str:
-    """The Markdown text of ``report`` (a :func:`~torchboost.report.tune.build_tune_report` document)."""
+    """The Markdown text of ``report`` (a :func:`~torchboost.report.tune_report.build_tune_report` document)."""
     lines = ["# torchboost tune report", "", _fence(fmt.command(report["command"]), "sh"), "",
              f"**{_text(before_after(report))}**", ""]
     lines += [f"- **{_cell(line)}**" for line in report["precision"]]

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from torchboost.diagnose.facts import PHASES, StepRecord
 from torchboost.report import _format as fmt
+from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
 
 __all__ = ["render_html", "TEMPLATE_NAME", "data_uri", "load_template"]
 
@@ -25,7 +26,7 @@ def data_uri(png: bytes) -> str:
 
 def load_template(name: str):
     """A template from ``torchboost/report/templates`` with autoescaping on."""
-    import jinja2
+    import jinja2  # deferred: only the HTML report needs it, and it costs start-up time
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
@@ -39,8 +40,6 @@ def load_template(name: str):
 
 def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
     """The HTML page for ``report`` (a build_report document); ``steps`` feed the timeline plot."""
-    from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
-
     env_facts = report["facts"].get("env", {})
     return load_template(TEMPLATE_NAME).render(
         report=report,

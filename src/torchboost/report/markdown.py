@@ -48,7 +48,7 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The Markdown text of ``report`` (a :func:`~torchboost.report.doctor.build_report` document)."""
+    """The Markdown text of ``report`` (a :func:`~torchboost.report.doctor_report.build_report` document)."""
     lines = [
         "# torchboost doctor report",
         "",

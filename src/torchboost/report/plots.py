@@ -24,6 +24,7 @@ PHASE_COLORS = {
 
 
 def _figure(width_in: float, height_in: float):
+    # matplotlib is deferred to the first plot: importing it costs about a second
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -70,7 +71,7 @@ def timeline_png(steps: Sequence[StepRecord]) -> bytes:
         heights = [s.other_ms if phase == "other" else getattr(s, f"{phase}_ms") for s in steps]
         ax.bar(x, heights, bottom=bottom, color=PHASE_COLORS[phase], label=phase, width=0.85)
         bottom = [b + h for b, h in zip(bottom, heights)]
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # deferred with the rest of matplotlib
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")

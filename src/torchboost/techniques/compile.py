@@ -29,7 +29,7 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -203,6 +203,7 @@ _FILTER = _RecompileLimitFilter()
 
 def _compile_errors() -> tuple[type[BaseException], ...]:
     # Errors that mean "the compiler failed", as opposed to the user's own code raising.
+    # Deferred: importing dynamo and inductor costs seconds, and only a compile failure needs them.
     from torch._dynamo.exc import TorchDynamoException
     from torch._inductor.exc import CppCompileError, InvalidCxxCompiler
 

@@ -53,7 +53,7 @@ def measure_batch_load_ms(dataset: Any, batch_size: int | None, *, samples: int 
 
 def _numpy_state() -> Any:
     try:
-        import numpy as np
+        import numpy as np  # only to save and restore its random state, around a timing
     except ImportError:
         return None
     return np.random.get_state()

@@ -20,14 +20,14 @@ confirmed the same way. Two changes can pay only together.
 
 from __future__ import annotations
 
-import enum
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from torchboost.config import Overlay
+from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, ParityVerdict, check_parity
 from torchboost.tune.trial_result import TrialResult, describe_settings
@@ -64,92 +64,6 @@ class SearchOptions:
     little to be kept on their own."""
     interaction_hosts: int = 1
     """At most this many runners-up per coupled lever in the interaction pass."""
-
-
-class Status(str, enum.Enum):
-    """What became of a candidate. A str: it compares equal to, and is written to JSON
-    as, its value ("kept")."""
-
-    KEPT = "kept"
-    REJECTED = "rejected"
-    """Slower, not faster enough, not worth its compile time, or unconfirmed."""
-    INCORRECT = "incorrect"
-    """Loss parity failed."""
-    FAILED = "failed"
-    """The trial crashed."""
-    SKIPPED = "skipped"
-    """Not worth trying (a compile that cannot pay off)."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class Decision:
-    """What happened to one candidate of one lever, with the words a report needs."""
-
-    lever: str
-    settings: Settings
-    """The changes this candidate made on top of the incumbent."""
-    status: Status
-    reason: str
-    ratio: float | None = None
-    """Median step time of the candidate / incumbent (below 1 is faster)."""
-    ratios: list[float] = field(default_factory=list)
-    ms_per_step: float | None = None
-    break_even_steps: float | None = None
-    title: str = ""
-    """The lever's title: "torch.compile"."""
-    subject: str = ""
-    """What a reader calls this candidate: "bf16", or the lever's title."""
-    reduced_precision: bool = False
-    """The lever lowers numeric precision (its parity is REDUCED)."""
-    amortised: bool = False
-    """The lever is compile: its compile time must be repaid (break-even applies)."""
-
-    def __post_init__(self) -> None:
-        self.status = Status(self.status)
-
-
-@dataclass
-class WaterfallStep:
-    """One bar of the waterfall: the configuration after keeping one more lever."""
-
-    label: str
-    settings: Settings
-    ms_per_step: float
-    """The baseline's time per step divided by ``speedup``."""
-    speedup: float
-    """Over the baseline: the product of the kept levers' confirmed pair ratios. Each ratio
-    compares runs made next to each other, so slow drift of the machine over the whole
-    search does not leak into it, as it would into a ratio of far-apart medians."""
-    spread: float
-    """Max minus min of the pair ratios that confirmed it (0 for the baseline)."""
-
-
-@dataclass
-class TuneOutcome:
-    """The result of a search: the winning settings and the story of how they won."""
-
-    baseline: TrialResult
-    settings: Settings
-    waterfall: list[WaterfallStep]
-    decisions: list[Decision]
-    trials_run: int
-    elapsed_s: float
-    stopped_by_budget: bool = False
-    error: str | None = None
-
-    @property
-    def speedup(self) -> float:
-        """Baseline time per step over the final configuration's."""
-        return self.waterfall[-1].speedup if self.waterfall else 1.0
-
-
-def compile_break_even(compile_s: float, eager_ms: float, compiled_ms: float) -> float:
-    """Steps after which compiling has paid for itself; inf when compiled is not faster."""
-    saving_ms = eager_ms - compiled_ms
-    return math.inf if saving_ms <= 0 else 1e3 * compile_s / saving_ms
 
 
 def _judge(lever: Lever, result: TrialResult, baseline: TrialResult, reference: list[float]) -> ParityVerdict:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.observe.runner import run_observed
+from torchboost.observe.supervise import run_observed
 from torchboost.tune.trial_result import TrialResult
 
 __all__ = ["run_trial", "result_from_facts"]

@@ -35,6 +35,10 @@ from typing import Any
 from rich.console import Console
 
 from torchboost._io import atomic_write_bytes
+from torchboost import __version__
+from torchboost.report.html import render_html
+from torchboost.report.markdown import render_markdown
+from torchboost.report.terminal import print_report
 from torchboost.diagnose.facts import Facts
 from torchboost.diagnose.finding import Finding
 from torchboost.diagnose.summary import Summary, summarize
@@ -112,8 +116,6 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
 
 def build_report(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
     """The report.json document (schema in this module's docstring); plain data, no plots."""
-    from torchboost import __version__
-
     summary = summarize(facts)
     return _finite({
         "schema_version": SCHEMA_VERSION,
@@ -139,9 +141,6 @@ def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path) ->
 
     Each file is replaced atomically. Returns {"json": path, "md": path, "html": path}.
     """
-    from torchboost.report.html import render_html
-    from torchboost.report.markdown import render_markdown
-
     out_dir = Path(out_dir)
     report = build_report(facts, findings)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
@@ -153,6 +152,4 @@ def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path) ->
 
 def print_doctor_report(facts: Facts, findings: list[Finding], console: Console, paths: dict[str, Path]) -> None:
     """Print the breakdown and the ranked findings as rich tables, then where the files are."""
-    from torchboost.report.terminal import print_report
-
     print_report(build_report(facts, findings), console, paths)

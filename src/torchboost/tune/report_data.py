@@ -1,9 +1,9 @@
-"""A tuning run as plain data, for its report (:mod:`torchboost.report.tune`).
+"""A tuning run as plain data, for its report (:mod:`torchboost.report.tune_report`).
 
 ``tune_summary(run)`` holds everything ``report.json`` states about the run, as plain
 dicts, lists, strings and numbers, so the report renders it without knowing the tuner:
 
-- the keys of ``report.json`` (its schema is documented in :mod:`torchboost.report.tune`)
+- the keys of ``report.json`` (its schema is documented in :mod:`torchboost.report.tune_report`)
   from ``command`` to ``config``, in that order, except the report's own ``precision``;
   ``schema_version``, ``kind``, ``torchboost_version`` and ``notes`` are the report's too;
 - each decision with the keys of a ``report.json`` decision up to ``break_even_steps``
@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from torchboost.tune.runner import TuneRun, toml_header
+from torchboost.tune.tuner import TuneRun, toml_header
 from torchboost.tune.search import Decision, Status, WaterfallStep
 from torchboost.tune.trial_result import describe_settings
 

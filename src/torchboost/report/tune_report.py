@@ -63,8 +63,12 @@ from typing import Any
 from rich.console import Console
 
 from torchboost._io import atomic_write_bytes
+from torchboost import __version__
+from torchboost.report._tune_html import render_tune_html
+from torchboost.report._tune_markdown import render_tune_markdown
+from torchboost.report._tune_terminal import print_tune
 from torchboost.report import _tune_text as words
-from torchboost.report.doctor import _finite
+from torchboost.report.doctor_report import _finite
 
 __all__ = ["TUNE_SCHEMA_VERSION", "build_tune_report", "write_tune_report", "print_tune_report"]
 
@@ -118,8 +122,6 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
 
     ``summary``: a tuning run as plain data, from the tuner's ``tune_summary``.
     """
-    from torchboost import __version__
-
     decisions = [_decision_entry(d, summary["run_steps"]) for d in summary["decisions"]]
     return _finite({
         "schema_version": TUNE_SCHEMA_VERSION,
@@ -152,9 +154,6 @@ def write_tune_report(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]
     Each file is replaced atomically. Returns {"json": path, "md": path, "html": path}.
     ``summary`` as in :func:`build_tune_report`.
     """
-    from torchboost.report._tune_html import render_tune_html
-    from torchboost.report._tune_markdown import render_tune_markdown
-
     out_dir = Path(out_dir)
     report = build_tune_report(summary)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
@@ -167,7 +166,5 @@ def write_tune_report(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]
 def print_tune_report(summary: dict[str, Any], console: Console, paths: dict[str, Path]) -> None:
     """Print the before/after, the waterfall and every decision as rich tables, then the
     report files and the torchboost.toml written (``summary["config"]["path"]``)."""
-    from torchboost.report._tune_terminal import print_tune
-
     report = build_tune_report(summary)
     print_tune(report, console, paths, precision=_reduced_precision(summary, report["decisions"]))

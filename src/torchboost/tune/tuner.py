@@ -18,7 +18,7 @@ from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
-from torchboost.observe.runner import run_observed
+from torchboost.observe.supervise import run_observed
 from torchboost.techniques.worker_ipc import available as sharing_available
 from torchboost.tune.journal import Journal
 from torchboost.tune.levers import TuneContext, default_levers, order_levers

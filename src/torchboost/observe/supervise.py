@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Callable, Sequence
 
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.spec import ObserveSpec
