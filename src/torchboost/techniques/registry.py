@@ -70,11 +70,9 @@ class TuneContext:
     max_workers: int = 4
     """Upper bound on loader workers to try."""
     has_conv2d: bool = True
-    """The model has 2-D convolutions (channels_last, cudnn.benchmark can matter)."""
+    """The model has 2-D convolutions (their memory format and algorithm choice can matter)."""
     file_system_sharing: bool = True
     """The platform offers torch's file_system sharing strategy for worker batches."""
-    fixed_shapes: bool = True
-    """Every observed batch had the same input shapes (cudnn.benchmark pays only then)."""
 
 
 @dataclass(frozen=True)

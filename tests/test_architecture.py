@@ -1,0 +1,160 @@
+"""The shape of the tree: small pieces, imports that point one way, settings named in one place.
+
+Read from the source as text (``ast``), so each rule is checked on every module, and each
+check has a twin on a made-up module that must fail it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import torchboost
+from torchboost.config import section_classes
+from torchboost.techniques.registry import Technique, techniques
+
+SRC = Path(torchboost.__file__).parent
+MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 400
+MAX_BOOSTER_CLASS_LINES = 250
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {str(p.relative_to(SRC)): ast.parse(p.read_text(encoding="utf-8")) for p in sorted(SRC.rglob("*.py"))}
+
+
+def _long_functions(tree: ast.Module) -> list[str]:
+    return [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+
+
+def _setting_names() -> set[str]:
+    return {f"{name}.{f.name}" for name, cls in section_classes().items() for f in dataclasses.fields(cls)}
+
+
+def _finding_id_nodes(tree: ast.Module) -> set[int]:
+    """String constants that are finding ids: keys of a ``RULES`` table, ``id=`` arguments."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "RULES" for t in node.targets):
+            if isinstance(node.value, ast.Dict):
+                ids |= {id(k) for k in node.value.keys if k is not None}
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "RULES":
+            if isinstance(node.value, ast.Dict):
+                ids |= {id(k) for k in node.value.keys if k is not None}
+        if isinstance(node, ast.keyword) and node.arg == "id":
+            ids.add(id(node.value))
+    return ids
+
+
+def _setting_literals(tree: ast.Module, names: set[str]) -> list[str]:
+    finding_ids = _finding_id_nodes(tree)
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+            and id(node) not in finding_ids]
+
+
+def _imports(tree: ast.Module) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return out
+
+
+def _imports_package(tree: ast.Module, package: str) -> bool:
+    return any(name == package or name.startswith(package + ".") for name in _imports(tree))
+
+
+# -- the rules, on the real tree ----------------------------------------------------------
+
+def test_no_function_over_60_lines():
+    long = {path: found for path, tree in _modules().items() if (found := _long_functions(tree))}
+    assert long == {}
+
+
+def test_no_module_over_400_lines():
+    sizes = {path: (SRC / path).read_text(encoding="utf-8").count("\n") for path in _modules()}
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_the_booster_class_is_small():
+    tree = _modules()["booster.py"]
+    booster = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Booster")
+    assert booster.end_lineno - booster.lineno + 1 <= MAX_BOOSTER_CLASS_LINES
+
+
+def test_settings_are_named_only_by_their_technique_and_the_config():
+    names = _setting_names()
+    assert "loader.num_workers" in names and "precision.mode" in names  # the check has something to find
+    found = {path: lits for path, tree in _modules().items()
+             if not path.startswith("techniques/") and path != "config.py"
+             and (lits := _setting_literals(tree, names))}
+    assert found == {}
+
+
+def test_imports_point_one_way():
+    modules = _modules()
+    report_to_tune = [p for p, t in modules.items() if p.startswith("report/") and _imports_package(t, "torchboost.tune")]
+    tune_to_report = [p for p, t in modules.items() if p.startswith("tune/") and _imports_package(t, "torchboost.report")]
+    to_cli = [p for p, t in modules.items() if not p.startswith("cli/") and _imports_package(t, "torchboost.cli")]
+    techniques_up = [p for p, t in modules.items() if p.startswith("techniques/") and any(
+        _imports_package(t, f"torchboost.{pkg}") for pkg in ("observe", "diagnose", "tune", "report", "cli"))]
+    assert (report_to_tune, tune_to_report, to_cli, techniques_up) == ([], [], [], [])
+
+
+def test_no_two_modules_share_a_name():
+    names = [Path(p).name for p in _modules() if Path(p).name not in ("__init__.py", "__main__.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_every_section_belongs_to_one_technique_module():
+    owners = {t.section.section: t.name for t in techniques() if t.section is not None}
+    assert set(owners) == set(section_classes())
+    for technique in techniques():
+        assert isinstance(technique, Technique)
+        if technique.section is not None:
+            module = technique.section.__module__
+            assert module.startswith("torchboost.techniques."), module
+
+
+# -- broken twins: each check fails on a module that breaks its rule ------------------------
+
+_BAD = '''
+RULES = {"precision.mode": None}
+
+def too_long():
+''' + "    x = 1\n" * 61 + '''
+def names_a_setting():
+    return {"loader.num_workers": 2}
+
+def finding():
+    return Finding(id="precision.mode")
+
+from torchboost.tune.search import run_search
+'''
+
+
+def test_the_checks_fail_on_a_module_that_breaks_them():
+    tree = ast.parse(_BAD)
+    assert _long_functions(tree) == ["too_long: 62 lines"]
+    # the dict key of RULES and the id= argument are finding ids; the returned dict is a setting
+    assert _setting_literals(tree, _setting_names()) == ["loader.num_workers"]
+    assert _imports_package(tree, "torchboost.tune")
+    assert not _imports_package(tree, "torchboost.report")
+
+
+@pytest.mark.parametrize("name", sorted(t.name for t in techniques()))
+def test_each_technique_is_described(name):
+    technique = next(t for t in techniques() if t.name == name)
+    assert technique.title and technique.order > 0
+    assert technique.apply is not None or technique.setup is not None
+    if technique.nocode is None:
+        assert technique.nocode_refusal  # it says why it cannot apply from outside
