@@ -234,7 +234,7 @@ def cudnn_benchmark(facts: Facts, *, compute_pct: float = 50.0) -> Finding | Non
         id="cudnn.benchmark",
         title="Convolutions use cuDNN's heuristic algorithm choice; let it benchmark them",
         evidence={"compute_pct": r(f * 100, 1), "has_conv2d": "true", "cudnn_benchmark": "false"},
-        fix_toml="# no torchboost.toml key: set it once at the top of your script",
+        fix_toml="[cudnn]\nbenchmark = true",
         fix_torch="torch.backends.cudnn.benchmark = True",
         expected_speedup=speedup,
         formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, "
