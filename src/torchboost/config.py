@@ -201,8 +201,8 @@ class BoostConfig:
     def __repr__(self) -> str:
         return f"BoostConfig({', '.join(f'{k}={v!r}' for k, v in self._sections.items())})"
 
-    def __reduce__(self) -> tuple[Callable[..., "BoostConfig"], tuple[Any, ...], dict[str, Any]]:
-        return (_rebuild, (), dict(self._sections))
+    def __reduce__(self) -> tuple[Callable[..., "BoostConfig"], tuple[Any, ...]]:
+        return (_rebuild, (dict(self._sections),))
 
     def sections(self) -> dict[str, Any]:
         """Section objects by TOML table name, in file order."""
@@ -256,7 +256,7 @@ class BoostConfig:
         atomic_write_bytes(Path(path), self.to_toml_string(header).encode("utf-8"))
 
 
-def _rebuild(**sections: Any) -> BoostConfig:
+def _rebuild(sections: dict[str, Any]) -> BoostConfig:
     return BoostConfig(**sections)
 
 
