@@ -10,23 +10,22 @@ The pieces, each usable on its own:
   iterating it yields batches already on the training device;
 * how workers hand batches over: :mod:`~torchboost.techniques.worker_ipc`.
 
-This module declares the ``[loader]`` section and the technique's descriptor, with the
+This module declares the technique's descriptor (its ``[loader]`` section lives with
+the settings it becomes, in :mod:`~torchboost.techniques.loader_settings`), with the
 tuner's levers for workers (moved together with the CPU threads they compete with),
 the batch hand-over, pinned memory and prefetching.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 from torchboost.checkpoint import ResumableLoader
-from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord, Overlay, register_section
-from torchboost.config import check_bool_or_word, check_choice, check_int_or_word
+from torchboost.config import AUTO, KEEP, Overlay
 from torchboost.techniques.batches import DeviceLoader, map_tensors, move_to_device
 from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader_auto import auto_num_workers, resolve_host
-from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderSettings, rebuild_loader
+from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings, rebuild_loader
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
 )
@@ -43,42 +42,6 @@ __all__ = [
     "rebuild_loader",
     "resolve_host",
 ]
-
-
-@register_section
-@dataclass(frozen=True, kw_only=True)
-class LoaderConfig:
-    """DataLoader settings; ``keep`` leaves the user's value as it is."""
-
-    section: ClassVar[str] = "loader"
-    order: ClassVar[int] = 30
-    SHARING: ClassVar[tuple[str, ...]] = ("auto", "keep", "file_descriptor", "file_system")
-
-    num_workers: IntOrWord = AUTO
-    """auto | keep | worker processes (>= 0). auto is bounded by cores and RAM and never
-    raises workers for an IterableDataset."""
-    pin_memory: BoolOrWord = AUTO
-    """auto (on when batches go to a CUDA device) | keep | true | false."""
-    persistent_workers: BoolOrWord = AUTO
-    """auto (on when there are workers) | keep | true | false."""
-    prefetch_factor: IntOrWord = AUTO
-    """auto | keep | batches prefetched per worker (>= 1)."""
-    sharing_strategy: str = AUTO
-    """auto (torch's default) | keep | file_descriptor | file_system: how workers hand
-    batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
-
-    def __post_init__(self) -> None:
-        check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP))
-        check_bool_or_word("loader.pin_memory", self.pin_memory, (AUTO, KEEP))
-        check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
-        check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP))
-        check_choice("loader.sharing_strategy", self.sharing_strategy, self.SHARING)
-
-    @classmethod
-    def off(cls) -> "LoaderConfig":
-        """The loader as the script built it."""
-        return cls(num_workers=KEEP, pin_memory=KEEP, persistent_workers=KEEP, prefetch_factor=KEEP,
-                   sharing_strategy=KEEP)
 
 
 # -- resolve and apply ------------------------------------------------------------------

@@ -7,20 +7,16 @@ thread count, with a reason each.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from torchboost.env import Environment
-from torchboost.techniques.cpu import resolve_threads
+from torchboost.techniques.cpu import CpuConfig, resolve_threads
 from torchboost.techniques.dataset_cost import CHEAP_BATCH_MS, measure_batch_load_ms
-from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderSettings
+from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings
 from torchboost.techniques.worker_ipc import available as sharing_available
-
-if TYPE_CHECKING:  # the sections are declared with their technique, which imports this module
-    from torchboost.techniques.cpu import CpuConfig
-    from torchboost.techniques.loader import LoaderConfig
 
 __all__ = ["auto_num_workers", "resolve_host"]
 

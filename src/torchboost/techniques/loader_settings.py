@@ -1,4 +1,4 @@
-"""The DataLoader arguments torchboost may change, and a loader rebuilt with them.
+"""The ``[loader]`` section, the DataLoader arguments it becomes, and a loader rebuilt with them.
 
 :func:`rebuild_loader` builds a new DataLoader with :class:`LoaderSettings` that yields
 the same batches in the same order (same dataset, sampler, generator, collate_fn, ...).
@@ -9,16 +9,54 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord, register_section
+from torchboost.config import check_bool_or_word, check_choice, check_int_or_word
 from torchboost.techniques.worker_ipc import sharing_of, with_sharing
 
-__all__ = ["LOADER_FIELDS", "LoaderSettings", "rebuild_loader"]
+__all__ = ["LOADER_FIELDS", "LoaderConfig", "LoaderSettings", "rebuild_loader"]
 
 LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "sharing_strategy")
 """The ``[loader]`` fields, in the order of :class:`LoaderSettings`."""
+
+
+@register_section
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    """DataLoader settings; ``keep`` leaves the user's value as it is."""
+
+    section: ClassVar[str] = "loader"
+    order: ClassVar[int] = 30
+    SHARING: ClassVar[tuple[str, ...]] = ("auto", "keep", "file_descriptor", "file_system")
+
+    num_workers: IntOrWord = AUTO
+    """auto | keep | worker processes (>= 0). auto is bounded by cores and RAM and never
+    raises workers for an IterableDataset."""
+    pin_memory: BoolOrWord = AUTO
+    """auto (on when batches go to a CUDA device) | keep | true | false."""
+    persistent_workers: BoolOrWord = AUTO
+    """auto (on when there are workers) | keep | true | false."""
+    prefetch_factor: IntOrWord = AUTO
+    """auto | keep | batches prefetched per worker (>= 1)."""
+    sharing_strategy: str = AUTO
+    """auto (torch's default) | keep | file_descriptor | file_system: how workers hand
+    batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
+
+    def __post_init__(self) -> None:
+        check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP))
+        check_bool_or_word("loader.pin_memory", self.pin_memory, (AUTO, KEEP))
+        check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
+        check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP))
+        check_choice("loader.sharing_strategy", self.sharing_strategy, self.SHARING)
+
+    @classmethod
+    def off(cls) -> "LoaderConfig":
+        """The loader as the script built it."""
+        return cls(num_workers=KEEP, pin_memory=KEEP, persistent_workers=KEEP, prefetch_factor=KEEP,
+                   sharing_strategy=KEEP)
 
 
 @dataclass(frozen=True)
