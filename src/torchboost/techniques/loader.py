@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from torchboost.checkpoint import ResumableLoader
 from torchboost.config import AUTO, KEEP, Overlay
 from torchboost.techniques.batches import DeviceLoader, map_tensors, move_to_device
 from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader_auto import auto_num_workers, resolve_host
 from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings, rebuild_loader
+from torchboost.techniques.resumable import ResumableLoader
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
 )
