@@ -38,11 +38,16 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
+    # Only the chosen sub-command's module is imported: `torchboost run` must cost no more
+    # than the script itself, so it does not load the tuner's and reports' modules.
     parser = _Parser(prog="torchboost", description="Make PyTorch training markedly faster, and prove it.")
     parser.add_argument("--version", action="version", version=f"torchboost {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
+        if name != chosen:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(module_name)
         module.add_arguments(sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0]))
     return parser
@@ -51,7 +56,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchboost`` console script; returns the exit code."""
     own, command = split_command(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser()
+    parser = _build_parser(next((word for word in own if word in _SUBCOMMANDS), None))
     args = parser.parse_args(own)
     if args.subcommand is None:
         parser.print_help()

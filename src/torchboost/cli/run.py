@@ -1,10 +1,10 @@
 """Run an unmodified training script with torchboost.toml applied.
 
-``torchboost run [--config torchboost.toml] -- python train.py ARGS`` starts the script
-in a child process with the configuration's concrete settings applied from outside, by
-the same code that applies a tuning trial's candidate (:mod:`torchboost.observe.apply`).
-Nothing is observed or recorded: the script runs at full speed, to its own end, and
-``torchboost run`` exits with the script's exit status.
+``torchboost run [--config torchboost.toml] -- python train.py ARGS`` runs the script in
+this process, as ``python train.py ARGS`` would, with the configuration's concrete
+settings applied from outside by the same code that applies a tuning trial's candidate
+(:mod:`torchboost.observe.apply`). Nothing is observed or recorded: the script runs at
+full speed, to its own end, and ``torchboost run`` exits with the script's exit status.
 
 A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` itself;
 for it the model and optimizer settings stand down here, so nothing is applied twice.
@@ -13,19 +13,15 @@ for it the model and optimizer settings stand down here, so nothing is applied t
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Sequence
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
 from torchboost.observe.apply import Applier, nocode_settings
 from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
 from torchboost.observe.supervise import UsageError, parse_command
 
-__all__ = ["add_arguments", "run", "main", "settings_from_config", "changed_settings"]
+__all__ = ["add_arguments", "run", "run_applied", "settings_from_config", "changed_settings"]
 
 
 def changed_settings(config: BoostConfig) -> tuple[Overlay, list[str]]:
@@ -73,37 +69,28 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.config).resolve() != Path(CONFIG_FILENAME).resolve():
         print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
               f"not {args.config}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
-        settings_path = Path(tmp) / "settings.json"
-        settings_path.write_text(json.dumps(settings.to_dict()), encoding="utf-8")
-        argv = [sys.executable, "-m", "torchboost.cli.run", str(settings_path), "--", *target]
-        try:
-            return subprocess.call(argv)
-        except KeyboardInterrupt:
-            return 130
+    return run_applied(settings, target)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Child side: apply the settings file, run the target as ``__main__``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m torchboost.cli.run SETTINGS.json -- (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
-        return 2
-    settings = Overlay.from_dict(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
+def run_applied(settings: Overlay, target: list[str]) -> int:
+    """Apply ``settings``, then run the target here, in this process, as ``__main__``.
+
+    In-process, not in a child: the script shares this interpreter and its one import of
+    torch, so running it under ``torchboost run`` costs about what importing torchboost
+    does, and a signal sent to this process reaches the script itself (no process is left
+    behind). Returns the script's exit status, as python would give it.
+    """
+    entry = sys.argv[0]  # the console script, whose frames are ours in a traceback
     applier = Applier(settings).install()
     try:
-        run_target(argv[2:])
+        run_target(target)
     except SystemExit as exc:
         return exit_status(exc.code)
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
-        print_user_traceback(exc, __file__)
+        print_user_traceback(exc, entry)
         return 1
     finally:
         applier.uninstall()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

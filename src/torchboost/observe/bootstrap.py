@@ -95,11 +95,15 @@ def exit_status(code: object) -> int:
 
 def print_user_traceback(exc: BaseException, *also_skip: str) -> None:
     """Print the traceback of the user's exception without torchboost's and runpy's frames."""
-    # Drop our own and runpy's frames so the traceback starts in the user's code.
+    # Drop the leading frames of torchboost, runpy and ``also_skip`` (the console script)
+    # so the traceback starts in the user's code.
     tb = exc.__traceback__
-    skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), *map(os.path.abspath, also_skip)}
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    skip = {os.path.abspath(runpy.__file__), *map(os.path.abspath, also_skip)}
+
     def ours(name: str) -> bool:
-        return name.startswith("<frozen runpy") or os.path.abspath(name) in skip
+        path = os.path.abspath(name)
+        return name.startswith("<frozen runpy") or path in skip or path.startswith(package)
 
     while tb is not None and ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next

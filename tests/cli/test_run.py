@@ -1,0 +1,54 @@
+"""`torchboost run`: the script runs in torchboost's own process, with the settings applied."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchboost import BoostConfig
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "run_probe.py"
+
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "torchboost.cli", "run", "--", "python", str(SCRIPT), *args],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    return proc, out, err
+
+
+def test_the_script_runs_in_the_same_process_with_the_settings(tmp_path):
+    BoostConfig.off().replace(cpu={"threads": 1}, loader={"num_workers": 1}).to_toml(tmp_path / "torchboost.toml")
+    proc, out, err = _run(tmp_path, "3")
+    seen = json.loads(out.strip().splitlines()[-1])
+    # No parent waits for a child: the script is torchboost's own process, so it shares its
+    # one import of torch and a signal sent to it reaches the script.
+    assert seen["pid"] == proc.pid
+    assert (seen["threads"], seen["workers"]) == (1, 1)
+    assert seen["argv"] == [str(SCRIPT), "3"] and seen["file"] == str(SCRIPT)
+    assert proc.returncode == 3  # the script's own exit status
+    assert "applying torchboost.toml: cpu.threads=1, loader.num_workers=1" in err
+
+
+def test_without_the_settings_the_script_is_left_as_it_is(tmp_path):
+    BoostConfig.off().to_toml(tmp_path / "torchboost.toml")
+    proc, out, err = _run(tmp_path)
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["workers"] == 0 and proc.returncode == 0  # the twin: nothing applied, nothing changed
+    assert "nothing to apply" in err
+
+
+def test_a_crash_shows_the_scripts_own_traceback(tmp_path):
+    BoostConfig.off().to_toml(tmp_path / "torchboost.toml")
+    proc, _, err = _run(tmp_path, "crash")
+    assert proc.returncode == 1
+    traceback = err[err.index("Traceback"):]
+    assert "ValueError: the script's own error" in traceback
+    assert "torchboost" not in traceback.splitlines()[1]  # the first frame is the script's
+    assert str(SCRIPT) in traceback.splitlines()[1]
