@@ -286,7 +286,9 @@ def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch)
     from torchboost import handover as trial
 
     settings = tmp_path / "trial.json"
-    trial.write_trial_settings(settings, {"precision.mode": "bf16", "loader.num_workers": 0})
+    # the trial's whole configuration: the candidate on top of plain PyTorch (no torchboost.toml)
+    trial.write_trial_config(settings, torchboost.Overlay({"precision.mode": "bf16", "loader.num_workers": 0})
+                             .on(BoostConfig.off()))
     monkeypatch.setenv(trial.TRIAL_SETTINGS_ENV, str(settings))
     own = BoostConfig().replace(compile={"mode": "default"})  # the script's own config
     booster = torchboost.Booster(own, device="cpu", verbose=False)
@@ -295,7 +297,7 @@ def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch)
     # The rest is plain PyTorch, as tune would write it: what is measured is what is written.
     assert booster.config.compile == BoostConfig.off().compile
     assert booster.config.optimizer == BoostConfig.off().optimizer
-    trial.write_trial_settings(settings, {})  # the baseline trial
+    trial.write_trial_config(settings, BoostConfig.off())  # the baseline trial
     assert torchboost.Booster(own, device="cpu", verbose=False).config == BoostConfig.off()
     monkeypatch.delenv(trial.TRIAL_SETTINGS_ENV)
     assert torchboost.Booster(own, device="cpu", verbose=False).config == own

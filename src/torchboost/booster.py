@@ -94,11 +94,11 @@ class Booster:
         verbose: bool = True,
     ):
         self.config = load_config(config)
-        trial = handover.trial_settings()
+        trial = handover.trial_config()
         if trial is not None:
             # A `torchboost tune` trial (see torchboost.handover): the candidate on top of
-            # plain PyTorch, exactly what tune writes to torchboost.toml if it wins.
-            self.config = trial.on(BoostConfig.off())
+            # the user's configuration, exactly what tune writes to torchboost.toml if it wins.
+            self.config = trial
         self.env = probe()
         self.device = torch.device(device) if device is not None else _default_device(self.env)
         self.verbose = verbose

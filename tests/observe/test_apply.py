@@ -8,7 +8,7 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from torchboost import BoostConfig
-from torchboost.cli.run import settings_from_config
+from torchboost.observe.apply import settings_from_config
 from torchboost.observe.apply import Applier
 
 

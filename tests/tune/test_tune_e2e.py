@@ -86,3 +86,28 @@ def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tm
     assert "break-even" in markdown and "incorrect" in markdown
     toml = (tmp_path / "torchboost.toml").read_text()
     assert 'mode = "off"' in toml  # compile stays off
+
+
+@pytest.mark.slow
+def test_the_users_own_settings_survive_tune(tmp_path):
+    """An [accumulation] steps = 4 file: the trials train with it, the written file keeps it,
+    the previous file is kept, and the script then takes as many optimizer steps as before."""
+    from torchboost import BoostConfig
+
+    own = BoostConfig().replace(accumulation={"steps": 4}, compile={"mode": "off"})
+    own.to_toml(tmp_path / "torchboost.toml")
+    before_text = (tmp_path / "torchboost.toml").read_text()
+
+    def optimizer_steps() -> dict:
+        done = subprocess.run([sys.executable, str(SCRIPTS / "booster_accum.py")], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    before = optimizer_steps()
+    assert before == {"optimizer_steps": 16, "accumulation_steps": 4}  # 2 epochs x 32 batches / 4
+    tuned = _tune(tmp_path, "booster_accum.py", "--budget", "20", "--run-steps", "60")
+    assert tuned.returncode == 0, tuned.stderr
+    assert BoostConfig.from_toml(tmp_path / "torchboost.toml").accumulation.steps == 4
+    assert (tmp_path / "torchboost.toml.bak").read_text() == before_text
+    assert optimizer_steps() == before

@@ -17,33 +17,11 @@ import sys
 from pathlib import Path
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
-from torchboost.observe.apply import Applier, nocode_settings
+from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
 from torchboost.observe.supervise import UsageError, parse_command
 
-__all__ = ["add_arguments", "run", "run_applied", "settings_from_config", "changed_settings"]
-
-
-def changed_settings(config: BoostConfig) -> tuple[Overlay, list[str]]:
-    """The settings of ``config`` that change something, and notes on its "auto"s.
-
-    "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
-    only the Booster resolves it (it sees the model).
-    """
-    changed = Overlay.between(BoostConfig.off(), config)
-    notes = [f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it'
-             for dotted, value in changed.items() if value == "auto"]
-    return Overlay({k: v for k, v in changed.items() if v not in ("auto", "keep")}), notes
-
-
-def settings_from_config(config: BoostConfig) -> tuple[Overlay, list[str]]:
-    """The settings to apply from outside, and notes on what is left alone.
-
-    Only the :func:`changed_settings` that can be applied without a Booster in the loop.
-    """
-    wanted, notes = changed_settings(config)
-    settings, refused = nocode_settings(wanted)
-    return settings, notes + refused
+__all__ = ["add_arguments", "run", "run_applied"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

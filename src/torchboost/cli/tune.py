@@ -16,9 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from torchboost.config import ConfigError
 from torchboost.observe.supervise import UsageError, parse_command
 from torchboost.report.tune_report import print_tune_report, write_tune_report
-from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script
+from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
 from torchboost.tune.trial_result import TrialResult, describe_settings
@@ -53,7 +54,9 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``torchboost tune``."""
     add_tune_options(parser, out_default="torchboost-tune")
-    parser.add_argument("--config", default="torchboost.toml", help="where to write the winner (default torchboost.toml)")
+    parser.add_argument("--config", default="torchboost.toml",
+                        help="the configuration to start from, when it exists, and where to write the winner "
+                             "(default torchboost.toml; the previous file is kept as torchboost.toml.bak)")
 
 
 def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
@@ -106,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         parse_command(args.command)
         options = options_from_args(args, config=args.config)
-    except UsageError as exc:
+        user_config(options.config_path)  # a bad file is said now, not after the search
+    except (UsageError, ConfigError) as exc:
         print(f"torchboost tune: error: {exc}", file=sys.stderr)
         return 2
     tuned = tune_with_progress(args.command, options, console)

@@ -35,10 +35,10 @@ from torch.nn.modules import module as _nn_module
 from torch.utils.data import IterableDataset
 
 from torchboost import handover
-from torchboost.config import Overlay
+from torchboost.config import BoostConfig, Overlay
 from torchboost.techniques.registry import NoCode, Technique, techniques
 
-__all__ = ["Applier", "nocode_settings"]
+__all__ = ["Applier", "changed_settings", "nocode_settings", "settings_from_config"]
 
 
 def _hooks(settings: Overlay) -> list[tuple[Technique, NoCode, dict[str, Any]]]:
@@ -70,6 +70,28 @@ def nocode_settings(settings: Mapping[str, Any]) -> tuple[Overlay, list[str]]:
             notes += [f"{technique.section.section}.{key} = {value!r} needs the Booster in the training loop "
                       f"({why}); not applied" for key, value in values.items()]
     return applicable, notes
+
+
+def changed_settings(config: BoostConfig) -> tuple[Overlay, list[str]]:
+    """The settings of ``config`` that change something, and notes on its "auto"s.
+
+    "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
+    only the Booster resolves it (it sees the model).
+    """
+    changed = Overlay.between(BoostConfig.off(), config)
+    notes = [f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it'
+             for dotted, value in changed.items() if value == "auto"]
+    return Overlay({k: v for k, v in changed.items() if v not in ("auto", "keep")}), notes
+
+
+def settings_from_config(config: BoostConfig) -> tuple[Overlay, list[str]]:
+    """The settings to apply from outside, and notes on what is left alone.
+
+    Only the :func:`changed_settings` that can be applied without a Booster in the loop.
+    """
+    wanted, notes = changed_settings(config)
+    settings, refused = nocode_settings(wanted)
+    return settings, notes + refused
 
 
 def _trainable(module: nn.Module) -> bool:

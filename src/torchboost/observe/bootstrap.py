@@ -20,7 +20,7 @@ import traceback
 from typing import Sequence
 
 from torchboost import handover
-from torchboost.observe.apply import Applier, nocode_settings
+from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
@@ -40,8 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     recorder = StepRecorder(spec)
     # A tuning trial's settings: what only a Booster can apply (fp16, channels_last) is
     # left to the Booster, which reads the same hand-over; the rest is applied from outside.
-    trial = handover.trial_settings()
-    applicable, _ = nocode_settings(trial) if trial is not None else (None, [])
+    trial = handover.trial_config()
+    applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
     applier = Applier(applicable).install() if applicable else None
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0

@@ -25,8 +25,8 @@ from typing import IO, Callable, Sequence
 
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.spec import ObserveSpec
-from torchboost.config import Overlay
-from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_settings
+from torchboost.config import BoostConfig
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 
 __all__ = ["ObservedRun", "Progress", "UsageError", "parse_command", "run_observed"]
 
@@ -103,7 +103,7 @@ def run_observed(
     full: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
     stdout: Callable[[], IO[str]] | None = None,
-    apply: Overlay | None = None,
+    apply: BoostConfig | None = None,
     profile: bool = True,
     echo: bool = True,
     timeout_s: float | None = None,
@@ -116,9 +116,9 @@ def run_observed(
     the stream for the child's stdout (default ``sys.stdout``; ``--json`` sends it to
     stderr). Raises :class:`UsageError` for a command it cannot run or ``steps < 1``.
 
-    For tuning trials: ``apply`` holds the settings to apply to the script; they reach
-    the child once, through :mod:`torchboost.handover`, where the no-code applier
-    (:mod:`torchboost.observe.apply`) and a Booster in the script both read them, ``profile=False`` skips the profiler window, ``echo=False``
+    For tuning trials: ``apply`` is the trial's whole configuration; it reaches the
+    child once, through :mod:`torchboost.handover`, where the no-code applier
+    (:mod:`torchboost.observe.apply`) and a Booster in the script both read it, ``profile=False`` skips the profiler window, ``echo=False``
     keeps the child's output off the terminal (stderr's tail is still kept), and after
     ``timeout_s`` seconds the child is killed and ``timed_out`` set.
     """
@@ -156,13 +156,13 @@ def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     return spec_path
 
 
-def _child_env(apply: Overlay | None, tmp_dir: Path) -> dict[str, str] | None:
+def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | None:
     """The child's environment: ours plus a tuning trial's settings; None (inherit) otherwise."""
     if apply is None:
         return None
     # A tuning trial, the baseline ({}) included.
     settings_path = tmp_dir / "trial-settings.json"
-    write_trial_settings(settings_path, Overlay(apply))
+    write_trial_config(settings_path, apply)
     return {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from torchboost.config import BoostConfig, Overlay
 from torchboost.observe.supervise import run_observed
 from torchboost.tune.trial_result import TrialResult
 
@@ -45,18 +46,21 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
 
 def run_trial(
     command: Sequence[str],
-    settings: dict[str, Any],
+    settings: Overlay,
     repeat: int,
     *,
+    base: BoostConfig | None = None,
     steps: int,
     warmup: int,
     out_dir: Path,
     timeout_s: float | None = None,
 ) -> TrialResult:
-    """Run ``command`` once with ``settings`` applied; ``warmup`` steps, then ``steps`` measured."""
+    """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
+    None: plain PyTorch); ``warmup`` steps, then ``steps`` measured."""
     start = time.monotonic()
+    config = Overlay(settings).on(base if base is not None else BoostConfig.off())
     observed = run_observed(
-        command, steps=steps, warmup=warmup, out_dir=out_dir, apply=settings, profile=False,
+        command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
         echo=False, timeout_s=timeout_s,
     )
     wall = time.monotonic() - start

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from torchboost.tune.trial import run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header",
+           "user_config", "write_config",
            "auto_trial_steps", "MIN_TRIAL_STEPS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S"]
 
 
@@ -60,6 +62,8 @@ class TuneRun:
     reused_trials: int
     steps_per_trial: int | None = None
     """Measured steps each trial ran (chosen from the doctor's step time unless given)."""
+    base: BoostConfig | None = None
+    """The configuration the search started from: the user's torchboost.toml, or plain PyTorch."""
 
 
 MIN_TRIAL_STEPS = 30
@@ -102,9 +106,29 @@ def context_from_facts(facts: Facts) -> TuneContext:
     )
 
 
-def settings_to_config(settings: dict[str, Any] | Overlay) -> BoostConfig:
-    """A torchboost.toml config: the user's own setup ("off"/"keep") plus the kept settings."""
-    return Overlay(settings).on(BoostConfig.off())
+def user_config(path: Path) -> BoostConfig:
+    """Where the search starts: the ``torchboost.toml`` at ``path`` when there is one (every
+    setting in it is kept unless a kept change replaces it), else plain PyTorch. Raises
+    :class:`~torchboost.config.ConfigError` for a file that does not parse."""
+    return BoostConfig.from_toml(path) if Path(path).is_file() else BoostConfig.off()
+
+
+def settings_to_config(settings: dict[str, Any] | Overlay, base: BoostConfig | None = None) -> BoostConfig:
+    """A torchboost.toml config: the user's own (``base``; None: plain PyTorch, "off"/"keep")
+    with the kept settings on top; nothing else is changed."""
+    return Overlay(settings).on(base if base is not None else BoostConfig.off())
+
+
+def write_config(path: Path, config: BoostConfig, header: str) -> Path | None:
+    """Write ``config`` to ``path``; an existing file is kept first as ``<name>.bak``, which is
+    returned (None when there was none)."""
+    path = Path(path)
+    backup = None
+    if path.is_file():
+        backup = path.with_name(path.name + ".bak")
+        shutil.copy2(path, backup)
+    config.to_toml(path, header=header)
+    return backup
 
 
 def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:
@@ -120,7 +144,7 @@ def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOptions,
+def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOptions, base: BoostConfig,
                        on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None):
     trials_dir = options.out_dir / "trials"
 
@@ -130,7 +154,7 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
             return recorded
         if on_trial is not None:
             on_trial(settings, repeat, None)
-        result = run_trial(command, settings, repeat, steps=options.steps_per_trial, warmup=options.warmup,
+        result = run_trial(command, settings, repeat, base=base, steps=options.steps_per_trial, warmup=options.warmup,
                            out_dir=trials_dir / "current", timeout_s=options.trial_timeout_s)
         journal.append(result)
         if on_trial is not None:
@@ -150,6 +174,33 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> Facts | None:
     return observed.facts
 
 
+def _trial_length(options: TuneOptions, facts: Facts | None, run_steps: int | None) -> TuneOptions:
+    if options.steps_per_trial is not None:
+        return options
+    # Sized on the planned run (--run-steps, else the doctor's estimate): a script that
+    # loops over its loader for a fixed number of steps runs more than one epoch.
+    step_ms = statistics.fmean(s.total_ms for s in facts.steps) if facts is not None and facts.steps else None
+    return dataclasses.replace(options, steps_per_trial=auto_trial_steps(step_ms, planned_steps=run_steps,
+                                                                         warmup=options.warmup))
+
+
+def _write_outcome(path: Path, command: Sequence[str], outcome: TuneOutcome, run_steps: int | None,
+                   options: TuneOptions, reused: int) -> None:
+    summary = {
+        "command": list(command),
+        "run_steps": run_steps,
+        "settings": outcome.settings.to_dict(),
+        "speedup": outcome.speedup,
+        "trials_run": outcome.trials_run,
+        "steps_per_trial": options.steps_per_trial,
+        "reused_trials": reused,
+        "error": outcome.error,
+        "decisions": [{**dataclasses.asdict(d), "settings": d.settings.to_dict()} for d in outcome.decisions],
+        "waterfall": [{**dataclasses.asdict(w), "settings": w.settings.to_dict()} for w in outcome.waterfall],
+    }
+    atomic_write_bytes(path, json.dumps(summary, indent=2, default=str).encode())
+
+
 def tune_script(
     command: Sequence[str],
     options: TuneOptions = TuneOptions(),
@@ -158,7 +209,9 @@ def tune_script(
     on_decision: Callable[[Decision], None] | None = None,
     facts: Facts | None = None,
 ) -> TuneRun:
-    """Diagnose (unless ``facts`` of a doctor run are given), search, write ``options.config_path``."""
+    """Diagnose (unless ``facts`` of a doctor run are given), search on top of the user's
+    own ``options.config_path`` (when there is one), write the winner there."""
+    base = user_config(options.config_path)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     if facts is None:
         facts = _doctor_facts(command, options)
@@ -168,32 +221,15 @@ def tune_script(
     run_steps = options.run_steps
     if run_steps is None and facts is not None:
         run_steps = facts.planned_steps
-    if options.steps_per_trial is None:
-        # Sized on the planned run (--run-steps, else the doctor's estimate): a script that
-        # loops over its loader for a fixed number of steps runs more than one epoch.
-        step_ms = statistics.fmean(s.total_ms for s in facts.steps) if facts is not None and facts.steps else None
-        options = dataclasses.replace(options, steps_per_trial=auto_trial_steps(
-            step_ms, planned_steps=run_steps, warmup=options.warmup))
+    options = _trial_length(options, facts, run_steps)
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume)
     search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
                                    max_repeats=options.max_repeats, run_steps=run_steps)
-    outcome = run_search(levers, context, _journaled_measure(journal, command, options, on_trial),
+    outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial),
                          search_options, on_decision=on_decision)
-    config = settings_to_config(outcome.settings)
+    config = settings_to_config(outcome.settings, base)
     if outcome.error is None:
-        config.to_toml(options.config_path, header=toml_header(outcome, command))
-    summary = {
-        "command": list(command),
-        "run_steps": run_steps,
-        "settings": outcome.settings.to_dict(),
-        "speedup": outcome.speedup,
-        "trials_run": outcome.trials_run,
-        "steps_per_trial": options.steps_per_trial,
-        "reused_trials": journal.reused,
-        "error": outcome.error,
-        "decisions": [{**dataclasses.asdict(d), "settings": d.settings.to_dict()} for d in outcome.decisions],
-        "waterfall": [{**dataclasses.asdict(w), "settings": w.settings.to_dict()} for w in outcome.waterfall],
-    }
-    atomic_write_bytes(options.out_dir / "outcome.json", json.dumps(summary, indent=2, default=str).encode())
+        write_config(options.config_path, config, toml_header(outcome, command))
+    _write_outcome(options.out_dir / "outcome.json", command, outcome, run_steps, options, journal.reused)
     return TuneRun(facts=facts, findings=findings, outcome=outcome, config=config, run_steps=run_steps,
-                   reused_trials=journal.reused, steps_per_trial=options.steps_per_trial)
+                   reused_trials=journal.reused, steps_per_trial=options.steps_per_trial, base=base)
