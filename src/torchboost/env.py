@@ -196,3 +196,35 @@ def measure_cpu_bf16_speedup(size: int = 512, repeats: int = 7) -> float:
         return sorted(times)[len(times) // 2]
 
     return median_s(a, b) / median_s(a16, b16)
+
+
+def _busy_s() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def _own_cpu_s() -> float:
+    own = psutil.Process()
+    # This process and its children that have ended (a trial's script and its workers).
+    cpu = own.cpu_times()
+    return cpu.user + cpu.system + cpu.children_user + cpu.children_system
+
+
+class LoadMeter:
+    """Other processes' CPU use over a span, as a percent of the whole machine.
+
+    ``with LoadMeter() as load: run_trial(...)``, then ``load.pct``: the machine's busy CPU
+    time minus this process's and its finished children's, over the span's wall time times
+    the cores. What a neighbour on a shared machine takes from a measurement.
+    """
+
+    def __enter__(self) -> "LoadMeter":
+        self._start = (time.monotonic(), _busy_s(), _own_cpu_s())
+        self.pct = 0.0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        wall, busy, own = (time.monotonic(), _busy_s(), _own_cpu_s())
+        span = (wall - self._start[0]) * (psutil.cpu_count() or 1)
+        others = (busy - self._start[1]) - (own - self._start[2])
+        self.pct = max(0.0, 100.0 * others / span) if span > 0 else 0.0

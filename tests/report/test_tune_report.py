@@ -128,12 +128,12 @@ def test_report_json_has_the_documented_schema(written):
     assert kept["samples_per_s"] == pytest.approx(32e3 / 62) and kept["ratios"]
     assert kept["step_ms_range"][0] <= kept["ms_per_step"] <= kept["step_ms_range"][1]
     statuses = {d["status"] for d in report["decisions"]}
-    assert statuses == {"kept", "rejected", "incorrect", "failed"}
+    assert statuses == {"kept", "screened_out", "not_beyond_noise", "slower", "not_repaid", "incorrect", "failed"}
     for d in report["decisions"]:
         assert {"lever", "technique", "settings", "change", "status", "reason", "ratio", "ratios",
                 "ms_per_step", "break_even_steps", "break_even", "verdict"} <= set(d)
     compile_decision = next(d for d in report["decisions"] if d["lever"] == "compile")
-    assert compile_decision["status"] == "rejected"
+    assert compile_decision["status"] == "not_repaid"
     assert compile_decision["break_even_steps"] == pytest.approx(30_000 / 6.2, rel=0.02)
     assert compile_decision["break_even"] == "after 4,839 steps (the run has 500 steps)"
     assert report["precision"] == ["bf16 was 1.8x slower here: rejected"]
@@ -149,7 +149,7 @@ def test_report_json_has_the_documented_schema(written):
 def test_markdown_mentions_every_status_and_the_break_even(written, tmp_path):
     run, config_path, paths = written
     text = paths["md"].read_text(encoding="utf-8")
-    for status in ("kept", "rejected", "incorrect", "failed"):
+    for status in ("kept", "slower", "not_repaid", "incorrect", "failed"):
         assert f"| **{status}** |" in text, status
     assert "break-even after 4,839 steps (the run has 500 steps)" in text
     assert "**bf16 was 1.8x slower here: rejected**" in text
@@ -210,7 +210,7 @@ def test_terminal_reads_as_a_before_after(written):
     assert "1.35x faster" in out
     assert "bf16 was 1.8x slower here: rejected" in out
     assert "torch.compile break-even: after 4,839 steps (the run has 500 steps)" in out
-    for status in ("kept", "rejected", "incorrect", "failed"):
+    for status in ("kept", "slower", "not_repaid", "incorrect", "failed"):
         assert re.search(rf"│ {status}\s+│", out), status
     assert "[red]boom[/red]" in out  # the crash message and command: text, not markup
     for path in (*paths.values(), config_path):

@@ -49,6 +49,11 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
                              f"{TRIAL_WINDOW_S:g} s of the script's steps, at least {MIN_TRIAL_STEPS})")
     parser.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up steps per trial (default 5)")
     parser.add_argument("--resume", action="store_true", help="reuse the finished trials in DIR/journal.jsonl")
+    parser.add_argument("--verify-pairs", type=int, default=3, metavar="N",
+                        help="after the search, run the baseline and the tuned configuration N times each, in turn, "
+                             "end to end as you will run them (the whole script when 2N runs fit in half the budget, "
+                             "else the same number of steps each); the tuned file is kept only when these say it is "
+                             "faster. More pairs: a surer verdict, a longer tune (default 3; 0 skips it)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,9 +74,11 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
         raise UsageError(f"--warmup must be at least 1, got {args.warmup}")
     if args.run_steps is not None and args.run_steps < 1:
         raise UsageError(f"--run-steps must be at least 1, got {args.run_steps}")
+    if args.verify_pairs < 0:
+        raise UsageError(f"--verify-pairs must be 0 or more, got {args.verify_pairs}")
     return TuneOptions(out_dir=Path(args.out), config_path=Path(config), budget_s=args.budget,
                        run_steps=args.run_steps, steps_per_trial=args.steps_per_trial,
-                       warmup=args.warmup, resume=args.resume)
+                       warmup=args.warmup, resume=args.resume, verify_pairs=args.verify_pairs)
 
 
 def tune_with_progress(command: list[str], options: TuneOptions, console: Console,
@@ -93,7 +100,11 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
             progress.console.print(f"  {status} {describe_settings(decision.settings)}: {decision.reason}",
                                    highlight=False)
 
-        return tune_script(command, options, on_trial=on_trial, on_decision=on_decision, facts=facts)
+        def on_verify(name: str, pair: int) -> None:
+            progress.update(task, description=f"end to end: {name} run, pair {pair + 1} of {options.verify_pairs}")
+
+        return tune_script(command, options, on_trial=on_trial, on_decision=on_decision, on_verify=on_verify,
+                           facts=facts)
 
 
 def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:

@@ -11,11 +11,15 @@ from torchboost.report.markdown import _cell, _fence
 __all__ = ["render_tune_markdown", "STATUS_MEANINGS", "before_after", "TOP_FINDINGS"]
 
 STATUS_MEANINGS = {
-    "kept": "faster beyond noise and still correct: in torchboost.toml",
-    "rejected": "correct but slower, not faster enough, or not worth its compile time",
+    "kept": "confirmed faster beyond the noise floor, repaid over the planned run, still correct: in torchboost.toml",
+    "slower": "confirmed slower, measured in pairs against the configuration kept so far",
+    "not_beyond_noise": "faster, but by less than the noise floor or the least gain asked for",
+    "not_repaid": "faster per step, but its fixed cost (compile, start-up) is not repaid over the planned run",
+    "screened_out": "another candidate of the same technique was faster in screening",
+    "unconfirmed": "the budget ran out before a confirming pair",
     "incorrect": "faster or not, it changed the training loss beyond tolerance",
     "failed": "the script crashed or timed out with it",
-    "skipped": "not tried: it could not pay off",
+    "skipped": "not tried: the evidence said it could not pay off",
 }
 """What each decision status means, in the words every format uses."""
 
@@ -43,7 +47,8 @@ def before_after(report: dict[str, Any]) -> str:
         return f"{fmt.ms(part['ms_per_step'])}/step{rate}"
 
     gain = "no faster: nothing was kept" if report["status"] == "unchanged" else f"{words.times(report['speedup'])} faster"
-    return f"before {side(report['before'])}, after {side(report['after'])}: {gain}"
+    verdict = f" ({report['verdict']})" if report.get("verdict") else ""
+    return f"before {side(report['before'])}, after {side(report['after'])}: {gain}{verdict}"
 
 
 def _waterfall(report: dict[str, Any]) -> list[str]:

@@ -20,7 +20,8 @@ from torchboost.report._tune_markdown import STATUS_MEANINGS
 
 __all__ = ["print_tune"]
 
-_STATUS_STYLES = {"kept": "bold green", "rejected": "bold yellow", "incorrect": "bold red",
+_STATUS_STYLES = {"kept": "bold green", "slower": "bold yellow", "not_beyond_noise": "yellow",
+                  "not_repaid": "yellow", "screened_out": "dim", "unconfirmed": "yellow", "incorrect": "bold red",
                   "failed": "bold red", "skipped": "dim"}
 _TOP_FINDINGS = 3
 
@@ -34,7 +35,7 @@ def _headline(report: dict[str, Any]) -> Text:
         return Text.assemble(("Not tuned: ", "bold red"), str(report["error"]))
     before, after = report["before"], report["after"]
     if report["status"] == "unchanged":
-        gain = ("no technique was faster beyond noise and still correct: nothing changed", "bold yellow")
+        gain = ("nothing was faster beyond noise and still correct: nothing changed", "bold yellow")
     else:
         gain = (f"{words.times(report['speedup'])} faster", "bold green")
     return Text.assemble(
@@ -115,6 +116,10 @@ def print_tune(report: dict[str, Any], console: Console, paths: dict[str, Path],
     console.rule("torchboost tune")
     console.print(Text(fmt.command(report["command"]), style="dim"))
     console.print(_headline(report))
+    if report["verdict"]:
+        console.print(Text(report["verdict"], style="bold" if report["status"] == "tuned" else "yellow"))
+    for warning in report["warnings"]:
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     if report["status"] != "failed":
         console.print(Text("Your script was measured as it is, then with each technique on top; only what was "
                            "faster beyond noise and kept the same training loss was kept.", style="dim"))

@@ -74,9 +74,16 @@ def verdict(entry: dict[str, Any]) -> str:
     if status == "skipped":
         return f"{who} was not tried: skipped"
     said = speed(entry["ratio"])
+    outcome = "kept" if status == "kept" else "rejected"
     if said == "not measured":
-        return f"{who}: {status}"
-    return f"{who} was {said} here: {status}"
+        return f"{who}: {status.replace('_', ' ')}, {outcome}"
+    if status == "not_repaid":
+        return f"{who} was {said} per step here, but its fixed cost is not repaid over the run: {outcome}"
+    if status == "not_beyond_noise":
+        return f"{who} was {said} here, not beyond noise: {outcome}"
+    if status == "screened_out":
+        return f"{who} was {said} here, but another of its candidates was faster: {outcome}"
+    return f"{who} was {said} here: {outcome}"
 
 
 def spread(step: dict[str, Any]) -> str:

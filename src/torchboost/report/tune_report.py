@@ -17,7 +17,10 @@ is baseline step time / this step time (above 1 is faster)::
     error              str | null
     before             {ms_per_step: float | null, samples_per_s: float | null}
     after              {ms_per_step, samples_per_s}   the tuned configuration
-    speedup            float   before / after time per step (mean of measured steps)
+    speedup            float   the end-to-end speedup when it was verified (see end_to_end),
+                               else before / after time per step (mean of measured steps)
+    search_speedup     float   before / after time per step, as the search measured it
+    verdict            str     what the end-to-end check decided, in words ("" when unchecked)
     samples_per_step   int | null   batch size, when the trials saw it
     settings           {dotted toml key: value}   what the tuned configuration changes
     waterfall          [ {label, change, settings, ms_per_step, samples_per_s, speedup,
@@ -29,12 +32,15 @@ is baseline step time / this step time (above 1 is faster)::
                        over their median (the plot's error bar)
     decisions          [ {lever, technique, settings, change, status, reason, ratio,
                           ratios, ms_per_step, break_even_steps, break_even, verdict} ]
-                       every candidate in the order decided; status "kept" | "rejected" |
-                       "incorrect" (loss parity failed) | "failed" (crashed) | "skipped"
-                       (not worth trying); break_even_steps / break_even: for compile,
-                       the steps after which its compile time is repaid (a number, and
-                       words: null / "never ..." when it is not faster); verdict: one line
-                       in words ("bf16 was 1.8x slower here: rejected")
+                       every candidate in the order decided; status "kept" | "slower" |
+                       "not_beyond_noise" | "not_repaid" (its fixed cost is not repaid over
+                       the planned run) | "screened_out" (another candidate of the lever was
+                       faster) | "unconfirmed" (the budget ran out) | "incorrect" (loss
+                       parity failed) | "failed" (crashed) | "skipped" (not worth trying);
+                       break_even_steps / break_even: the steps after which its fixed cost
+                       (compile time, start-up) is repaid (a number, and words: null /
+                       "never ..." when it is not faster); verdict: one line in words
+                       ("bf16 was 1.8x slower here: slower")
     precision          [str]   the verdict line of each reduced-precision candidate
     findings           [ {id, title, severity, expected_speedup} ]   the doctor's, ranked
     trials             {total, run, reused, steps}   measurements the search used; run in a
@@ -42,6 +48,15 @@ is baseline step time / this step time (above 1 is faster)::
                        steps: measured steps per trial (null when not recorded)
     run_steps          int | null   planned length of the real run (compile amortisation)
     stopped_by_budget  bool    the time budget ended the search before every lever was tried
+    noise              {floor: float, aa_ratios: [float]}   the baseline measured against
+                       itself: the largest departure from 1 of those ratios is the floor a
+                       kept change had to clear
+    warnings           [str]   what makes the figures less trustworthy (a busy or noisy machine)
+    end_to_end         {baseline_s, tuned_s, speedup, pairs, steps, whole_run, baseline_runs_s,
+                        tuned_runs_s} | null   the tuned configuration against the baseline,
+                       each run end to end as the user will run it, interleaved; null when
+                       nothing was kept or there was no time; steps: per run (null: the
+                       whole script)
     elapsed_s          float   seconds the search took
     config             {path: str | null, toml: str | null}   torchboost.toml and its text
                        (null toml: not written because the baseline failed)
@@ -75,7 +90,6 @@ __all__ = ["TUNE_SCHEMA_VERSION", "build_tune_report", "write_tune_report", "pri
 TUNE_SCHEMA_VERSION = 1
 """Version of the tuner's report.json layout documented in this module."""
 
-_STATUSES = ("kept", "rejected", "incorrect", "failed", "skipped")
 
 _DECISION_KEYS = ("lever", "technique", "settings", "change", "status", "reason", "ratio", "ratios",
                   "ms_per_step", "break_even_steps")
@@ -133,6 +147,7 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "before": summary["before"],
         "after": summary["after"],
         "speedup": summary["speedup"],
+        "search_speedup": summary["search_speedup"],
         "samples_per_step": summary["samples_per_step"],
         "settings": summary["settings"],
         "waterfall": summary["waterfall"],
@@ -142,6 +157,10 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "trials": summary["trials"],
         "run_steps": summary["run_steps"],
         "stopped_by_budget": summary["stopped_by_budget"],
+        "noise": summary["noise"],
+        "warnings": summary["warnings"],
+        "end_to_end": summary["end_to_end"],
+        "verdict": summary["verdict"],
         "elapsed_s": summary["elapsed_s"],
         "config": summary["config"],
         "notes": _notes(summary),

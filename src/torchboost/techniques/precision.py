@@ -245,6 +245,19 @@ def _propose_tf32(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(PrecisionConfig, mode="tf32")]
 
 
+HOPELESS_CPU_BF16_SPEEDUP = 0.5
+"""A CPU whose bf16 matmul the probe measured below this fraction of fp32's speed is not
+worth a bf16 trial: nothing around the matmuls can make up for it."""
+
+
+def _hopeless(ctx: TuneContext) -> str | None:
+    speedup = ctx.cpu_bf16_speedup
+    if ctx.device == "cpu" and speedup is not None and speedup < HOPELESS_CPU_BF16_SPEEDUP:
+        return (f"the bf16 matmul probe ran at {speedup:.2f}x fp32's speed on this CPU "
+                f"(< {HOPELESS_CPU_BF16_SPEEDUP}x): bf16 cannot be faster here")
+    return None
+
+
 def _subject(change: Overlay) -> str:
     return str(change.value(PrecisionConfig, "mode"))
 
@@ -270,7 +283,7 @@ TECHNIQUE = Technique(
                   at_root=_nocode_root),
     levers=(
         Lever("precision", "lower precision (autocast)", Parity.REDUCED, _propose_precision,
-              ("precision.lower", "precision.slower_on_cpu"), priority=30, subject=_subject),
+              ("precision.lower", "precision.slower_on_cpu"), priority=30, subject=_subject, hopeless=_hopeless),
         Lever("tf32", "TF32 matmuls", Parity.REDUCED, _propose_tf32, ("precision.lower",), priority=40,
               subject=_subject),
     ),

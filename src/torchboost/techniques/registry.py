@@ -73,6 +73,8 @@ class TuneContext:
     """The model has 2-D convolutions (their memory format and algorithm choice can matter)."""
     file_system_sharing: bool = True
     """The platform offers torch's file_system sharing strategy for worker batches."""
+    cpu_bf16_speedup: float | None = None
+    """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Lever:
     augmentations, so the same samples come out with other random draws."""
     subject: Callable[[Overlay], str] | None = None
     """What a reader calls a candidate ("bf16"); None: the lever's title."""
+    hopeless: Callable[[TuneContext], str | None] | None = None
+    """Evidence, in words, that the lever cannot pay here: it is then skipped, untried."""
 
     def propose(self, incumbent: Mapping[str, Any], ctx: TuneContext) -> list[Overlay]:
         """The candidate changes on top of ``incumbent`` (the settings kept so far)."""

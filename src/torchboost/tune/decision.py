@@ -15,18 +15,29 @@ Settings = Overlay
 
 
 class Status(str, enum.Enum):
-    """What became of a candidate. A str: it compares equal to, and is written to JSON
-    as, its value ("kept")."""
+    """What became of a candidate: one vocabulary for the search, the journal and every
+    report. A str: it compares equal to, and is written to JSON as, its value ("kept")."""
 
     KEPT = "kept"
-    REJECTED = "rejected"
-    """Slower, not faster enough, not worth its compile time, or unconfirmed."""
+    """Confirmed faster beyond the noise floor, and repaid over the planned run."""
+    SLOWER = "slower"
+    """Confirmed slower than the incumbent."""
+    NOT_BEYOND_NOISE = "not_beyond_noise"
+    """Faster, but by less than the noise floor or the least gain asked for."""
+    NOT_REPAID = "not_repaid"
+    """Faster per step, but its fixed cost (start-up, compile) is not repaid over the
+    planned run; the decision gives the break-even."""
+    SCREENED_OUT = "screened_out"
+    """Another candidate of the same lever was faster in screening."""
+    UNCONFIRMED = "unconfirmed"
+    """The budget ran out (or the incumbent failed) before a confirming pair."""
     INCORRECT = "incorrect"
     """Loss parity failed."""
     FAILED = "failed"
-    """The trial crashed."""
+    """The trial crashed or timed out."""
     SKIPPED = "skipped"
-    """Not worth trying (a compile that cannot pay off)."""
+    """Not tried: the evidence said it could not pay (a compile the run cannot repay, bf16
+    whose matmul the probe measured far slower than fp32)."""
 
     def __str__(self) -> str:
         return self.value
@@ -87,6 +98,12 @@ class TuneOutcome:
     elapsed_s: float
     stopped_by_budget: bool = False
     error: str | None = None
+    noise: float = 0.0
+    """The noise floor: the largest departure from 1 of the baseline's A/A ratios (it
+    measured against itself); a change is kept only when it gains more than this."""
+    aa_ratios: list[float] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What makes the figures less trustworthy (a busy machine, a wide noise floor)."""
 
     @property
     def speedup(self) -> float:

@@ -10,7 +10,8 @@ dicts, lists, strings and numbers, so the report renders it without knowing the 
   (not the phrases ``break_even`` and ``verdict``), plus the words and facts the report
   phrases them from: ``subject`` (what a reader calls the candidate: "bf16", or the
   technique's title), ``reduced_precision`` (the lever lowers numeric precision) and
-  ``amortised`` (the lever is compile: its compile time must be repaid).
+  ``amortised`` (the lever is compile: its compile time must be repaid);
+- ``verdict``: what the end-to-end check decided, in words (the headline's source).
 
 Numbers are as measured: a break-even that never comes is ``inf`` here (the report
 writes non-finite numbers as null).
@@ -82,8 +83,16 @@ def _config(run: TuneRun, config_path: Path | None) -> dict[str, Any]:
         text = Path(config_path).read_text(encoding="utf-8")  # what was written, word for word
     else:
         command = list(run.facts.command) if run.facts is not None else []
-        text = run.config.to_toml_string(header=toml_header(run.outcome, command))
+        text = run.config.to_toml_string(header=toml_header(run, command))
     return {"path": str(config_path) if config_path else None, "toml": text}
+
+
+def _headline_speedup(run: TuneRun) -> float:
+    """The figure the user gets: end to end when verified, else the search's per step."""
+    if not run.settings:
+        return 1.0
+    verified = run.end_to_end.speedup if run.end_to_end is not None else None
+    return verified if verified is not None else run.outcome.speedup
 
 
 def _findings(findings: list[Any]) -> list[dict[str, Any]]:
@@ -107,16 +116,18 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
     before_ms = outcome.waterfall[0].ms_per_step if outcome.waterfall else None
     after_ms = outcome.waterfall[-1].ms_per_step if outcome.waterfall else None
     reused = min(run.reused_trials, outcome.trials_run)
-    status = "failed" if outcome.error is not None else ("tuned" if kept else "unchanged")
+    status = "failed" if outcome.error is not None else ("tuned" if run.settings else "unchanged")
+    e2e = run.end_to_end.to_dict() if run.end_to_end is not None else None
     return {
         "command": list(run.facts.command) if run.facts is not None else [],
         "status": status,
         "error": outcome.error,
         "before": {"ms_per_step": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},
         "after": {"ms_per_step": after_ms, "samples_per_s": _samples_per_s(per_step, after_ms)},
-        "speedup": outcome.speedup,
+        "speedup": _headline_speedup(run),
+        "search_speedup": outcome.speedup,
         "samples_per_step": per_step,
-        "settings": dict(outcome.settings),
+        "settings": dict(run.settings),
         "waterfall": waterfall,
         "decisions": [_decision(d) for d in outcome.decisions],
         "findings": _findings(run.findings),
@@ -124,6 +135,10 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
                    "steps": run.steps_per_trial},
         "run_steps": run.run_steps,
         "stopped_by_budget": outcome.stopped_by_budget,
+        "noise": {"floor": outcome.noise, "aa_ratios": list(outcome.aa_ratios)},
+        "warnings": list(outcome.warnings),
+        "end_to_end": e2e,
+        "verdict": run.verdict,
         "elapsed_s": outcome.elapsed_s,
         "config": _config(run, config_path),
     }

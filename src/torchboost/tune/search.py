@@ -24,19 +24,20 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 from torchboost.config import Overlay
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
+from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever
 from torchboost.tune.levers import Lever, TuneContext
-from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, ParityVerdict, check_parity
+from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
+from torchboost.tune.parity import REDUCED, STATISTICAL, ParityVerdict, check_parity
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
            "INTERACTION", "INTERACTION_TITLE"]
 
 Settings = Overlay
-Measure = Callable[[Settings, int], TrialResult]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,13 @@ class SearchOptions:
     little to be kept on their own."""
     interaction_hosts: int = 1
     """At most this many runners-up per coupled lever in the interaction pass."""
+    noise_repeats: int = 2
+    """Extra runs of the baseline (A/A) that measure the noise floor; 0 trusts ``min_gain``."""
+    noisy: float = 0.15
+    """A noise floor above this (15%) makes every verdict unreliable, and the outcome says so."""
+    busy_pct: float = 25.0
+    """Other processes' CPU load (percent of the machine) above the baseline's by more than
+    this during a pair: the pair is measured again, and the decision says so if it stays."""
 
 
 def _judge(lever: Lever, result: TrialResult, baseline: TrialResult, reference: list[float]) -> ParityVerdict:
@@ -82,113 +90,26 @@ def _judge(lever: Lever, result: TrialResult, baseline: TrialResult, reference: 
     return verdict
 
 
-INTERACTION = "interaction"
-"""Id of the last pass's lever: a near-miss of a coupled lever with a near-miss of another."""
-INTERACTION_TITLE = "levers that pay together"
-
-
-def _interaction_lever(levers: list[Lever], decisions: list[Decision], screened: dict[str, list[tuple[float, Settings]]],
-                       incumbent: Settings, options: SearchOptions) -> Lever | None:
-    """Two changes that each gained nothing alone may gain together: on 2 cores a second
-    loader worker only pays once channels_last has freed the training process's core.
-    So the coupled levers' runners-up (within ``interaction_margin`` of the kept choice in
-    screening, same knobs) are tried once more, each combined with every exact lever that
-    was correct and faster in its pairs, but not by enough to be kept alone. None when
-    there is nothing to combine."""
-    by_id = {lever.id: lever for lever in levers}
-    kept = {d.lever: d.settings for d in decisions if d.status is Status.KEPT}
-    near: list[Settings] = []
-    for lever_id, results in screened.items():
-        lever = by_id.get(lever_id)
-        if lever is None or not lever.coupled or lever_id not in kept or not results:
-            continue
-        best_ms = min(ms for ms, _ in results)
-        near += [change for ms, change in sorted(results, key=lambda item: item[0])
-                 if change != kept[lever_id] and change.keys() == kept[lever_id].keys()
-                 and ms <= best_ms * (1 + options.interaction_margin)][: options.interaction_hosts]
-    missed = [d.settings for d in decisions
-              if d.status is Status.REJECTED and d.ratios and d.ratio is not None and d.ratio < 1.0
-              and by_id.get(d.lever) is not None and by_id[d.lever].parity == EXACT
-              and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
-    proposals = [host | other for host in near for other in missed
-                 if not set(host) & set(other) and incumbent | host | other != incumbent]
-    if not proposals:
-        return None
-    return Lever(INTERACTION, INTERACTION_TITLE, EXACT, lambda inc, ctx: proposals,
-                 fallback_parity=STATISTICAL)
-
-
-class _Runner:
-    """Counts repeats per settings so each measurement has a stable (settings, repeat) key."""
-
-    def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float]):
-        self._measure = measure
-        self._counts: dict[str, int] = {}
-        self._options = options
-        self._clock = clock
-        self.start = clock()
-        self.trials = 0
-
-    def out_of_budget(self) -> bool:
-        return self._clock() - self.start >= self._options.budget_s
-
-    def elapsed_s(self) -> float:
-        return self._clock() - self.start
-
-    def __call__(self, settings: Settings) -> TrialResult:
-        key = describe_settings(settings)
-        repeat = self._counts.get(key, 0)
-        self._counts[key] = repeat + 1
-        self.trials += 1
-        return self._measure(Overlay(settings), repeat)
-
-
-class _Screened(NamedTuple):
-    """A candidate that ran and kept parity in screening."""
-
-    ms: float
-    change: Settings
-    result: TrialResult
-
-
-@dataclass
-class _Pairs:
-    """The A/B pairs confirming one candidate; the first ratio is the screening one."""
-
-    ratios: list[float]
-    incumbent_ms: list[float]
-    candidate_ms: list[float]
-    count: int = 0
-    """Fresh pairs measured (the screening ratio is not one)."""
-    failure: tuple[Status, str] | None = None
-
-    def add(self, incumbent_ms: float, candidate_ms: float) -> None:
-        self.count += 1
-        self.incumbent_ms.append(incumbent_ms)
-        self.candidate_ms.append(candidate_ms)
-        self.ratios.append(candidate_ms / incumbent_ms)
-
-    def settled(self, clear_pairs: int, threshold: float) -> bool:
-        """The last ``clear_pairs`` ratios (after one fresh pair at least) agree on the verdict."""
-        recent = self.ratios[-clear_pairs:]
-        return bool(self.count) and len(recent) == clear_pairs and (
-            all(r < threshold for r in recent) or all(r >= threshold for r in recent))
-
-
 class _Search:
     """One search: the incumbent kept so far, and every decision made on the way there."""
 
     def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float],
                  on_decision: Callable[[Decision], None] | None):
         self.options = options
-        self.run = _Runner(measure, options, clock)
+        self.run = Runner(measure, options.budget_s, clock)
         self.on_decision = on_decision
         self.threshold = 1.0 - options.min_gain
         """A candidate is kept when its median ratio is below this."""
         self.decisions: list[Decision] = []
+        self.warnings: list[str] = []
+        self.aa_ratios: list[float] = []
+        self.noise = 0.0
+        self.fixed_noise = 0.0
+        """How much the baseline's time outside its steps varied between its A/A runs, seconds."""
         self.baseline = self.run(Overlay())
         self.incumbent: Settings = Overlay()
         self.incumbent_ms = self.baseline.ms_per_step
+        self.incumbent_fixed = self.baseline.fixed_s
         self.reference = self.baseline.losses
         """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
         held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
@@ -208,12 +129,35 @@ class _Search:
                     "fix that before tuning (no candidate can be checked against it)")
         return None
 
+    def measure_noise(self) -> None:
+        """A/A: the baseline against itself, ``noise_repeats`` times in a row. The largest
+        departure of a ratio from 1 is the noise floor a kept change must clear."""
+        previous, fixed = self.baseline, [self.baseline.fixed_s]
+        for _ in range(self.options.noise_repeats):
+            if self.run.out_of_budget():
+                break
+            again = self.run(Overlay())
+            if not again.ok:
+                break
+            self.aa_ratios.append(again.ms_per_step / previous.ms_per_step)
+            fixed.append(again.fixed_s)
+            previous = again
+        self.noise = max((abs(r - 1.0) for r in self.aa_ratios), default=0.0)
+        self.fixed_noise = max(fixed) - min(fixed)
+        self.threshold = 1.0 - max(self.options.min_gain, self.noise)
+        if self.noise > self.options.noisy:
+            self.warnings.append(
+                f"the baseline measured against itself varied by {self.noise:.0%} (A/A ratios "
+                f"{', '.join(f'{r:.3f}' for r in self.aa_ratios)}): the machine is too noisy for "
+                "these verdicts to be reliable; tune again on a quieter machine")
+
     def outcome(self, error: str | None) -> TuneOutcome:
         if error is not None:
             return TuneOutcome(self.baseline, Overlay(), [], self.decisions, self.run.trials, self.run.elapsed_s(),
                                error=error)
         return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
-                           self.run.elapsed_s(), stopped_by_budget=self.stopped)
+                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.noise,
+                           aa_ratios=list(self.aa_ratios), warnings=list(self.warnings))
 
     def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
         """A decision on one candidate of ``lever``, in the words a report needs."""
@@ -232,9 +176,12 @@ class _Search:
                 self.stopped = True
                 break
             proposals = lever.propose(self.incumbent, context)
-            if proposals and not self.cannot_pay_off(lever, proposals):
+            hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
+            if hopeless is not None:
+                self.record(lever, proposals[0], Status.SKIPPED, hopeless)
+            elif proposals and not self.cannot_pay_off(lever, proposals):
                 self.pull(lever, proposals)
-        interaction = _interaction_lever(levers, self.decisions, self.screened, self.incumbent, self.options)
+        interaction = interaction_lever(levers, self.decisions, self.screened, self.incumbent, self.options)
         if interaction is not None and not self.stopped and not self.run.out_of_budget():
             self.pull(interaction, interaction.propose(self.incumbent, context))
 
@@ -262,13 +209,13 @@ class _Search:
         best = min(survivors, key=lambda s: s.ms)
         for other in survivors:
             if other.change is not best.change:
-                self.record(lever, other.change, Status.REJECTED,
+                self.record(lever, other.change, Status.SCREENED_OUT,
                             f"{other.ms:.1f} ms/step in screening, against {best.ms:.1f} ms for "
                             f"{describe_settings(best.change)}",
                             ratio=other.ms / self.incumbent_ms, ms_per_step=other.ms)
         pairs = self.confirm(lever, best)
         if pairs.failure is not None or pairs.count == 0:
-            status, why = pairs.failure or (Status.REJECTED, "unconfirmed: the budget ran out before a confirming pair")
+            status, why = pairs.failure or (Status.UNCONFIRMED, "the budget ran out before a confirming pair")
             self.record(lever, best.change, status, why, ratio=pairs.ratios[0], ratios=pairs.ratios,
                         ms_per_step=best.ms)
             if pairs.failure is None:
@@ -276,10 +223,10 @@ class _Search:
             return
         self.decide(lever, best, pairs)
 
-    def screen(self, lever: Lever, proposals: list[Settings]) -> list[_Screened]:
+    def screen(self, lever: Lever, proposals: list[Settings]) -> list[Screened]:
         """Measure each proposal once on top of the incumbent; record those that fail or
         break parity, and return the rest."""
-        survivors: list[_Screened] = []
+        survivors: list[Screened] = []
         for change in proposals:
             if self.run.out_of_budget():
                 self.stopped = True
@@ -292,15 +239,18 @@ class _Search:
             if not verdict.ok:
                 self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step)
                 continue
-            survivors.append(_Screened(result.ms_per_step, change, result))
+            survivors.append(Screened(result.ms_per_step, change, result))
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
 
-    def confirm(self, lever: Lever, best: _Screened) -> _Pairs:
+    def confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
-        fresh pair, run back to back, must confirm it before anything is kept."""
+        fresh pair, run back to back, must confirm it before anything is kept. A pair run
+        while other processes loaded the machine is measured once more."""
         candidate = self.incumbent | best.change
-        pairs = _Pairs([best.ms / self.incumbent_ms], [self.incumbent_ms], [best.ms])
+        pairs = Pairs([best.ms / self.incumbent_ms], [self.incumbent_ms], [best.ms],
+                       incumbent_fixed=[self.incumbent_fixed], candidate_fixed=[best.result.fixed_s])
+        retried = False
         while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
             if pairs.settled(self.options.clear_pairs, self.threshold):
                 break
@@ -309,47 +259,82 @@ class _Search:
             pairs.failure = self.pair_failure(lever, a, b)
             if pairs.failure is not None:
                 break
-            pairs.add(a.ms_per_step, b.ms_per_step)
+            if self.busy(a, b) and not retried:
+                retried = True
+                continue
+            pairs.add(a.ms_per_step, b.ms_per_step, a.fixed_s, b.fixed_s)
         return pairs
+
+    def busy(self, *results: TrialResult) -> bool:
+        """Other processes took more of the machine than during the baseline; warned once."""
+        load = max(r.load_pct for r in results)
+        if load - self.baseline.load_pct <= self.options.busy_pct:
+            return False
+        warning = (f"other processes used up to {load:.0f}% of the machine during some trials (baseline: "
+                   f"{self.baseline.load_pct:.0f}%): those pairs were measured again, but verdicts may be off")
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+        return True
 
     def pair_failure(self, lever: Lever, a: TrialResult, b: TrialResult) -> tuple[Status, str] | None:
         """What went wrong with one pair (incumbent ``a``, candidate ``b``), if anything."""
         if not b.ok:
             return Status.FAILED, f"failed when measured again: {b.error}"
         if not a.ok:
-            return Status.REJECTED, f"the incumbent failed when measured again: {a.error}"
+            return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
         verdict = _judge(lever, b, self.baseline, self.reference)
         if not verdict.ok:
             return Status.INCORRECT, f"incorrect when measured again: {verdict.detail}"
         return None
 
-    def decide(self, lever: Lever, best: _Screened, pairs: _Pairs) -> None:
-        """Keep a confirmed candidate when its median ratio beats ``min_gain`` and, for
-        compile, its compile time is repaid over the planned run; otherwise reject it."""
+    def decide(self, lever: Lever, best: Screened, pairs: Pairs) -> None:
+        """Keep a confirmed candidate when its median ratio clears the noise floor and the
+        least gain, and its fixed cost (start-up, compile) is repaid over the planned run."""
         ratio = statistics.median(pairs.ratios)
         candidate_ms = statistics.median(pairs.candidate_ms)
         n = len(pairs.ratios)
         status, reason, break_even = Status.KEPT, f"median ratio {ratio:.3f} over {n} pair(s)", None
-        if ratio >= self.threshold:
-            status, reason = Status.REJECTED, (f"{'slower' if ratio > 1 else 'not faster enough'}: median ratio "
-                                               f"{ratio:.3f} over {n} pair(s) (needs < {self.threshold:.2f})")
-        elif lever.is_compile:
-            eager_ms = statistics.median(pairs.incumbent_ms)
-            compile_s, run_steps = best.result.compile_s, self.options.run_steps
-            break_even = compile_break_even(compile_s, eager_ms, candidate_ms)
-            if run_steps is not None and break_even >= run_steps:
-                status, reason = Status.REJECTED, (
-                    f"compile takes {compile_s:.1f} s and saves {eager_ms - candidate_ms:.2f} ms/step: "
-                    f"it pays off after {break_even:.0f} steps, the run has {run_steps}")
+        if ratio > 1.0 / self.threshold:  # slower beyond the same margin a gain must clear
+            status, reason = Status.SLOWER, f"median ratio {ratio:.3f} over {n} pair(s)"
+        elif ratio >= self.threshold:
+            status, reason = Status.NOT_BEYOND_NOISE, (
+                f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
+                f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.noise:.1%})")
+        else:
+            status, reason, break_even = self.repaid(lever, best, pairs, candidate_ms)
         if status is Status.KEPT:
-            self.keep(lever, best, pairs.ratios, candidate_ms)
+            self.keep(lever, best, pairs, candidate_ms)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
                     break_even_steps=break_even)
 
-    def keep(self, lever: Lever, best: _Screened, ratios: list[float], candidate_ms: float) -> None:
+    def repaid(self, lever: Lever, best: Screened, pairs: Pairs,
+               candidate_ms: float) -> tuple[Status, str, float | None]:
+        """Whether what a faster step saves over the planned run repays the fixed cost the
+        change adds: compile's first-call time, or any start-up it costs (worker start, the
+        hand-over's memory manager), measured as a trial's time outside its steps."""
+        ratio, n, run_steps = statistics.median(pairs.ratios), len(pairs.ratios), self.options.run_steps
+        eager_ms = statistics.median(pairs.incumbent_ms)
+        # Fixed costs vary from run to run too: only what exceeds the baseline's own spread counts.
+        extra_s = statistics.median(pairs.candidate_fixed) - statistics.median(pairs.incumbent_fixed) - self.fixed_noise
+        if lever.is_compile:
+            extra_s = max(extra_s, best.result.compile_s)
+        kept = f"median ratio {ratio:.3f} over {n} pair(s)"
+        if extra_s <= 0:
+            return Status.KEPT, kept, 0.0 if lever.is_compile else None
+        break_even = compile_break_even(extra_s, eager_ms, candidate_ms)
+        if run_steps is not None and break_even >= run_steps:
+            what = "compile takes" if lever.is_compile else "it adds"
+            return Status.NOT_REPAID, (
+                f"{what} {extra_s:.1f} s and saves {eager_ms - candidate_ms:.2f} ms/step: "
+                f"it pays off after {break_even:.0f} steps, the run has {run_steps}"), break_even
+        return Status.KEPT, f"{kept}; its {extra_s:.1f} s fixed cost pays off after {break_even:.0f} steps", break_even
+
+    def keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
         """The candidate becomes the incumbent, and the waterfall gains its bar."""
+        ratios = pairs.ratios
         self.incumbent = self.incumbent | best.change
         self.incumbent_ms = candidate_ms
+        self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
         self.reference = best.result.losses
         speedup = self.waterfall[-1].speedup / statistics.median(ratios)
         self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent,
@@ -369,5 +354,6 @@ def run_search(
     search = _Search(measure, options, clock, on_decision)
     error = search.baseline_error()
     if error is None:
+        search.measure_noise()
         search.pull_levers(levers, context)
     return search.outcome(error)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.config import BoostConfig, Overlay
+from torchboost.env import LoadMeter
 from torchboost.observe.supervise import run_observed
 from torchboost.tune.trial_result import TrialResult
 
@@ -31,10 +32,12 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
     compile_s = max(0.0, (sum(warmup_ms) - len(warmup_ms) * median_ms) / 1e3) if warmup_ms else 0.0
     losses = list(getattr(facts, "warmup_losses", []) or []) + list(facts.losses)
     batch = facts.loader.batch_size if facts.loader is not None else None
+    steps_run = len(warmup_ms) + len(step_ms)
+    fixed_s = max(0.0, wall_s - steps_run * statistics.fmean(step_ms) / 1e3) if wall_s else 0.0
     result = TrialResult(
         settings=settings, repeat=repeat, step_ms=step_ms, losses=losses, samples_per_step=batch,
         peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
-        compile_s=compile_s, wall_s=wall_s,
+        compile_s=compile_s, wall_s=wall_s, fixed_s=fixed_s,
     )
     if facts.ended == "crashed" or exit_code != 0:
         result.ok = False
@@ -57,15 +60,18 @@ def run_trial(
 ) -> TrialResult:
     """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
     None: plain PyTorch); ``warmup`` steps, then ``steps`` measured."""
-    start = time.monotonic()
     config = Overlay(settings).on(base if base is not None else BoostConfig.off())
-    observed = run_observed(
-        command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
-        echo=False, timeout_s=timeout_s,
-    )
-    wall = time.monotonic() - start
+    with LoadMeter() as load:
+        start = time.monotonic()
+        observed = run_observed(
+            command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
+            echo=False, timeout_s=timeout_s,
+        )
+        wall = time.monotonic() - start
     if observed.timed_out:
         return TrialResult(settings=settings, repeat=repeat, ok=False,
-                           error=f"timed out after {timeout_s:.0f} s", wall_s=wall)
-    return result_from_facts(observed.facts, settings, repeat, exit_code=observed.exit_code,
-                             error_tail=observed.stderr_tail, wall_s=wall)
+                           error=f"timed out after {timeout_s:.0f} s", wall_s=wall, load_pct=load.pct)
+    result = result_from_facts(observed.facts, settings, repeat, exit_code=observed.exit_code,
+                               error_tail=observed.stderr_tail, wall_s=wall)
+    result.load_pct = load.pct
+    return result

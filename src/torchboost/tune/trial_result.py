@@ -45,6 +45,12 @@ class TrialResult:
     compile_s: float = 0.0
     """Extra time the warm-up (compiling) steps took over measured steps, seconds."""
     wall_s: float = 0.0
+    fixed_s: float = 0.0
+    """Seconds of the trial's process outside its steps at their mean pace: start-up,
+    imports, loader workers' start, compile's extra, teardown. What a setting costs once,
+    whatever the run's length."""
+    load_pct: float = 0.0
+    """Other processes' CPU use during the trial, percent of the whole machine."""
 
     @property
     def ms_per_step(self) -> float:

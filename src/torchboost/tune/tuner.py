@@ -26,6 +26,7 @@ from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.verify import EndToEnd, plan_verification, verify
 
 __all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header",
            "user_config", "write_config",
@@ -48,6 +49,11 @@ class TuneOptions:
     trial_timeout_s: float = 300.0
     min_gain: float = 0.03
     max_repeats: int = 3
+    verify_pairs: int = 3
+    """End-to-end pairs (baseline, tuned) after the search; 0 skips the check (and then the
+    figures are the search's per-step ones)."""
+    verify_budget_s: float | None = None
+    """Seconds the end-to-end check may take; None: half the budget, at least 60."""
 
 
 @dataclass
@@ -64,6 +70,16 @@ class TuneRun:
     """Measured steps each trial ran (chosen from the doctor's step time unless given)."""
     base: BoostConfig | None = None
     """The configuration the search started from: the user's torchboost.toml, or plain PyTorch."""
+    end_to_end: EndToEnd | None = None
+    """The tuned configuration against the baseline, end to end (None: not checked)."""
+    verdict: str = ""
+    """What the end-to-end check decided, in words."""
+
+    @property
+    def settings(self) -> Overlay:
+        """What was written: the search's kept settings, or none when the end-to-end check
+        did not confirm them."""
+        return Overlay.between(self.base or BoostConfig.off(), self.config)
 
 
 MIN_TRIAL_STEPS = 30
@@ -103,6 +119,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
         uses_booster=bool(getattr(facts, "uses_booster", False)),
         has_conv2d=bool(facts.model and facts.model.has_conv2d and not facts.model.channels_last),
         file_system_sharing=sharing_available("file_system"),
+        cpu_bf16_speedup=getattr(facts, "cpu_bf16_speedup", None),
     )
 
 
@@ -131,16 +148,21 @@ def write_config(path: Path, config: BoostConfig, header: str) -> Path | None:
     return backup
 
 
-def toml_header(outcome: TuneOutcome, command: Sequence[str]) -> str:
-    """Comment lines for torchboost.toml: the command, and each kept technique's measured gain."""
-    lines = [f"Tuned by torchboost for: {' '.join(command)}",
-             f"Baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
-             f"{outcome.waterfall[-1].ms_per_step:.2f} ms/step ({outcome.speedup:.2f}x)."]
-    kept = [d for d in outcome.decisions if d.status == "kept"]
+def toml_header(run: TuneRun, command: Sequence[str]) -> str:
+    """Comment lines for torchboost.toml: the command, the verified figure, each kept change."""
+    outcome = run.outcome
+    lines = [f"Tuned by torchboost for: {' '.join(command)}"]
+    if run.verdict:
+        lines.append(run.verdict[0].upper() + run.verdict[1:] + ".")
+    lines.append(f"Search: baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
+                 f"{outcome.waterfall[-1].ms_per_step:.2f} ms/step ({outcome.speedup:.2f}x per step).")
+    kept = [d for d in outcome.decisions if d.status == "kept"] if run.settings else []
     for d in kept:
         lines.append(f"kept {describe_settings(d.settings)}: {1 / d.ratio:.2f}x faster ({d.reason})")
     if not kept:
         lines.append("no technique was faster beyond noise and still correct: nothing changed")
+    if run.base is not None and run.base != BoostConfig.off():
+        lines.append("Every other setting is the one this file had before (kept as torchboost.toml.bak).")
     return "\n".join(lines)
 
 
@@ -201,12 +223,35 @@ def _write_outcome(path: Path, command: Sequence[str], outcome: TuneOutcome, run
     atomic_write_bytes(path, json.dumps(summary, indent=2, default=str).encode())
 
 
+def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, outcome: TuneOutcome,
+            on_verify: Callable[[str, int], None] | None) -> tuple[Overlay, EndToEnd | None, str]:
+    """The settings to write, the end-to-end figures, and the verdict in words."""
+    if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
+        return outcome.settings, None, "" if outcome.settings else "nothing was faster beyond noise"
+    budget = options.verify_budget_s if options.verify_budget_s is not None else max(60.0, options.budget_s / 2)
+    plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
+                             step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
+                             trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup)
+    e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify)
+    threshold = 1.0 - max(options.min_gain, outcome.noise)
+    how = "whole runs" if e2e.steps is None else f"runs of {e2e.steps} steps"
+    if e2e.faster(threshold):
+        return outcome.settings, e2e, (f"verified end to end: {e2e.speedup:.2f}x faster ({e2e.tuned_s:.1f} s against "
+                                       f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} interleaved pairs of {how})")
+    if e2e.error is not None:
+        return Overlay(), e2e, f"not kept: {e2e.error}; your configuration is left as it was"
+    return Overlay(), e2e, (f"not kept: end to end the tuned configuration took {e2e.tuned_s:.1f} s against "
+                            f"{e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), not faster beyond noise; "
+                            "your configuration is left as it was")
+
+
 def tune_script(
     command: Sequence[str],
     options: TuneOptions = TuneOptions(),
     *,
     on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None = None,
     on_decision: Callable[[Decision], None] | None = None,
+    on_verify: Callable[[str, int], None] | None = None,
     facts: Facts | None = None,
 ) -> TuneRun:
     """Diagnose (unless ``facts`` of a doctor run are given), search on top of the user's
@@ -227,9 +272,11 @@ def tune_script(
                                    max_repeats=options.max_repeats, run_steps=run_steps)
     outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial),
                          search_options, on_decision=on_decision)
-    config = settings_to_config(outcome.settings, base)
+    settings, e2e, verdict = _verify(command, options, base, outcome, on_verify)
+    run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
+                  run_steps=run_steps, reused_trials=journal.reused, steps_per_trial=options.steps_per_trial,
+                  base=base, end_to_end=e2e, verdict=verdict)
     if outcome.error is None:
-        write_config(options.config_path, config, toml_header(outcome, command))
+        write_config(options.config_path, run.config, toml_header(run, command))
     _write_outcome(options.out_dir / "outcome.json", command, outcome, run_steps, options, journal.reused)
-    return TuneRun(facts=facts, findings=findings, outcome=outcome, config=config, run_steps=run_steps,
-                   reused_trials=journal.reused, steps_per_trial=options.steps_per_trial, base=base)
+    return run

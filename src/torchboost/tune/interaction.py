@@ -1,0 +1,48 @@
+"""The interaction pass: two changes that gained too little alone, tried together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchboost.config import Overlay
+from torchboost.tune.decision import Decision, Status
+from torchboost.tune.levers import Lever
+from torchboost.tune.parity import EXACT, STATISTICAL
+
+__all__ = ["INTERACTION", "INTERACTION_TITLE", "interaction_lever"]
+
+
+INTERACTION = "interaction"
+"""Id of the last pass's lever: a near-miss of a coupled lever with a near-miss of another."""
+INTERACTION_TITLE = "levers that pay together"
+
+
+def interaction_lever(levers: list[Lever], decisions: list[Decision], screened: dict[str, list[tuple[float, Overlay]]],
+                       incumbent: Overlay, options: Any) -> Lever | None:
+    """Two changes that each gained nothing alone may gain together: on 2 cores a second
+    loader worker only pays once channels_last has freed the training process's core.
+    So the coupled levers' runners-up (within ``interaction_margin`` of the kept choice in
+    screening, same knobs) are tried once more, each combined with every exact lever that
+    was correct and faster in its pairs, but not by enough to be kept alone. None when
+    there is nothing to combine."""
+    by_id = {lever.id: lever for lever in levers}
+    kept = {d.lever: d.settings for d in decisions if d.status is Status.KEPT}
+    near: list[Overlay] = []
+    for lever_id, results in screened.items():
+        lever = by_id.get(lever_id)
+        if lever is None or not lever.coupled or lever_id not in kept or not results:
+            continue
+        best_ms = min(ms for ms, _ in results)
+        near += [change for ms, change in sorted(results, key=lambda item: item[0])
+                 if change != kept[lever_id] and change.keys() == kept[lever_id].keys()
+                 and ms <= best_ms * (1 + options.interaction_margin)][: options.interaction_hosts]
+    missed = [d.settings for d in decisions
+              if d.status is Status.NOT_BEYOND_NOISE and d.ratios and d.ratio is not None and d.ratio < 1.0
+              and by_id.get(d.lever) is not None and by_id[d.lever].parity == EXACT
+              and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
+    proposals = [host | other for host in near for other in missed
+                 if not set(host) & set(other) and incumbent | host | other != incumbent]
+    if not proposals:
+        return None
+    return Lever(INTERACTION, INTERACTION_TITLE, EXACT, lambda inc, ctx: proposals,
+                 fallback_parity=STATISTICAL)

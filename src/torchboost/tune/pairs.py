@@ -1,0 +1,78 @@
+"""The search's bookkeeping of measurements: repeats per candidate, the budget, A/B pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+from torchboost.config import Overlay
+from torchboost.tune.decision import Status
+from torchboost.tune.trial_result import TrialResult, describe_settings
+
+__all__ = ["Measure", "Pairs", "Runner", "Screened"]
+
+Measure = Callable[[Overlay, int], TrialResult]
+"""``measure(settings, repeat) -> TrialResult``: one trial of the script."""
+
+
+class Runner:
+    """Counts repeats per settings so each measurement has a stable (settings, repeat) key."""
+
+    def __init__(self, measure: Measure, budget_s: float, clock: Callable[[], float]):
+        self._measure = measure
+        self._counts: dict[str, int] = {}
+        self._budget_s = budget_s
+        self._clock = clock
+        self.start = clock()
+        self.trials = 0
+
+    def out_of_budget(self) -> bool:
+        return self._clock() - self.start >= self._budget_s
+
+    def elapsed_s(self) -> float:
+        return self._clock() - self.start
+
+    def __call__(self, settings: Overlay) -> TrialResult:
+        key = describe_settings(settings)
+        repeat = self._counts.get(key, 0)
+        self._counts[key] = repeat + 1
+        self.trials += 1
+        return self._measure(Overlay(settings), repeat)
+
+
+class Screened(NamedTuple):
+    """A candidate that ran and kept parity in screening."""
+
+    ms: float
+    change: Overlay
+    result: TrialResult
+
+
+@dataclass
+class Pairs:
+    """The A/B pairs confirming one candidate; the first ratio is the screening one."""
+
+    ratios: list[float]
+    incumbent_ms: list[float]
+    candidate_ms: list[float]
+    incumbent_fixed: list[float] = field(default_factory=list)
+    """Seconds each incumbent run spent outside its steps (start-up, worker start, teardown)."""
+    candidate_fixed: list[float] = field(default_factory=list)
+    count: int = 0
+    """Fresh pairs measured (the screening ratio is not one)."""
+    failure: tuple[Status, str] | None = None
+
+    def add(self, incumbent_ms: float, candidate_ms: float, incumbent_fixed: float = 0.0,
+            candidate_fixed: float = 0.0) -> None:
+        self.count += 1
+        self.incumbent_ms.append(incumbent_ms)
+        self.candidate_ms.append(candidate_ms)
+        self.ratios.append(candidate_ms / incumbent_ms)
+        self.incumbent_fixed.append(incumbent_fixed)
+        self.candidate_fixed.append(candidate_fixed)
+
+    def settled(self, clear_pairs: int, threshold: float) -> bool:
+        """The last ``clear_pairs`` ratios (after one fresh pair at least) agree on the verdict."""
+        recent = self.ratios[-clear_pairs:]
+        return bool(self.count) and len(recent) == clear_pairs and (
+            all(r < threshold for r in recent) or all(r >= threshold for r in recent))

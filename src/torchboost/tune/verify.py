@@ -1,0 +1,180 @@
+"""The last word of a tuning run: the tuned configuration against the baseline, end to end.
+
+The search judges time per step in short trials. What the user gets is the wall time of
+the whole run, start-up, workers and compile included, run the way they will run it. So
+after the search both configurations run in turn (A B A B ...), each as a fresh process
+through ``torchboost run`` (which a Booster in the script also reads, through the trial
+hand-over), timed from start to exit. When the whole script fits the verification's time
+it runs to its own end; otherwise each run stops after the same number of steps, and the
+report says so. The tuned configuration is kept only when this says it is faster beyond
+the noise floor; otherwise the user's own configuration stays.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from torchboost.config import BoostConfig, Overlay
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.observe.supervise import run_observed
+
+__all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "verify"]
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """How the end-to-end check runs: pairs, and whole runs or a step count per run."""
+
+    pairs: int
+    steps: int | None
+    """Steps per run; None: the whole script, to its own end."""
+    run_limit_s: float
+    """A whole run longer than this ends the attempt: the check falls back to ``steps``."""
+    fallback_steps: int
+
+
+@dataclass
+class EndToEnd:
+    """What the end-to-end check measured (seconds, whole processes)."""
+
+    baseline_runs_s: list[float] = field(default_factory=list)
+    tuned_runs_s: list[float] = field(default_factory=list)
+    steps: int | None = None
+    """Steps each run took; None: every run was the whole script."""
+    error: str | None = None
+    """Why the check could not finish (a crash of the tuned configuration, say)."""
+
+    @property
+    def pairs(self) -> int:
+        return min(len(self.baseline_runs_s), len(self.tuned_runs_s))
+
+    @property
+    def ratios(self) -> list[float]:
+        """Tuned / baseline, pair by pair (below 1: the tuned run was faster)."""
+        return [t / b for b, t in zip(self.baseline_runs_s, self.tuned_runs_s) if b > 0]
+
+    @property
+    def baseline_s(self) -> float | None:
+        return statistics.median(self.baseline_runs_s) if self.baseline_runs_s else None
+
+    @property
+    def tuned_s(self) -> float | None:
+        return statistics.median(self.tuned_runs_s) if self.tuned_runs_s else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline over tuned, from the median pair ratio (robust to the machine drifting)."""
+        return 1.0 / statistics.median(self.ratios) if self.ratios else None
+
+    def faster(self, threshold: float) -> bool:
+        """The median pair ratio is below ``threshold`` (1 - the least gain or the noise)."""
+        return bool(self.ratios) and self.error is None and statistics.median(self.ratios) < threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json's ``end_to_end``."""
+        return {"baseline_s": self.baseline_s, "tuned_s": self.tuned_s, "speedup": self.speedup,
+                "pairs": self.pairs, "steps": self.steps, "whole_run": self.steps is None,
+                **{k: v for k, v in asdict(self).items() if k in ("baseline_runs_s", "tuned_runs_s", "error")}}
+
+
+def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: float, trial_steps: int,
+                      warmup: int) -> VerifyPlan:
+    """Whole runs first, each allowed a ``2 * pairs``-th of ``budget_s``; the fallback is as
+    many steps as that share holds at the tuned pace, and never fewer than a trial's."""
+    run_limit = budget_s / (2 * pairs)
+    fitting = int(max(0.0, run_limit - fixed_s) * 1e3 / step_ms) if step_ms > 0 else trial_steps
+    return VerifyPlan(pairs=pairs, steps=None, run_limit_s=run_limit,
+                      fallback_steps=max(trial_steps + warmup, fitting))
+
+
+def _whole_run(command: Sequence[str], config_file: Path, limit_s: float) -> float | None:
+    """Seconds ``torchboost run`` took on the whole script; None when it ran past ``limit_s``.
+    Raises RuntimeError when it failed."""
+    argv = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config_file), "--", *command]
+    env = {**os.environ, TRIAL_SETTINGS_ENV: str(config_file.with_suffix(".json"))}
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    try:
+        code = proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if code != 0:
+        raise RuntimeError(f"the script exited with code {code} under torchboost run")
+    return time.monotonic() - start
+
+
+def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir: Path) -> float:
+    start = time.monotonic()
+    observed = run_observed(command, steps=steps, warmup=0, out_dir=out_dir, apply=config, profile=False,
+                            echo=False, timeout_s=None)
+    if observed.exit_code != 0 or observed.facts is None or not observed.facts.steps:
+        raise RuntimeError(f"the script exited with code {observed.exit_code} after {observed.steps_seen} steps")
+    return time.monotonic() - start
+
+
+def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str, Path]:
+    files = {}
+    for name, config in (("baseline", base), ("tuned", tuned)):
+        files[name] = tmp / f"{name}.toml"
+        config.to_toml(files[name])
+        write_trial_config(files[name].with_suffix(".json"), config)
+    return files
+
+
+def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: VerifyPlan, *, out_dir: Path,
+           on_run: Callable[[str, int], None] | None = None) -> EndToEnd:
+    """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
+    turn, ``plan.pairs`` times each, end to end; see the module docstring."""
+    result = EndToEnd(steps=plan.steps)
+    configs = {"baseline": base, "tuned": settings.on(base)}
+    with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
+        files = _config_files(Path(tmp), configs["baseline"], configs["tuned"])
+
+        def run_one(name: str) -> float | None:
+            try:
+                if result.steps is None:
+                    return _whole_run(command, files[name], plan.run_limit_s)
+                return _capped_run(command, configs[name], result.steps, out_dir)
+            except RuntimeError as exc:
+                raise RuntimeError(f"the {name} configuration failed end to end: {exc}") from None
+
+        try:
+            _measure_pairs(result, plan.pairs, run_one, on_run)
+            if result.steps is None and result.pairs < plan.pairs:
+                # A whole run took too long: every run stops after the same steps instead.
+                result.steps = plan.fallback_steps
+                result.baseline_runs_s.clear()
+                result.tuned_runs_s.clear()
+                _measure_pairs(result, plan.pairs, run_one, on_run)
+        except RuntimeError as exc:
+            result.error = str(exc)
+    return result
+
+
+def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str], float | None],
+                   on_run: Callable[[str, int], None] | None) -> None:
+    """A B A B ...; stops at the first run that returns None (a whole run too long)."""
+    for pair in range(pairs):
+        for name, runs in (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s)):
+            if on_run is not None:
+                on_run(name, pair)
+            seconds = run_one(name)
+            if seconds is None:
+                return
+            runs.append(seconds)
