@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from torchboost.tune.trial_result import TrialResult, trial_key
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "RunJournal"]
 
 
 class Journal:
@@ -63,3 +63,34 @@ class Journal:
     def results(self) -> list[TrialResult]:
         """Every recorded result, in no particular order."""
         return list(self._recorded.values())
+
+
+class RunJournal:
+    """The end-to-end check's runs, one JSON line each (``{"key", "seconds"}``), so that
+    ``--resume`` replays them as the search replays its trials."""
+
+    def __init__(self, path: str | Path, *, resume: bool = False):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._recorded: dict[str, float] = {}
+        if resume and self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                    self._recorded[str(entry["key"])] = float(entry["seconds"])
+                except (json.JSONDecodeError, TypeError, KeyError, ValueError):
+                    continue  # a line cut short by a kill: that run simply reruns
+        elif self.path.exists():
+            self.path.unlink()
+
+    def get(self, key: str) -> float | None:
+        """The recorded seconds of this run, if any."""
+        return self._recorded.get(key)
+
+    def put(self, key: str, seconds: float) -> None:
+        """Record a finished run durably."""
+        self._recorded[key] = seconds
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"key": key, "seconds": seconds}, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())

@@ -21,7 +21,7 @@ from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.supervise import run_observed
 from torchboost.techniques.worker_ipc import available as sharing_available
-from torchboost.tune.journal import Journal
+from torchboost.tune.journal import Journal, RunJournal
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import run_trial
@@ -232,7 +232,9 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
                              trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup)
-    e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify)
+    journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume)
+    e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
+                 journal=journal)
     threshold = 1.0 - max(options.min_gain, outcome.noise)
     how = "whole runs" if e2e.steps is None else f"runs of {e2e.steps} steps"
     if e2e.faster(threshold):

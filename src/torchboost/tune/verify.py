@@ -12,6 +12,7 @@ the noise floor; otherwise the user's own configuration stays.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
@@ -26,6 +27,7 @@ from typing import Any, Callable, Sequence
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.observe.supervise import run_observed
+from torchboost.tune.journal import RunJournal
 
 __all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "verify"]
 
@@ -138,21 +140,30 @@ def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str,
 
 
 def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: VerifyPlan, *, out_dir: Path,
-           on_run: Callable[[str, int], None] | None = None) -> EndToEnd:
+           on_run: Callable[[str, int], None] | None = None, journal: RunJournal | None = None) -> EndToEnd:
     """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
-    turn, ``plan.pairs`` times each, end to end; see the module docstring."""
+    turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
+    ``journal`` are replayed instead of run again."""
     result = EndToEnd(steps=plan.steps)
     configs = {"baseline": base, "tuned": settings.on(base)}
     with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
         files = _config_files(Path(tmp), configs["baseline"], configs["tuned"])
 
-        def run_one(name: str) -> float | None:
+        def run_one(name: str, pair: int) -> float | None:
+            key = json.dumps([name, pair, result.steps, settings.to_dict(), list(command)], sort_keys=True)
+            recorded = journal.get(key) if journal is not None else None
+            if recorded is not None:
+                return recorded
             try:
                 if result.steps is None:
-                    return _whole_run(command, files[name], plan.run_limit_s)
-                return _capped_run(command, configs[name], result.steps, out_dir)
+                    seconds = _whole_run(command, files[name], plan.run_limit_s)
+                else:
+                    seconds = _capped_run(command, configs[name], result.steps, out_dir)
             except RuntimeError as exc:
                 raise RuntimeError(f"the {name} configuration failed end to end: {exc}") from None
+            if seconds is not None and journal is not None:
+                journal.put(key, seconds)
+            return seconds
 
         try:
             _measure_pairs(result, plan.pairs, run_one, on_run)
@@ -167,14 +178,14 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
     return result
 
 
-def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str], float | None],
+def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], float | None],
                    on_run: Callable[[str, int], None] | None) -> None:
     """A B A B ...; stops at the first run that returns None (a whole run too long)."""
     for pair in range(pairs):
         for name, runs in (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s)):
             if on_run is not None:
                 on_run(name, pair)
-            seconds = run_one(name)
+            seconds = run_one(name, pair)
             if seconds is None:
                 return
             runs.append(seconds)

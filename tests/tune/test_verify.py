@@ -1,0 +1,34 @@
+"""The end-to-end check's arithmetic and plan, on numbers made by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchboost.tune.verify import EndToEnd, plan_verification
+
+
+def test_speedup_is_the_median_pair_ratio():
+    e2e = EndToEnd(baseline_runs_s=[10.0, 12.0, 10.0], tuned_runs_s=[8.0, 6.0, 8.0])
+    assert e2e.pairs == 3 and e2e.ratios == [0.8, 0.5, 0.8]
+    assert e2e.speedup == pytest.approx(1 / 0.8)
+    assert e2e.baseline_s == 10.0 and e2e.tuned_s == 8.0
+    assert e2e.faster(0.97)
+    report = e2e.to_dict()
+    assert report["pairs"] == 3 and report["whole_run"] is True and report["steps"] is None
+    assert set(report) >= {"baseline_s", "tuned_s", "speedup", "pairs", "steps"}
+
+
+def test_not_faster_beyond_noise_or_failed_is_not_faster():
+    same = EndToEnd(baseline_runs_s=[10.0, 10.0, 10.0], tuned_runs_s=[9.9, 10.1, 9.8])
+    assert not same.faster(0.97)  # 1% is inside a 3% margin
+    crashed = EndToEnd(baseline_runs_s=[10.0], tuned_runs_s=[5.0], error="the tuned configuration failed")
+    assert not crashed.faster(0.97)
+    assert not EndToEnd().faster(0.97) and EndToEnd().speedup is None
+
+
+def test_the_plan_falls_back_to_as_many_steps_as_fit():
+    plan = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
+    assert plan.steps is None and plan.run_limit_s == pytest.approx(10.0)
+    assert plan.fallback_steps == 800  # (10 s - 2 s) / 10 ms
+    tight = plan_verification(pairs=3, budget_s=6, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
+    assert tight.fallback_steps == 35  # never fewer than a trial's steps
