@@ -32,3 +32,12 @@ def test_the_plan_falls_back_to_as_many_steps_as_fit():
     assert plan.fallback_steps == 800  # (10 s - 2 s) / 10 ms
     tight = plan_verification(pairs=3, budget_s=6, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
     assert tight.fallback_steps == 35  # never fewer than a trial's steps
+
+
+def test_a_whole_run_estimated_too_long_starts_with_the_step_count():
+    plan = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
+                             whole_run_s=25.0)
+    assert plan.steps == 800  # each run stops there: six whole runs of 25 s would not fit in 60 s
+    fits = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
+                             whole_run_s=8.0)
+    assert fits.steps is None

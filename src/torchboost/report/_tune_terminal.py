@@ -38,6 +38,13 @@ def _headline(report: dict[str, Any]) -> Text:
         gain = ("nothing was faster beyond noise and still correct: nothing changed", "bold yellow")
     else:
         gain = (f"{words.times(report['speedup'])} faster", "bold green")
+    e2e = report["end_to_end"]
+    if report["status"] == "tuned" and e2e and e2e["baseline_s"] and e2e["tuned_s"]:
+        return Text.assemble(
+            ("Before: ", "bold"), f"{e2e['baseline_s']:.1f} s", ("  →  After: ", "bold"), f"{e2e['tuned_s']:.1f} s",
+            " end to end   ", gain, (f"   (per step: {fmt.ms(before['ms_per_step'])} → "
+                                    f"{fmt.ms(after['ms_per_step'])}, {words.times(report['search_speedup'])})", "dim"),
+        )
     return Text.assemble(
         ("Before: ", "bold"), f"{fmt.ms(before['ms_per_step'])}/step{_rate(before)}",
         ("  →  After: ", "bold"), f"{fmt.ms(after['ms_per_step'])}/step{_rate(after)}", "   ", gain,

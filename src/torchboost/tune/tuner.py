@@ -223,15 +223,23 @@ def _write_outcome(path: Path, command: Sequence[str], outcome: TuneOutcome, run
     atomic_write_bytes(path, json.dumps(summary, indent=2, default=str).encode())
 
 
+def _whole_run_estimate(outcome: TuneOutcome, run_steps: int | None) -> float | None:
+    """The baseline's whole run in seconds, from its trial (None: its length is unknown)."""
+    if run_steps is None:
+        return None
+    return outcome.baseline.fixed_s + run_steps * outcome.baseline.ms_per_step / 1e3
+
+
 def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, outcome: TuneOutcome,
-            on_verify: Callable[[str, int], None] | None) -> tuple[Overlay, EndToEnd | None, str]:
+            run_steps: int | None, on_verify: Callable[[str, int], None] | None) -> tuple[Overlay, EndToEnd | None, str]:
     """The settings to write, the end-to-end figures, and the verdict in words."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return outcome.settings, None, "" if outcome.settings else "nothing was faster beyond noise"
     budget = options.verify_budget_s if options.verify_budget_s is not None else max(60.0, options.budget_s / 2)
     plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
-                             trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup)
+                             trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
+                             whole_run_s=_whole_run_estimate(outcome, run_steps))
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
                  journal=journal)
@@ -274,7 +282,7 @@ def tune_script(
                                    max_repeats=options.max_repeats, run_steps=run_steps)
     outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial),
                          search_options, on_decision=on_decision)
-    settings, e2e, verdict = _verify(command, options, base, outcome, on_verify)
+    settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify)
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
                   run_steps=run_steps, reused_trials=journal.reused, steps_per_trial=options.steps_per_trial,
                   base=base, end_to_end=e2e, verdict=verdict)

@@ -89,13 +89,16 @@ class EndToEnd:
 
 
 def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: float, trial_steps: int,
-                      warmup: int) -> VerifyPlan:
-    """Whole runs first, each allowed a ``2 * pairs``-th of ``budget_s``; the fallback is as
-    many steps as that share holds at the tuned pace, and never fewer than a trial's."""
+                      warmup: int, whole_run_s: float | None = None) -> VerifyPlan:
+    """Whole runs, each allowed a ``2 * pairs``-th of ``budget_s``, unless ``whole_run_s``
+    (the baseline's whole run, estimated) says they will not fit; the fallback is as many
+    steps as that share holds at the tuned pace, never fewer than a trial's."""
     run_limit = budget_s / (2 * pairs)
     fitting = int(max(0.0, run_limit - fixed_s) * 1e3 / step_ms) if step_ms > 0 else trial_steps
-    return VerifyPlan(pairs=pairs, steps=None, run_limit_s=run_limit,
-                      fallback_steps=max(trial_steps + warmup, fitting))
+    fallback = max(trial_steps + warmup, fitting)
+    too_long = whole_run_s is not None and whole_run_s > run_limit
+    return VerifyPlan(pairs=pairs, steps=fallback if too_long else None, run_limit_s=run_limit,
+                      fallback_steps=fallback)
 
 
 def _whole_run(command: Sequence[str], config_file: Path, limit_s: float) -> float | None:
