@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - start
         print(f"== {name}: exit {done.returncode}, {wall:.0f} s")
         for line in done.stderr.splitlines():
-            if line.strip().startswith(("kept", "rejected", "incorrect", "failed", "skipped")):
+            if line.strip().startswith(("kept", "slower", "not_", "unconfirmed", "incorrect", "failed", "skipped",
+                                        "verified", "not kept")):
                 print("  " + line.strip())
         if done.returncode != 0:
             print(done.stderr[-2000:])

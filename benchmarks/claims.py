@@ -1,0 +1,133 @@
+"""Is what `torchboost tune` claims what the user gets? And what does `torchboost run` cost?
+
+    python benchmarks/claims.py [--targets vision,mlp,data,gpt,image] [--budget 120] [--pairs 3]
+        [--run-cost-pairs 7] [--out claims.json]
+
+For each target (a built-in workload run as a plain script, or ``image``: the loader-bound
+image script ``benchmarks/scripts/image_loader.py``, 3 epochs), ``torchboost tune`` runs
+with its end-to-end check, and its claim (``report.json``'s headline speedup) is then
+re-measured independently: ``python SCRIPT`` against ``torchboost run --config TUNED --
+python SCRIPT``, whole processes timed with ``time.perf_counter``, interleaved in pairs,
+median of the pair ratios. Last, ``torchboost run``'s own cost: a short script under
+``python`` and under ``torchboost run`` with nothing to apply, interleaved. Prints a table
+and writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from torchboost import BoostConfig
+
+_HERE = Path(__file__).resolve().parent
+WORKLOAD_STEPS = {"vision": 400, "mlp": 2000, "data": 400, "gpt": 200}
+TINY = "import torch\nx = torch.randn(64, 64)\nfor _ in range(10):\n    x = x @ x / 64\n"
+
+
+def target_command(name: str) -> list[str]:
+    """The plain script the user runs for ``name``."""
+    if name == "image":
+        return ["python", str(_HERE / "scripts" / "image_loader.py"), "--epochs", "3"]
+    return ["python", "-m", f"torchboost.workloads.{name}", "--size", "tiny", "--steps", str(WORKLOAD_STEPS[name])]
+
+
+def _python(command: list[str]) -> list[str]:
+    return [sys.executable, *command[1:]] if command[0] == "python" else command
+
+
+def _timed(argv: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {done.stderr[-800:]}")
+    return seconds
+
+
+def _pairs(a: list[str], b: list[str], pairs: int, cwd: Path) -> tuple[list[float], list[float]]:
+    """A B A B ...: whole-process seconds of each."""
+    times_a, times_b = [], []
+    for _ in range(pairs):
+        times_a.append(_timed(a, cwd))
+        times_b.append(_timed(b, cwd))
+    return times_a, times_b
+
+
+def _tune(name: str, budget: float, work: Path) -> dict:
+    out, config = work / f"{name}-tune", work / f"{name}.toml"
+    argv = [sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget), "--out", str(out),
+            "--config", str(config), "--", *target_command(name)]
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=work, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"tune {name} failed: {done.stderr[-2000:]}")
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return {"report": report, "config": config, "tune_s": time.perf_counter() - start}
+
+
+def claim_vs_remeasure(name: str, budget: float, pairs: int, work: Path) -> dict:
+    """The tuner's headline against an independent interleaved re-measure of what it wrote."""
+    tuned = _tune(name, budget, work)
+    report = tuned["report"]
+    plain = _python(target_command(name))
+    applied = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(tuned["config"]), "--",
+               *target_command(name)]
+    base_s, run_s = _pairs(plain, applied, pairs, work)
+    ratios = [r / b for b, r in zip(base_s, run_s)]
+    remeasured = 1.0 / statistics.median(ratios)
+    e2e = report.get("end_to_end") or {}
+    return {
+        "target": name, "status": report["status"], "settings": report["settings"],
+        "claim": report["speedup"], "search_speedup": report["search_speedup"],
+        "claim_steps": e2e.get("steps"), "noise": report["noise"]["floor"], "warnings": report["warnings"],
+        "remeasured": remeasured, "plain_s": base_s, "run_s": run_s, "tune_s": tuned["tune_s"],
+        "claim_over_remeasured": report["speedup"] / remeasured,
+    }
+
+
+def run_cost(pairs: int, work: Path) -> dict:
+    """`torchboost run` with nothing to apply against plain python, on a short script."""
+    script = work / "tiny.py"
+    script.write_text(TINY, encoding="utf-8")
+    config = work / "off.toml"
+    BoostConfig.off().to_toml(config)
+    plain = [sys.executable, str(script)]
+    applied = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config), "--", "python", str(script)]
+    base_s, run_s = _pairs(plain, applied, pairs, work)
+    return {"python_s": statistics.median(base_s), "torchboost_run_s": statistics.median(run_s),
+            "cost_s": statistics.median([r - b for b, r in zip(base_s, run_s)]), "pairs": pairs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="vision,mlp,data,gpt,image")
+    parser.add_argument("--budget", type=float, default=120.0, help="tune's --budget per target (seconds)")
+    parser.add_argument("--pairs", type=int, default=3, help="interleaved pairs of the re-measure")
+    parser.add_argument("--run-cost-pairs", type=int, default=7)
+    parser.add_argument("--out", default="claims.json")
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="torchboost-claims-") as tmp:
+        work = Path(tmp)
+        cost = run_cost(args.run_cost_pairs, work)
+        for name in args.targets.split(","):
+            rows.append(claim_vs_remeasure(name, args.budget, args.pairs, work))
+            row = rows[-1]
+            print(f"{name:7} {row['status']:9} claim {row['claim']:.3f}  re-measured {row['remeasured']:.3f}  "
+                  f"claim/re-measured {row['claim_over_remeasured']:.3f}  (search per step "
+                  f"{row['search_speedup']:.3f}; noise {row['noise']:.3f}; tune {row['tune_s']:.0f} s)", flush=True)
+    print(f"\ntorchboost run costs {cost['cost_s']:.3f} s over python (median of {cost['pairs']} pairs: "
+          f"{cost['python_s']:.3f} s -> {cost['torchboost_run_s']:.3f} s)")
+    Path(args.out).write_text(json.dumps({"rows": rows, "run_cost": cost}, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
