@@ -27,7 +27,8 @@ from pathlib import Path
 from torchboost import BoostConfig
 
 _HERE = Path(__file__).resolve().parent
-WORKLOAD_STEPS = {"vision": 400, "mlp": 2000, "data": 400, "gpt": 200}
+WORKLOAD_STEPS = {"vision": 400, "mlp": 2000, "data": 400, "gpt": 200, "image": 3 * 64}
+"""Each target's whole run in steps, given to tune as --run-steps (the user knows it)."""
 TINY = "import torch\nx = torch.randn(64, 64)\nfor _ in range(10):\n    x = x @ x / 64\n"
 
 
@@ -44,10 +45,15 @@ def _python(command: list[str]) -> list[str]:
 
 def _timed(argv: list[str], cwd: Path) -> float:
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {done.stderr[-800:]}")
+    # Output to files, not pipes: a pipe's reader waits for every process holding it, and
+    # torch's shared-memory manager (file_system hand-over) keeps it open after the script
+    # exits; a shell's `time python train.py` waits for the script alone.
+    with tempfile.TemporaryFile() as err:
+        done = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {err.read()[-800:].decode()}")
     return seconds
 
 
@@ -63,7 +69,7 @@ def _pairs(a: list[str], b: list[str], pairs: int, cwd: Path) -> tuple[list[floa
 def _tune(name: str, budget: float, work: Path) -> dict:
     out, config = work / f"{name}-tune", work / f"{name}.toml"
     argv = [sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget), "--out", str(out),
-            "--config", str(config), "--", *target_command(name)]
+            "--config", str(config), "--run-steps", str(WORKLOAD_STEPS[name]), "--", *target_command(name)]
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True)
     if done.returncode != 0:

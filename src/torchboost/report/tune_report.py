@@ -46,7 +46,9 @@ is baseline step time / this step time (above 1 is faster)::
     trials             {total, run, reused, steps}   measurements the search used; run in a
                        fresh process this time, or reused from the journal (--resume);
                        steps: measured steps per trial (null when not recorded)
-    run_steps          int | null   planned length of the real run (compile amortisation)
+    run_steps          int | null   planned length of the real run (fixed costs are weighed
+                               against it)
+    run_steps_source   str     how that length was known (--run-steps, one epoch, unknown)
     stopped_by_budget  bool    the time budget ended the search before every lever was tried
     noise              {floor: float, aa_ratios: [float]}   the baseline measured against
                        itself: the largest departure from 1 of those ratios is the floor a
@@ -118,8 +120,9 @@ def _notes(summary: dict[str, Any]) -> list[str]:
         + (f"; {trials['steps']} measured steps each, after the warm-up." if trials.get("steps") else "."),
     ]
     if summary["run_steps"]:
-        notes.append(f"Planned run: {words.steps(summary['run_steps'])}; torch.compile is kept only if its "
-                     "compile time is repaid within them.")
+        source = f" ({summary['run_steps_source']})" if summary.get("run_steps_source") else ""
+        notes.append(f"Planned run: {words.steps(summary['run_steps'])}{source}; a change that adds a fixed "
+                     "cost (torch.compile's compile time, worker start-up) is kept only if it is repaid within them.")
     else:
         notes.append("The planned run length is unknown (pass --run-steps): torch.compile was judged "
                      "on its step time alone, not on whether its compile time is repaid.")
@@ -156,6 +159,7 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "findings": summary["findings"],
         "trials": summary["trials"],
         "run_steps": summary["run_steps"],
+        "run_steps_source": summary.get("run_steps_source", ""),
         "stopped_by_budget": summary["stopped_by_budget"],
         "noise": summary["noise"],
         "warnings": summary["warnings"],

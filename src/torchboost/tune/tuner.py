@@ -70,6 +70,8 @@ class TuneRun:
     """Measured steps each trial ran (chosen from the doctor's step time unless given)."""
     base: BoostConfig | None = None
     """The configuration the search started from: the user's torchboost.toml, or plain PyTorch."""
+    run_steps_source: str = ""
+    """How the planned run's length was known, in words."""
     end_to_end: EndToEnd | None = None
     """The tuned configuration against the baseline, end to end (None: not checked)."""
     verdict: str = ""
@@ -196,6 +198,16 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> Facts | None:
     return observed.facts
 
 
+def _planned_run(options: TuneOptions, facts: Facts | None) -> tuple[int | None, str]:
+    """The planned run's length in steps, and how it was known."""
+    if options.run_steps is not None:
+        return options.run_steps, "given with --run-steps"
+    if facts is not None and facts.planned_steps:
+        return facts.planned_steps, (f"one epoch of the script's DataLoader ({facts.planned_steps} batches); "
+                                     "pass --run-steps if the script runs more")
+    return None, "unknown: the script has no DataLoader with a length; pass --run-steps"
+
+
 def _trial_length(options: TuneOptions, facts: Facts | None, run_steps: int | None) -> TuneOptions:
     if options.steps_per_trial is not None:
         return options
@@ -273,9 +285,7 @@ def tune_script(
     findings = diagnose(facts) if facts is not None and facts.steps else []
     context = context_from_facts(facts) if facts is not None else TuneContext()
     levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})
-    run_steps = options.run_steps
-    if run_steps is None and facts is not None:
-        run_steps = facts.planned_steps
+    run_steps, run_steps_source = _planned_run(options, facts)
     options = _trial_length(options, facts, run_steps)
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume)
     search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
@@ -284,7 +294,8 @@ def tune_script(
                          search_options, on_decision=on_decision)
     settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify)
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
-                  run_steps=run_steps, reused_trials=journal.reused, steps_per_trial=options.steps_per_trial,
+                  run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
+                  steps_per_trial=options.steps_per_trial,
                   base=base, end_to_end=e2e, verdict=verdict)
     if outcome.error is None:
         write_config(options.config_path, run.config, toml_header(run, command))
