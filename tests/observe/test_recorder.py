@@ -145,3 +145,20 @@ def test_first_step_time_stays_in_the_warmup_when_the_optimizer_is_adopted(tmp_p
     assert len(facts.steps) == 3
     compile_s = result_from_facts(facts, {}, 0, exit_code=0).compile_s
     assert compile_s == pytest.approx(0.49, abs=0.01)
+
+
+def test_a_trial_far_slower_than_its_bound_stops_after_five_steps(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=30, warmup=1, stop_slower_than_ms=5.0)
+    _step(rec, clock)  # warm-up
+    with pytest.raises(StopObserving):
+        for _ in range(30):
+            _step(rec, clock)  # 10 ms each, over the 5 ms bound
+    assert len(rec.steps) == 5 and rec.stopped_slow and rec.facts().stopped_slow
+
+
+def test_a_trial_within_its_bound_runs_all_its_steps(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=8, warmup=1, stop_slower_than_ms=50.0)
+    with pytest.raises(StopObserving):
+        for _ in range(20):
+            _step(rec, clock)
+    assert len(rec.steps) == 8 and not rec.stopped_slow  # the twin: stopped at its planned end

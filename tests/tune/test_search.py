@@ -388,3 +388,22 @@ def test_bf16_is_skipped_when_the_probe_shows_its_matmul_far_slower():
     tried = FakeScript()
     run_search(default_levers(), near, tried, SearchOptions())
     assert any(s.get("precision.mode") == "bf16" for s, _ in tried.calls)
+
+
+def test_a_screened_candidate_far_slower_stops_early():
+    class Stoppable(FakeScript):
+        def __call__(self, settings, repeat, slower_than_ms=None):
+            result = super().__call__(settings, repeat)
+            if slower_than_ms is not None and result.ms_per_step > slower_than_ms:
+                result.step_ms, result.stopped_early = result.step_ms[:5], True
+            return result
+
+    script = Stoppable(factors={("precision.mode", "bf16"): 3.0})
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions())
+    bf16 = next(d for d in outcome.decisions if d.lever == "precision")
+    assert bf16.status == "slower" and "stopped after 5 steps" in bf16.reason
+    assert [r for s, r in script.calls if s.get("precision.mode") == "bf16"] == [0]  # never paired
+    # the twin: a measure that cannot stop a trial runs it in full, and pairs confirm it
+    full = FakeScript(factors={("precision.mode", "bf16"): 3.0})
+    outcome = run_search(default_levers(), CPU2, full, SearchOptions())
+    assert len([r for s, r in full.calls if s.get("precision.mode") == "bf16"]) > 1

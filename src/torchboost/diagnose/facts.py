@@ -164,6 +164,9 @@ class Facts:
     observer_errors: list[str] = field(default_factory=list)
     """Failures inside the observer itself (recorded, never raised into the script)."""
     profile_error: str | None = None
+    stopped_slow: bool = False
+    """A tuning trial stopped early: its first steps were already far slower than the
+    configuration it was measured against (see ``ObserveSpec.stop_slower_than_ms``)."""
     """Why the profiler window could not run, when it could not."""
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,10 +26,14 @@ from torchboost import handover
 from torchboost._io import atomic_write_bytes
 from torchboost.diagnose.facts import Facts, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord
 from torchboost.observe import describe
+from torchboost.observe.cuda_phases import CudaPhases
 from torchboost.observe.profile import ProfileWindow
 from torchboost.observe.spec import ObserveSpec
 
-__all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER"]
+__all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "SLOW_CHECK_STEPS"]
+
+SLOW_CHECK_STEPS = 5
+"""Recorded steps after which a tuning trial may be stopped as far too slow."""
 
 DATA, FORWARD, BACKWARD, OPTIMIZER = range(4)
 """Phase indices into the recorder's accumulators (see ``torchboost.diagnose.facts.PHASES``)."""
@@ -43,38 +47,6 @@ class StopObserving(BaseException):
     """
 
 
-class _CudaPhases:
-    """Device time of phases via CUDA events, resolved at the step boundary (after a sync)."""
-
-    def __init__(self) -> None:
-        self._open: dict[int, torch.cuda.Event] = {}
-        self._done: list[tuple[int, torch.cuda.Event, torch.cuda.Event]] = []
-
-    def begin(self, phase: int) -> None:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        self._open[phase] = event
-
-    def end(self, phase: int) -> None:
-        start = self._open.pop(phase, None)
-        if start is not None:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self._done.append((phase, start, event))
-
-    def collect(self, acc: list[float]) -> None:
-        """Replace host times by device times; the caller has synchronized."""
-        device = [0.0] * len(acc)
-        seen = set()
-        for phase, start, end in self._done:
-            device[phase] += start.elapsed_time(end)
-            seen.add(phase)
-        for phase in seen:
-            acc[phase] = device[phase]
-        self._done.clear()
-        self._open.clear()
-
-
 class StepRecorder:
     """Turns hook calls into :class:`StepRecord` s and :class:`Facts` (see module docstring)."""
 
@@ -84,6 +56,8 @@ class StepRecorder:
         self.acc = [0.0, 0.0, 0.0, 0.0]
         """Milliseconds spent per phase in the current step; hooks add to it."""
         self.step_source = "backward"
+        self.stopped_slow = False
+        """The trial was stopped early as far too slow (``spec.stop_slower_than_ms``)."""
         self.steps: list[StepRecord] = []
         self.profile = ProfileWindow(spec.trace_path, warmup=spec.profile_warmup, active=spec.profile_active)
         self._boundaries = 0  # steps completed since counting (re)started
@@ -102,7 +76,7 @@ class StepRecorder:
         self._autocast: dict[str, str] = {}  # device type -> dtype seen on during forward
         self._scaler: Any = None
         self._settings: dict[str, Any] = {}
-        self._cuda: _CudaPhases | None = None
+        self._cuda: CudaPhases | None = None
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
         self._last_progress = float("-inf")
         self.ended = "finished"
@@ -203,6 +177,7 @@ class StepRecorder:
             self.steps.append(StepRecord(index, (now - self._step_start) * 1000.0, data, forward, backward, opt))
             if self._pending_loss is not None:
                 self._losses.append(self._pending_loss)
+            self._stop_if_slow()
         elif index < spec.warmup and not self._discard_next:
             # Warm-up is kept apart: its extra time is the first-call (compile) cost, and
             # its losses let a tuning trial compare runs from step 0.
@@ -225,8 +200,16 @@ class StepRecorder:
         if not spec.full and self._boundaries >= profiled_end:
             self.ended = "stopped"
             raise StopObserving
-        self._cuda = _CudaPhases() if self._uses_cuda() else None
+        self._cuda = CudaPhases() if self._uses_cuda() else None
         self._step_start = self.clock()  # our bookkeeping above is not part of the next step
+
+    def _stop_if_slow(self) -> None:
+        limit = self.spec.stop_slower_than_ms
+        if limit is None or len(self.steps) != SLOW_CHECK_STEPS:
+            return
+        if sum(s.total_ms for s in self.steps) / len(self.steps) > limit:
+            self.stopped_slow = True
+            raise StopObserving
 
     # -- facts -----------------------------------------------------------------------------
     def facts(self) -> Facts:
@@ -265,6 +248,7 @@ class StepRecorder:
             applied=list(self.applied),
             observer_errors=list(self.errors),
             profile_error=self.profile.error,
+            stopped_slow=self.stopped_slow,
         )
 
     def write_facts(self, exit_code: int | None = None) -> Facts:

@@ -49,6 +49,9 @@ class ObserveSpec:
     """Least time between two rewrites of facts.json during the run, seconds (each costs
     tens of milliseconds with its fsync; facts are also written when recording ends and
     when the script exits or crashes)."""
+    stop_slower_than_ms: float | None = None
+    """A tuning trial's bound: once ``SLOW_CHECK_STEPS`` steps are recorded, a mean step time
+    above this stops the script (a candidate already far slower than the incumbent)."""
     command: list[str] = field(default_factory=list)
     """The user's command, as typed, for the facts. (A tuning trial's settings are not
     here: they reach the child once, through :mod:`torchboost.handover`.)"""

@@ -107,6 +107,7 @@ def run_observed(
     profile: bool = True,
     echo: bool = True,
     timeout_s: float | None = None,
+    stop_slower_than_ms: float | None = None,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -132,6 +133,7 @@ def run_observed(
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
+                           stop_slower_than_ms=stop_slower_than_ms,
                            progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = [sys.executable, "-u", "-m", "torchboost.observe.bootstrap", str(spec_path), "--", *target]

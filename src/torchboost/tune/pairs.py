@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -22,6 +23,10 @@ class Runner:
         self._measure = measure
         self._counts: dict[str, int] = {}
         self._budget_s = budget_s
+        try:
+            self._takes_limit = "slower_than_ms" in inspect.signature(measure).parameters
+        except (TypeError, ValueError):  # a callable whose signature cannot be read
+            self._takes_limit = False
         self._clock = clock
         self.start = clock()
         self.trials = 0
@@ -32,11 +37,15 @@ class Runner:
     def elapsed_s(self) -> float:
         return self._clock() - self.start
 
-    def __call__(self, settings: Overlay) -> TrialResult:
+    def __call__(self, settings: Overlay, *, slower_than_ms: float | None = None) -> TrialResult:
+        """One trial; ``slower_than_ms`` lets a measure that takes it stop a trial whose first
+        steps are already slower than that (others run it in full)."""
         key = describe_settings(settings)
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
+        if slower_than_ms is not None and self._takes_limit:
+            return self._measure(Overlay(settings), repeat, slower_than_ms=slower_than_ms)
         return self._measure(Overlay(settings), repeat)
 
 

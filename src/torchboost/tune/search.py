@@ -69,6 +69,9 @@ class SearchOptions:
     """Extra runs of the baseline (A/A) that measure the noise floor; 0 trusts ``min_gain``."""
     noisy: float = 0.15
     """A noise floor above this (15%) makes every verdict unreliable, and the outcome says so."""
+    early_stop: float = 2.0
+    """A screened candidate whose first steps are this many times slower than the incumbent's
+    stops early and is recorded as slower (when the measure can stop a trial)."""
     busy_pct: float = 25.0
     """Other processes' CPU load (percent of the machine) above the baseline's by more than
     this during a pair: the pair is measured again, and the decision says so if it stays."""
@@ -233,7 +236,13 @@ class _Search:
             if self.run.out_of_budget():
                 self.stopped = True
                 break
-            result = self.run(self.incumbent | change)
+            result = self.run(self.incumbent | change, slower_than_ms=self.options.early_stop * self.incumbent_ms)
+            if result.ok and result.stopped_early:
+                self.record(lever, change, Status.SLOWER,
+                            f"stopped after {len(result.step_ms)} steps: {result.ms_per_step:.1f} ms/step, over "
+                            f"{self.options.early_stop:g}x the {self.incumbent_ms:.1f} ms of the configuration kept so far",
+                            ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step)
+                continue
             if not result.ok:
                 self.record(lever, change, Status.FAILED, result.error or "the trial failed")
                 continue

@@ -39,6 +39,7 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
         peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
         compile_s=compile_s, wall_s=wall_s, fixed_s=fixed_s,
     )
+    result.stopped_early = bool(getattr(facts, "stopped_slow", False))
     if facts.ended == "crashed" or exit_code != 0:
         result.ok = False
         result.error = f"the script exited with code {exit_code}"
@@ -57,15 +58,17 @@ def run_trial(
     warmup: int,
     out_dir: Path,
     timeout_s: float | None = None,
+    slower_than_ms: float | None = None,
 ) -> TrialResult:
     """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
-    None: plain PyTorch); ``warmup`` steps, then ``steps`` measured."""
+    None: plain PyTorch); ``warmup`` steps, then ``steps`` measured, or fewer when the first
+    ones are already slower than ``slower_than_ms`` each (the trial then stops early)."""
     config = Overlay(settings).on(base if base is not None else BoostConfig.off())
     with LoadMeter() as load:
         start = time.monotonic()
         observed = run_observed(
             command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
-            echo=False, timeout_s=timeout_s,
+            echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms,
         )
         wall = time.monotonic() - start
     if observed.timed_out:

@@ -51,6 +51,8 @@ class TrialResult:
     whatever the run's length."""
     load_pct: float = 0.0
     """Other processes' CPU use during the trial, percent of the whole machine."""
+    stopped_early: bool = False
+    """Stopped after its first steps: already far slower than the incumbent."""
 
     @property
     def ms_per_step(self) -> float:

@@ -172,14 +172,15 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
                        on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None):
     trials_dir = options.out_dir / "trials"
 
-    def measure(settings: dict[str, Any], repeat: int) -> TrialResult:
+    def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None) -> TrialResult:
         recorded = journal.lookup(settings, repeat)
         if recorded is not None:
             return recorded
         if on_trial is not None:
             on_trial(settings, repeat, None)
         result = run_trial(command, settings, repeat, base=base, steps=options.steps_per_trial, warmup=options.warmup,
-                           out_dir=trials_dir / "current", timeout_s=options.trial_timeout_s)
+                           out_dir=trials_dir / "current", timeout_s=options.trial_timeout_s,
+                           slower_than_ms=slower_than_ms)
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
