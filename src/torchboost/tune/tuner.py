@@ -256,16 +256,15 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
                  journal=journal)
-    threshold = 1.0 - max(options.min_gain, outcome.noise)
     how = "whole runs" if e2e.steps is None else f"runs of {e2e.steps} steps"
-    if e2e.faster(threshold):
+    if e2e.faster(options.min_gain):
         return outcome.settings, e2e, (f"verified end to end: {e2e.speedup:.2f}x faster ({e2e.tuned_s:.1f} s against "
                                        f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} interleaved pairs of {how})")
     if e2e.error is not None:
         return Overlay(), e2e, f"not kept: {e2e.error}; your configuration is left as it was"
     return Overlay(), e2e, (f"not kept: end to end the tuned configuration took {e2e.tuned_s:.1f} s against "
-                            f"{e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), not faster beyond noise; "
-                            "your configuration is left as it was")
+                            f"{e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), not faster beyond the runs' "
+                            f"own noise ({e2e.noise:.1%}) and {options.min_gain:.0%}; your configuration is left as it was")
 
 
 def tune_script(

@@ -7,7 +7,8 @@ through ``torchboost run`` (which a Booster in the script also reads, through th
 hand-over), timed from start to exit. When the whole script fits the verification's time
 it runs to its own end; otherwise each run stops after the same number of steps, and the
 report says so. The tuned configuration is kept only when this says it is faster beyond
-the noise floor; otherwise the user's own configuration stays.
+its own noise (how much each configuration's runs differ from one another) and the least
+gain; otherwise the user's own configuration stays.
 """
 
 from __future__ import annotations
@@ -77,14 +78,23 @@ class EndToEnd:
         """Baseline over tuned, from the median pair ratio (robust to the machine drifting)."""
         return 1.0 / statistics.median(self.ratios) if self.ratios else None
 
-    def faster(self, threshold: float) -> bool:
-        """The median pair ratio is below ``threshold`` (1 - the least gain or the noise)."""
+    @property
+    def noise(self) -> float:
+        """Run-to-run noise of whole runs: the median departure from 1 of each arm's
+        consecutive runs' ratios (its own A/A; whole runs vary far less than short trials)."""
+        drift = [abs(later / earlier - 1.0) for runs in (self.baseline_runs_s, self.tuned_runs_s)
+                 for earlier, later in zip(runs, runs[1:]) if earlier > 0]
+        return statistics.median(drift) if drift else 0.0
+
+    def faster(self, min_gain: float) -> bool:
+        """The median pair ratio is below 1 - max(``min_gain``, :attr:`noise`)."""
+        threshold = 1.0 - max(min_gain, self.noise)
         return bool(self.ratios) and self.error is None and statistics.median(self.ratios) < threshold
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``end_to_end``."""
         return {"baseline_s": self.baseline_s, "tuned_s": self.tuned_s, "speedup": self.speedup,
-                "pairs": self.pairs, "steps": self.steps, "whole_run": self.steps is None,
+                "pairs": self.pairs, "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
                 **{k: v for k, v in asdict(self).items() if k in ("baseline_runs_s", "tuned_runs_s", "error")}}
 
 
