@@ -40,12 +40,16 @@ class BoostedOptimizer(torch.optim.Optimizer):
         optimizer: torch.optim.Optimizer,
         step_fn: Callable[[torch.optim.Optimizer], bool | None],
         zero_grad_fn: Callable[[torch.optim.Optimizer, bool], None] | None = None,
+        closure_step_fn: Callable[[torch.optim.Optimizer, Callable[[], Any]], Any] | None = None,
     ):
         """``step_fn(optimizer)`` steps: True, False when skipped (fp16 overflow), None when
         deferred (mid accumulation window: not a step at all). ``zero_grad_fn(optimizer,
-        set_to_none)`` clears gradients (default: the optimizer's own ``zero_grad``)."""
+        set_to_none)`` clears gradients (default: the optimizer's own ``zero_grad``).
+        ``closure_step_fn(optimizer, closure)`` steps with a closure and returns its loss
+        (default: ``optimizer.step(closure)``)."""
         self.__dict__["optimizer"] = optimizer
         self.__dict__["_step_fn"] = step_fn
+        self.__dict__["_closure_step_fn"] = closure_step_fn
         self.__dict__["_zero_grad_fn"] = zero_grad_fn
         self.__dict__["real_steps"] = 0
         """Optimizer steps that updated the weights."""
@@ -78,19 +82,26 @@ class BoostedOptimizer(torch.optim.Optimizer):
     def defaults(self, value: dict[str, Any]) -> None:
         self.optimizer.defaults = value
 
-    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
-        """Unscale (fp16), step unless gradients overflowed, update the scale."""
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """Unscale (fp16), step unless gradients overflowed, update the scale.
+
+        With a ``closure`` (LBFGS, Lightning) the wrapped optimizer steps with it, as in
+        plain PyTorch, and its loss is returned; fp16 and gradient accumulation refuse it
+        with the workaround, as torch's own ``GradScaler`` does.
+        """
         if closure is not None:
-            raise NotImplementedError(
-                "optimizer.step(closure) is not supported by the prepared optimizer "
-                "(a gradient scaler cannot re-run a closure); call the closure yourself, then step()"
-            )
+            closure_step = self._closure_step_fn
+            loss = closure_step(self.optimizer, closure) if closure_step else self.optimizer.step(closure)
+            self.__dict__["step_was_skipped"] = False
+            self.__dict__["real_steps"] += 1
+            return loss
         stepped = self._step_fn(self.optimizer)
         self.__dict__["step_was_skipped"] = stepped is False
         if stepped is None:  # mid accumulation window: gradients still accumulating
-            return
+            return None
         key = "real_steps" if stepped else "skipped_steps"
         self.__dict__[key] += 1
+        return None
 
     def step_counts(self) -> dict[str, int]:
         """``{"real": ..., "skipped": ...}``: steps that updated the weights and fp16 overflows."""

@@ -257,6 +257,27 @@ def test_headroom_on_cuda_suggests_a_larger_batch():
     assert f.expected_speedup == pytest.approx(100 / (90 + 10 / 4))
 
 
+def test_headroom_without_accumulation_is_marked_as_changing_training_per_sample():
+    f = check_finding(R.memory_headroom(with_(make_facts("cuda"), peak_memory_bytes=10 * GIB)), "memory.headroom")
+    assert f.changes_training is True and f.unit == "sample"
+    assert "per sample" in f.title and "time per sample" in f.formula
+
+
+def test_headroom_under_accumulation_proposes_the_neutral_form():
+    # 8 micro-steps per optimizer step, room for 4x: micro-batch x4, accumulation 8 -> 2.
+    facts = with_(make_facts("cuda"), peak_memory_bytes=10 * GIB, micro_steps_per_step=8.0, uses_booster=True)
+    f = check_finding(R.memory_headroom(facts), "memory.headroom")
+    assert f.changes_training is False and f.unit == "step"
+    assert "steps = 2" in f.fix_toml and "batch_size=128" in f.fix_toml
+    other = f.evidence["other_ms_per_step"]
+    assert f.expected_speedup == pytest.approx(100 / (100 - other + other / 4), rel=1e-3)
+
+
+def test_headroom_neutral_form_needs_a_factor_that_divides_the_micro_steps():
+    facts = with_(make_facts("cuda"), peak_memory_bytes=10 * GIB, micro_steps_per_step=3.0)
+    assert R.memory_headroom(facts) is None  # 3 micro-steps: no power of two divides them
+
+
 def test_headroom_on_cpu_uses_rss_and_ram():
     f = check_finding(R.memory_headroom(with_(make_facts(), peak_rss_bytes=4 * GIB)), "memory.headroom")
     assert f.evidence["memory_total_bytes"] == 64 * GIB and f.evidence["batch_factor"] == 8

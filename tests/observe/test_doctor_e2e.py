@@ -105,3 +105,35 @@ def test_bad_usage_exits_2_with_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _phases_fit_the_step(facts: dict) -> None:
+    for step in facts["steps"]:
+        phases = step["data_ms"] + step["forward_ms"] + step["backward_ms"] + step["optimizer_ms"]
+        assert phases <= 1.05 * step["total_ms"], step  # nothing counted twice
+        assert step["forward_ms"] > 0 and step["backward_ms"] > 0, step
+
+
+@pytest.mark.slow
+def test_closure_optimizer_counts_its_forward_and_backward_once(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_lbfgs.py"))
+    assert proc.returncode == 0, proc.stderr
+    facts = _facts(out)
+    assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
+    _phases_fit_the_step(facts)
+    # LBFGS's own work is small beside its 4 closure evaluations
+    for step in facts["steps"]:
+        assert step["optimizer_ms"] < step["forward_ms"] + step["backward_ms"], step
+
+
+@pytest.mark.slow
+def test_lightning_trainer_script_phases_sum_to_the_step(tmp_path):
+    pytest.importorskip("lightning")
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "lightning_train.py"), "60", options=("--json",))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    facts = report["facts"]
+    assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
+    _phases_fit_the_step(facts)
+    assert report["breakdown_pct"]["optimizer"] < 50.0  # the closure's forward/backward are not the optimizer's
+    assert all(f["id"] != "memory.headroom" for f in report["findings"])  # a batch change is listed apart

@@ -43,11 +43,14 @@ def test_report_json_has_the_documented_schema(written):
     assert set(report["step_time_ms"]) >= {"median", "p90"}
     assert set(report["breakdown_pct"]) == {"data", "forward", "backward", "optimizer", "other"}
     assert sum(report["breakdown_pct"].values()) == pytest.approx(100.0)
-    assert [f["id"] for f in report["findings"]] == [f.id for f in findings]
+    neutral = [f.id for f in findings if not f.changes_training]
+    assert [f["id"] for f in report["findings"]] == neutral
+    assert [f["id"] for f in report["training_changes"]] == [f.id for f in findings if f.changes_training]
     assert report["findings"][0]["id"] == "data.workers"
-    for entry in report["findings"]:
-        assert {"id", "title", "evidence", "fix", "expected_speedup"} <= set(entry)
-        assert set(entry["fix"]) == {"toml", "torch"}
+    for entry in report["findings"] + report["training_changes"]:
+        assert {"id", "title", "evidence", "fix", "expected_speedup", "unit", "changes_training"} <= set(entry)
+        assert {"toml", "torch"} <= set(entry["fix"]) <= {"toml", "torch", "lightning", "accelerate"}
+    assert "lightning" in report["findings"][0]["fix"]  # [loader] num_workers has a spelling
     assert report["facts"]["losses"][2] is None  # the NaN loss, written as null
     assert Facts.from_dict(report["facts"]).steps == facts.steps
 
@@ -142,3 +145,31 @@ def test_timeline_draws_one_bar_per_step():
     few = timeline_png([StepRecord(i, 10.0, 5.0, 2.0, 2.0, 1.0) for i in range(3)])
     many = timeline_png([StepRecord(i, 10.0 + i % 7, 5.0, 2.0, 2.0, 1.0) for i in range(40)])
     assert few.startswith(b"\x89PNG") and many.startswith(b"\x89PNG") and few != many
+
+
+def _batch_change(speedup: float) -> "Finding":
+    from torchboost.diagnose.finding import Finding
+
+    return Finding(id="memory.headroom", title="a batch 8x larger would take less time per sample",
+                   evidence={"batch_factor": 8}, fix_toml="# no key", fix_torch="DataLoader(..., batch_size=512)",
+                   expected_speedup=speedup, formula="per sample", changes_training=True, unit="sample")
+
+
+def test_a_fix_that_changes_training_is_listed_apart_never_ranked(tmp_path):
+    facts = data_bound_facts()
+    findings = findings_for(facts) + [_batch_change(9.0)]  # larger than every neutral speedup
+    report = build_report(facts, findings)
+    assert "memory.headroom" not in [f["id"] for f in report["findings"]]
+    assert [f["id"] for f in report["training_changes"]] == ["memory.headroom"]
+    assert report["training_changes"][0]["unit"] == "sample"
+    paths = write_doctor_report(facts, findings, tmp_path)
+    md = paths["md"].read_text()
+    ranked, apart = md.split("## Would change what is trained")
+    assert "memory.headroom" not in ranked and "memory.headroom" in apart and "per sample" in apart
+    html = paths["html"].read_text()
+    assert html.index("Would change what is trained") < html.index('id="finding-memory.headroom"')
+    console = Console(width=80, record=True)
+    print_doctor_report(facts, findings, console, paths)
+    text = console.export_text()
+    top = text.split("top finding:")[1].split("\n")[0]
+    assert "memory.headroom" not in top and "per sample" in text

@@ -21,6 +21,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("torchboost.cli.doctor", "diagnose an unmodified training script"),
     "tune": ("torchboost.cli.tune", "measure techniques one by one on your script; write torchboost.toml"),
     "run": ("torchboost.cli.run", "run an unmodified script with torchboost.toml applied"),
+    "export": ("torchboost.cli.export", "print torchboost.toml as Lightning Trainer arguments or an accelerate config"),
 }
 
 

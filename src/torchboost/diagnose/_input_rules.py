@@ -7,6 +7,7 @@ parameters with their unit in the name. Registered in :data:`torchboost.diagnose
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from torchboost.diagnose._shared import per_step_ms, r, view
 from torchboost.diagnose.facts import Facts
@@ -272,8 +273,10 @@ def sync_host_device(facts: Facts, *, sync_per_step: float = 1.0) -> Finding | N
 
 def memory_headroom(facts: Facts, *, memory_used_pct: float = 50.0) -> Finding | None:
     """Peak memory is under ``memory_used_pct`` percent of the device (or RAM on a CPU run):
-    a micro-batch k times larger fits and spreads the per-step fixed cost (optimizer, Python)
-    over k times more samples."""
+    a micro-batch k times larger fits. Under gradient accumulation over K micro-batches the
+    neutral form keeps the global batch (micro-batch x k, accumulation K / k) and spreads
+    each micro-step's fixed cost; without accumulation a larger batch changes what is
+    trained, so the finding is marked so and its gain is per sample."""
     v = view(facts)
     if v.device == "cuda":
         peak, total, where = facts.peak_memory_bytes, facts.device_memory_total_bytes, "GPU memory"
@@ -286,35 +289,67 @@ def memory_headroom(facts: Facts, *, memory_used_pct: float = 50.0) -> Finding |
     k = 1
     while k < 8 and peak * k * 2 <= 0.8 * total:  # all memory scaled with the batch: conservative
         k *= 2
+    if k < 2:
+        return None
+    batch = facts.loader.batch_size if facts.loader else None
+    evidence = {"peak_memory_bytes": peak, "memory_total_bytes": total, "memory_used_pct": r(100 * peak / total, 1),
+                "batch_factor": k, "step_ms": r(v.step_ms), **({"batch_size": batch} if batch else {})}
+    title = f"Peak {where} is {100 * peak / total:.0f}% of {total / 2**30:.1f} GiB"
+    micro = int(facts.micro_steps_per_step or 1)
+    if micro >= 2:
+        return _headroom_neutral(v, facts, k, micro, batch, evidence, title)
+    return _headroom_batch(v, k, batch, evidence, title)
+
+
+def _headroom_neutral(v: Any, facts: Facts, k: int, micro: int, batch: int | None, evidence: dict,
+                      title: str) -> Finding | None:
+    while k > 1 and micro % k:
+        k //= 2
+    if k < 2:
+        return None
+    other = v.ms["other"]
+    new_ms = v.step_ms - other + other / k
+    speedup = v.step_ms / new_ms if new_ms > 0 else 1.0
+    if speedup <= 1.0:
+        return None
+    target = f"batch_size={batch * k}" if batch else f"each micro-batch {k}x larger"
+    toml = (f"[accumulation]\nsteps = {micro // k}  # and {target} in your DataLoader" if facts.uses_booster
+            else f"# no torchboost.toml key: set {target} and accumulate over {micro // k} micro-batches")
+    return Finding(
+        id="memory.headroom",
+        title=f"{title}; micro-batches {k}x larger over {micro // k} accumulation steps keep the global batch",
+        evidence={**evidence, "batch_factor": k, "micro_steps_per_step": micro, "other_ms_per_step": r(other)},
+        fix_toml=toml,
+        fix_torch=f"loader = DataLoader(dataset, {target}, ...)  # and step every {micro // k} micro-batches",
+        expected_speedup=speedup,
+        formula=f"T / (T - O + O / k) = {v.step_ms:.2f} / ({v.step_ms - other:.2f} + {other:.2f} / {k}) = "
+                f"{speedup:.3f}; O ms per step outside the phases, paid per micro-step, k = {k} "
+                f"(divides the {micro} micro-steps; peak x k <= 80% of total)",
+        notes=["The global batch and the optimisation are unchanged: the same samples per optimizer step."],
+    )
+
+
+def _headroom_batch(v: Any, k: int, batch: int | None, evidence: dict, title: str) -> Finding | None:
     fixed = v.ms["optimizer"] + v.ms["other"]
     new_per_sample = (v.step_ms - fixed) + fixed / k
     speedup = v.step_ms / new_per_sample if new_per_sample > 0 else 1.0
-    if k < 2 or speedup <= 1.0:
+    if speedup <= 1.0:
         return None
-    batch = facts.loader.batch_size if facts.loader else None
     target = f"batch_size={batch * k}" if batch else f"a batch size {k}x the current one"
     return Finding(
         id="memory.headroom",
-        title=f"Peak {where} is {100 * peak / total:.0f}% of {total / 2**30:.1f} GiB; "
-              f"room for a micro-batch {k}x larger",
-        evidence={
-            "peak_memory_bytes": peak,
-            "memory_total_bytes": total,
-            "memory_used_pct": r(100 * peak / total, 1),
-            "batch_factor": k,
-            "fixed_ms_per_step": r(fixed),
-            "step_ms": r(v.step_ms),
-            **({"batch_size": batch} if batch else {}),
-        },
-        fix_toml=f"# no torchboost.toml key for the batch size: set {target} in your DataLoader\n"
-                 f"# (with gradient accumulation, divide [accumulation] steps by {k} instead)",
+        title=f"{title}; a batch {k}x larger would take {speedup:.2f}x less time per sample",
+        evidence={**evidence, "fixed_ms_per_step": r(fixed)},
+        fix_toml=f"# no torchboost.toml key for the batch size: set {target} in your DataLoader",
         fix_torch=(f"loader = DataLoader(dataset, batch_size={batch * k}, ...)" if batch
                    else f"# build each batch {k}x larger where the script makes it"),
         expected_speedup=speedup,
-        formula=f"per-sample T / (T - F + F / k) = {v.step_ms:.2f} / ({v.step_ms - fixed:.2f} + "
+        formula=f"time per sample T / (T - F + F / k) = {v.step_ms:.2f} / ({v.step_ms - fixed:.2f} + "
                 f"{fixed:.2f} / {k}) = {speedup:.3f}; F fixed ms per step (optimizer + other), "
                 f"k = {k} (peak x k <= 80% of total, assuming all memory grows with the batch)",
-        notes=["A larger batch changes the optimisation: scale the learning rate and watch the loss, "
-               "or keep the global batch by dividing the accumulation steps.",
+        notes=["A larger batch changes the optimisation (fewer, larger steps): scale the learning rate "
+               "and check the loss curve; tune does not measure it.",
                "On a GPU, a small batch also leaves cores idle, so the real gain is often larger."],
+        changes_training=True,
+        unit="sample",
     )

@@ -164,10 +164,14 @@ class Facts:
     observer_errors: list[str] = field(default_factory=list)
     """Failures inside the observer itself (recorded, never raised into the script)."""
     profile_error: str | None = None
+    """Why the profiler window could not run, when it could not."""
     stopped_slow: bool = False
     """A tuning trial stopped early: its first steps were already far slower than the
     configuration it was measured against (see ``ObserveSpec.stop_slower_than_ms``)."""
-    """Why the profiler window could not run, when it could not."""
+    micro_steps_per_step: float | None = None
+    """Median backward passes per optimizer step (a closure's evaluations count as one):
+    K under gradient accumulation over K micro-batches; None when steps are counted by
+    backward."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able nested dicts."""

@@ -12,6 +12,7 @@ Evidence = dict[str, Union[float, int, str]]
 """The numbers (and a few words) a finding rests on, keyed by name with units in the name."""
 
 SEVERITIES = ("high", "medium", "low")
+UNITS = ("step", "sample")
 
 
 def severity_for(expected_speedup: float) -> str:
@@ -49,10 +50,18 @@ class Finding:
     """"high" | "medium" | "low"; derived from ``expected_speedup`` when left empty."""
     notes: list[str] = field(default_factory=list)
     """Caveats: assumptions, costs, what to check after applying the fix."""
+    changes_training: bool = False
+    """The fix changes what is trained (batch size, learning rate...), not only how fast:
+    such findings are listed apart from the neutral speedups, never ranked with them."""
+    unit: str = "step"
+    """What ``expected_speedup`` is a ratio of: "step" (time per optimizer step, the same
+    samples per step) or "sample" (time per training sample, when the step's size changes)."""
 
     def __post_init__(self) -> None:
         if not self.severity:
             self.severity = severity_for(self.expected_speedup)
+        if self.unit not in UNITS:
+            raise ValueError(f"Finding.unit: expected one of {', '.join(UNITS)}; got {self.unit!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"Finding.severity: expected one of {', '.join(SEVERITIES)}; got {self.severity!r}")
 

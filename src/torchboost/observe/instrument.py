@@ -14,7 +14,10 @@ What is touched, and why each is the least invasive way to see that phase:
   root modules seen (the model, a loss module); not when ``torch.compile`` has run,
   since changing hooks would invalidate its guards and recompile;
 * global optimizer step pre/post hooks (public API) - optimizer time and step
-  boundaries.
+  boundaries. A closure passed to ``step`` (Lightning always passes one; LBFGS needs
+  one) is wrapped by the pre-hook so its time is taken out of the optimizer's: the
+  forward and backward inside it count as forward and backward, the rest of it as
+  other.
 
 Hooks only read ``time.perf_counter`` and add to the recorder; they never synchronise
 the device. Inside code being compiled by ``torch.compile`` they do nothing, so they do
@@ -67,6 +70,7 @@ class Instrumentation:
         self._bwd_depth = 0
         self._opt_depth = 0
         self._opt_t0 = 0.0
+        self._closure_ms = 0.0  # time inside the closure of the optimizer step in flight
         # is_built, not is_available: the latter initialises CUDA before the script could
         # set CUDA_VISIBLE_DEVICES.
         self._autocast_devices = ("cpu", "cuda") if torch.backends.cuda.is_built() else ("cpu",)
@@ -201,13 +205,34 @@ class Instrumentation:
             self._fwd_depth = 0
             self.recorder.phase_end(FORWARD, (self._clock() - self._fwd_t0) * 1000.0)
 
-    def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self._opt_depth:
             self._opt_depth += 1
-            return
+            return None
         self._opt_depth = 1
+        self._closure_ms = 0.0
         self.recorder.optimizer_begin(optimizer)
         self._opt_t0 = self._clock()
+        if len(args) > 1 and callable(args[1]):  # args[0] is the optimizer itself
+            return (args[0], self._timed_closure(args[1]), *args[2:]), kwargs
+        if callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": self._timed_closure(kwargs["closure"])}
+        return None
+
+    def _timed_closure(self, closure: Callable[[], Any]) -> Callable[[], Any]:
+        # Runs the closure as given, and notes how long it took: that time is the
+        # forward, backward and whatever else the closure does, not the optimizer's.
+        @functools.wraps(closure)
+        def timed() -> Any:
+            self.recorder.closure_begin()
+            start = self._clock()
+            try:
+                return closure()
+            finally:
+                self._closure_ms += (self._clock() - start) * 1000.0
+                self.recorder.closure_end()
+
+        return timed
 
     def _optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         depth = self._opt_depth
@@ -215,7 +240,8 @@ class Instrumentation:
             self._opt_depth = depth - 1
         elif depth == 1:
             self._opt_depth = 0
-            self.recorder.phase_end(OPTIMIZER, (self._clock() - self._opt_t0) * 1000.0)
+            elapsed = (self._clock() - self._opt_t0) * 1000.0
+            self.recorder.phase_end(OPTIMIZER, max(0.0, elapsed - self._closure_ms))
             self.recorder.optimizer_done(optimizer)  # may end the run with StopObserving
 
 

@@ -14,7 +14,6 @@ per-step numbers; no other sync is added).
 from __future__ import annotations
 
 import json
-import os
 import time
 import weakref
 from typing import Any, Callable
@@ -28,6 +27,7 @@ from torchboost.diagnose.facts import Facts, LoaderFacts, ModelFacts, OptimizerF
 from torchboost.observe import describe
 from torchboost.observe.cuda_phases import CudaPhases
 from torchboost.observe.profile import ProfileWindow
+from torchboost.observe.progress_file import ProgressFile
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "SLOW_CHECK_STEPS"]
@@ -77,6 +77,9 @@ class StepRecorder:
         self._scaler: Any = None
         self._settings: dict[str, Any] = {}
         self._cuda: CudaPhases | None = None
+        self._micro = 0  # backward passes (a closure counts once) in the current step
+        self._in_closure = False
+        self._micro_counts: list[int] = []
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
         self._last_progress = float("-inf")
         self.ended = "finished"
@@ -84,7 +87,7 @@ class StepRecorder:
         """Failures inside the observer itself; recorded, never raised into the script."""
         self._bf16_speedup: float | None = None
         self._probe_started_cuda = False
-        self._progress: _ProgressFile | None = None
+        self._progress: ProgressFile | None = None
         self.warmup_ms: list[float] = []
         """Total milliseconds of each warm-up step."""
         self._warmup_losses: list[torch.Tensor] = []
@@ -132,6 +135,19 @@ class StepRecorder:
         if self._cuda is not None:
             self._cuda.end(phase)
 
+    def closure_begin(self) -> None:
+        """The closure given to ``optimizer.step`` starts (its time is not the optimizer's)."""
+        if not self._in_closure:
+            self._in_closure = True
+            self._micro += 1  # an optimizer re-running its closure still steps on one batch
+        if self._cuda is not None:
+            self._cuda.carve_begin()
+
+    def closure_end(self) -> None:
+        """The closure given to ``optimizer.step`` returned."""
+        if self._cuda is not None:
+            self._cuda.carve_end()
+
     def backward_tensor(self, tensor: Any) -> None:
         """``backward`` was called on ``tensor``; a scalar is taken as the loss."""
         if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
@@ -141,6 +157,8 @@ class StepRecorder:
 
     def backward_done(self) -> None:
         """An outermost backward finished: a step boundary when no optimizer steps."""
+        if not self._in_closure:
+            self._micro += 1
         if self._primary is None:
             self.boundary()
 
@@ -177,6 +195,7 @@ class StepRecorder:
             self.steps.append(StepRecord(index, (now - self._step_start) * 1000.0, data, forward, backward, opt))
             if self._pending_loss is not None:
                 self._losses.append(self._pending_loss)
+            self._micro_counts.append(self._micro)
             self._stop_if_slow()
         elif index < spec.warmup and not self._discard_next:
             # Warm-up is kept apart: its extra time is the first-call (compile) cost, and
@@ -186,6 +205,7 @@ class StepRecorder:
                 self._warmup_losses.append(self._pending_loss)
         self._discard_next = False
         self._pending_loss = None
+        self._micro, self._in_closure = 0, False
         self.acc[:] = (0.0, 0.0, 0.0, 0.0)
         if self._boundaries == max(spec.warmup, 1):
             self._guarded(self._snapshot_settings)
@@ -200,7 +220,7 @@ class StepRecorder:
         if not spec.full and self._boundaries >= profiled_end:
             self.ended = "stopped"
             raise StopObserving
-        self._cuda = CudaPhases() if self._uses_cuda() else None
+        self._cuda = CudaPhases(OPTIMIZER) if self._uses_cuda() else None
         self._step_start = self.clock()  # our bookkeeping above is not part of the next step
 
     def _stop_if_slow(self) -> None:
@@ -249,7 +269,15 @@ class StepRecorder:
             observer_errors=list(self.errors),
             profile_error=self.profile.error,
             stopped_slow=self.stopped_slow,
+            micro_steps_per_step=self._micro_median(),
         )
+
+    def _micro_median(self) -> float | None:
+        counts = sorted(self._micro_counts)
+        if self.step_source != "optimizer" or not counts:
+            return None
+        middle = len(counts) // 2
+        return float(counts[middle]) if len(counts) % 2 else (counts[middle - 1] + counts[middle]) / 2
 
     def write_facts(self, exit_code: int | None = None) -> Facts:
         """Rewrite facts.json atomically; returns what was written.
@@ -300,6 +328,7 @@ class StepRecorder:
                                          active=self.spec.profile_active)
             self._boundaries = 0
             self.steps.clear()
+            self._micro_counts.clear()
             self._losses.clear()
             self.warmup_ms[:] = [first_ms] if first_ms > 0 else []
             self._warmup_losses.clear()
@@ -347,34 +376,10 @@ class StepRecorder:
             else:
                 stage, step, of = "running", done - self.spec.warmup, None
             if self._progress is None:
-                self._progress = _ProgressFile(self.spec.progress_path)
+                self._progress = ProgressFile(self.spec.progress_path)
             self._progress.write({"stage": stage, "step": step, "of": of})
             self._last_progress = now
         if self.steps and not self.profile.running and (
             done == recorded_end or now - self._last_flush >= self.spec.flush_interval_s
         ):
             self.write_facts()
-
-
-class _ProgressFile:
-    """The progress line, rewritten in place with one ``pwrite``: microseconds, no fsync.
-
-    Advisory data for the parent's display: a reader that catches a half-written line
-    skips it. Padded to a fixed width so a shorter line leaves no tail of the last one.
-    """
-
-    _WIDTH = 96
-
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-
-    def write(self, data: dict[str, Any]) -> None:
-        line = json.dumps(data).ljust(self._WIDTH).encode()
-        if hasattr(os, "pwrite"):
-            os.pwrite(self._fd, line, 0)
-        else:  # Windows
-            os.lseek(self._fd, 0, os.SEEK_SET)
-            os.write(self._fd, line)
-
-    def close(self) -> None:
-        os.close(self._fd)

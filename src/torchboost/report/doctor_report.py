@@ -15,9 +15,15 @@
     phase_ms           {data, forward, backward, optimizer, other: float}   mean per step
     samples_per_s      float | null   null when the batch size is unknown
     findings           [ {id, title, severity ("high"|"medium"|"low"),
-                          evidence {name: number | str}, fix {toml: str, torch: str},
-                          expected_speedup: float, formula: str, notes: [str]} ]
-                       ranked by expected_speedup, largest first
+                          evidence {name: number | str},
+                          fix {toml: str, torch: str, lightning?: str, accelerate?: str},
+                          expected_speedup: float, unit ("step"|"sample"),
+                          changes_training: false, formula: str, notes: [str]} ]
+                       the numerically neutral speedups, ranked by expected_speedup,
+                       largest first (per step: the same samples per step)
+    training_changes   [ the same fields, changes_training: true ]   fixes that change
+                       what is trained (a larger batch): listed apart, never ranked with
+                       the findings; their figure is per sample (unit "sample")
     notes              [str]   how the run ended and what that means for the figures
     trace              str | null   profiler trace file, relative to the report folder
     facts              object  torchboost.diagnose.facts.Facts.to_dict(): everything observed
@@ -34,14 +40,15 @@ from typing import Any
 
 from rich.console import Console
 
-from torchboost._io import atomic_write_bytes
 from torchboost import __version__
+from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
 from torchboost.report.markdown import render_markdown
 from torchboost.report.terminal import print_report
 from torchboost.diagnose.facts import Facts
 from torchboost.diagnose.finding import Finding
 from torchboost.diagnose.summary import Summary, summarize
+from torchboost.frameworks import fix_spellings
 
 __all__ = ["SCHEMA_VERSION", "build_report", "run_notes", "write_doctor_report", "print_doctor_report"]
 
@@ -107,8 +114,10 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
         "title": finding.title,
         "severity": finding.severity,
         "evidence": dict(finding.evidence),
-        "fix": {"toml": finding.fix_toml, "torch": finding.fix_torch},
+        "fix": {"toml": finding.fix_toml, "torch": finding.fix_torch, **fix_spellings(finding.fix_toml)},
         "expected_speedup": finding.expected_speedup,
+        "unit": finding.unit,
+        "changes_training": finding.changes_training,
         "formula": finding.formula,
         "notes": list(finding.notes),
     }
@@ -129,7 +138,8 @@ def build_report(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
         "breakdown_pct": dict(summary.breakdown_pct),
         "phase_ms": dict(summary.phase_ms),
         "samples_per_s": summary.samples_per_s,
-        "findings": [_finding_entry(f) for f in findings],
+        "findings": [_finding_entry(f) for f in findings if not f.changes_training],
+        "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
         "notes": run_notes(facts, summary, findings),
         "trace": facts.profile.trace_path if facts.profile else None,
         "facts": facts.to_dict(),

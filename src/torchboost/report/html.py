@@ -38,6 +38,11 @@ def load_template(name: str):
     return env.get_template(name)
 
 
+def _finding(f: dict[str, Any]) -> dict[str, Any]:
+    return {**f, "speedup": fmt.speedup(f["expected_speedup"]),
+            "evidence_rows": [(k, fmt.evidence_value(k, v)) for k, v in f["evidence"].items()]}
+
+
 def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
     """The HTML page for ``report`` (a build_report document); ``steps`` feed the timeline plot."""
     env_facts = report["facts"].get("env", {})
@@ -50,11 +55,8 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
              "ms": report["phase_ms"][p], "pct": report["breakdown_pct"][p]}
             for p in PHASES
         ],
-        findings=[
-            {**f, "speedup": fmt.speedup(f["expected_speedup"]),
-             "evidence_rows": [(k, fmt.evidence_value(k, v)) for k, v in f["evidence"].items()]}
-            for f in report["findings"]
-        ],
+        findings=[_finding(f) for f in report["findings"]],
+        training_changes=[_finding(f) for f in report.get("training_changes", [])],
         environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
         breakdown_src=data_uri(breakdown_png(report["breakdown_pct"])),
         timeline_src=data_uri(timeline_png(list(steps))),

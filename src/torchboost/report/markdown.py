@@ -26,7 +26,8 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
     lines = [
         f"### {rank}. `{f['id']}`: {_cell(f['title'])}",
         "",
-        f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** ({f['severity']}).",
+        f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** per {f.get('unit', 'step')} "
+        f"({f['severity']}).",
         "",
         "| evidence | value |",
         "|---|---:|",
@@ -40,6 +41,8 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
         "",
         _fence(f["fix"]["torch"], "python"),
         "",
+        *(f"In {name.capitalize()}: `{_cell(f['fix'][name])}`\n" for name in ("lightning", "accelerate")
+          if f["fix"].get(name)),
         f"How the speedup was estimated: {_cell(f['formula'])}",
         "",
     ]
@@ -73,6 +76,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += _finding(i, f)
     else:
         lines += ["No finding.", ""]
+    if report.get("training_changes"):
+        lines += ["## Would change what is trained", "",
+                  "Not ranked with the speedups above: these change the optimisation, and their figure "
+                  "is per sample, not per step. tune does not try them.", ""]
+        for i, f in enumerate(report["training_changes"], 1):
+            lines += _finding(i, f)
     lines += ["## Notes", ""]
     lines += [f"- {_cell(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

@@ -48,12 +48,28 @@ def _findings_table(findings: list[dict[str, Any]]) -> Table:
     return table
 
 
+_CHANGES_TITLE = "Would change what is trained (not ranked with the speedups above)"
+
+
+def _changes_table(findings: list[dict[str, Any]]) -> Table:
+    table = Table(title=_CHANGES_TITLE, title_justify="left")
+    table.add_column("id", style="bold")
+    table.add_column("finding")
+    table.add_column("per sample", justify="right")
+    for f in findings:
+        table.add_row(Text(f["id"]), Text(f["title"]), fmt.speedup(f["expected_speedup"]))
+    return table
+
+
 def _top_panel(f: dict[str, Any]) -> Panel:
     body = Table.grid(padding=(0, 1))
     body.add_row(Text("evidence:", style="bold"),
                  Text(", ".join(f"{k}={fmt.evidence_value(k, v)}" for k, v in f["evidence"].items())))
     body.add_row(Text("toml:", style="bold"), Syntax(f["fix"]["toml"], "toml", theme="ansi_dark", word_wrap=True))
     body.add_row(Text("PyTorch:", style="bold"), Syntax(f["fix"]["torch"], "python", theme="ansi_dark", word_wrap=True))
+    for framework in ("lightning", "accelerate"):
+        if f["fix"].get(framework):
+            body.add_row(Text(f"{framework}:", style="bold"), Text(f["fix"][framework]))
     body.add_row(Text("estimate:", style="bold"), Text(f["formula"]))
     for note in f["notes"]:
         body.add_row(Text("note:", style="bold"), Text(note))
@@ -73,6 +89,8 @@ def print_report(report: dict[str, Any], console: Console, paths: dict[str, Path
         console.print(Text("Every finding's fix and evidence are in the report files below.", style="dim"))
     else:
         console.print(Text("No finding."))
+    if report.get("training_changes"):
+        console.print(_changes_table(report["training_changes"]))
     for note in report["notes"]:
         console.print(Text(f"• {note}"))
     for kind, path in paths.items():

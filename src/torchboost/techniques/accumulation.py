@@ -330,6 +330,19 @@ class Accumulator:
         self.reset()
         return stepped
 
+    def step_closure(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any],
+                     step_fn: Callable[[torch.optim.Optimizer, Callable[[], Any]], Any]) -> Any:
+        """``step_fn(optimizer, closure)`` in windows of one; refused under accumulation."""
+        if self.steps > 1:
+            raise NotImplementedError(
+                f"accumulation.steps = {self.steps} cannot step with a closure: the optimizer "
+                "re-runs the closure on one batch. Set [accumulation] steps = 1, or call "
+                "loss = closure() yourself in each micro-step and then optimizer.step()"
+            )
+        loss = step_fn(optimizer, closure)
+        self.reset()
+        return loss
+
     def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
         """Clear gradients, except mid-window, where they are still being accumulated."""
         if self._accumulated and not self._ready:
@@ -372,7 +385,7 @@ def _apply(prep: Preparation) -> None:
 
 def _spell(section: AccumulationConfig) -> FrameworkSpelling:
     return FrameworkSpelling(lightning={"accumulate_grad_batches": section.steps},
-                             accelerate={"gradient_accumulation_steps": section.steps})
+                             accelerator={"gradient_accumulation_steps": section.steps})
 
 
 TECHNIQUE = Technique(

@@ -273,7 +273,8 @@ def _apply(prep: Preparation) -> None:
     prep.optimizer = inner
     prep.accumulator.optimizer = inner
     step = functools.partial(prep.accumulator.step, step_fn=prep.precision.step)
-    prep.prepared_optimizer = BoostedOptimizer(inner, step, prep.accumulator.zero_grad)
+    closure_step = functools.partial(prep.accumulator.step_closure, step_fn=prep.precision.step_closure)
+    prep.prepared_optimizer = BoostedOptimizer(inner, step, prep.accumulator.zero_grad, closure_step)
 
 
 def _nocode_first_step(values: dict[str, Any], optimizer: torch.optim.Optimizer, notes: list[str]) -> None:

@@ -14,7 +14,7 @@ Which mode ``"auto"`` picks is :mod:`torchboost.techniques.precision`'s to say.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -60,6 +60,10 @@ class Precision:
         """Step the optimizer. Returns False when the step was skipped (fp16 overflow)."""
         optimizer.step()
         return True
+
+    def step_closure(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
+        """``optimizer.step(closure)``, returning the closure's loss."""
+        return optimizer.step(closure)
 
     def state_dict(self) -> dict:
         """What a checkpoint must keep to resume this mode: the scaler for fp16, else {}."""
@@ -127,6 +131,16 @@ class Fp16Precision(AutocastPrecision):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backward of ``loss * scale``, so small fp16 gradients do not flush to zero."""
         self.scaler.scale(loss).backward(**kwargs)
+
+    def step_closure(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
+        """Refused: a scaler must unscale between the closure's backward and the step,
+        which a closure re-run by the optimizer does not allow (torch's own
+        ``GradScaler.step`` refuses closures too)."""
+        raise NotImplementedError(
+            "precision fp16 cannot step with a closure: its GradScaler must unscale between "
+            "backward and step (torch.amp.GradScaler refuses closures too). Use precision = "
+            '"bf16", or call loss = closure() yourself and then optimizer.step()'
+        )
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divide the gradients by the scale (once per step) so clipping sees true norms."""

@@ -189,9 +189,11 @@ class FrameworkSpelling:
     lightning: dict[str, Any] = field(default_factory=dict)
     """``lightning.Trainer`` keyword arguments."""
     accelerate: dict[str, Any] = field(default_factory=dict)
-    """``accelerate`` config keys."""
+    """Keys of an ``accelerate`` config file (``accelerate launch --config_file``)."""
+    accelerator: dict[str, Any] = field(default_factory=dict)
+    """``accelerate.Accelerator(...)`` keyword arguments the config file has no key for."""
     code: tuple[str, ...] = ()
-    """Lines a user adds where neither has a flag."""
+    """Lines a user adds where neither framework has a flag."""
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,10 @@ def _headline_speedup(run: TuneRun) -> float:
 
 
 def _findings(findings: list[Any]) -> list[dict[str, Any]]:
-    ranked = sorted(findings, key=lambda f: -float(f.expected_speedup))
+    # Fixes that change what is trained (a larger batch) are not tune's business: it never
+    # measures them, so they are not listed beside the speedups it did measure.
+    ranked = sorted((f for f in findings if not getattr(f, "changes_training", False)),
+                    key=lambda f: -float(f.expected_speedup))
     return [{"id": f.id, "title": f.title, "severity": getattr(f, "severity", ""),
              "expected_speedup": f.expected_speedup} for f in ranked]
 

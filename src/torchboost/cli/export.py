@@ -1,0 +1,46 @@
+"""Print a torchboost.toml in a framework's own words: Lightning or Accelerate.
+
+``torchboost export --to lightning [--config torchboost.toml]`` prints the
+``lightning.Trainer(...)`` arguments (``precision="bf16-mixed"``,
+``accumulate_grad_batches=K``, ``benchmark=True``) and the lines to add for what the
+Trainer has no flag for (compile, threads, loader settings). ``--to accelerate`` prints
+an ``accelerate`` config file (``mixed_precision``, ``dynamo_config``) with the
+``Accelerator(gradient_accumulation_steps=K)`` and other lines it has no key for.
+Only what differs from plain PyTorch is printed; ``"auto"`` values are named, since
+torchboost decides them on the machine the script runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from torchboost.config import BoostConfig, ConfigError
+from torchboost.frameworks import FRAMEWORKS, accelerate_yaml, lightning_text, spell
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``torchboost export``."""
+    parser.add_argument("--to", required=True, choices=FRAMEWORKS, help="the framework to write for")
+    parser.add_argument("--config", default="torchboost.toml", help="configuration to export (default torchboost.toml)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``torchboost export``; prints to stdout, returns 0 (2 on bad input)."""
+    if args.command:
+        print("torchboost export: error: export takes no command after --; it reads --config", file=sys.stderr)
+        return 2
+    path = Path(args.config)
+    try:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file; write one with 'torchboost tune -- python train.py'")
+        config = BoostConfig.from_toml(path)
+    except ConfigError as exc:
+        print(f"torchboost export: error: {exc}", file=sys.stderr)
+        return 2
+    spelled = spell(config)
+    sys.stdout.write(lightning_text(spelled) if args.to == "lightning" else accelerate_yaml(spelled))
+    return 0

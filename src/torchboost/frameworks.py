@@ -1,0 +1,139 @@
+"""A torchboost configuration in a framework's own words: Lightning, Accelerate.
+
+Each technique says how its setting is spelled (``Technique.spell``); this module
+gathers those spellings for a whole configuration, or for one finding's fix, and
+writes them as ``lightning.Trainer(...)`` arguments or an ``accelerate`` config file,
+with the lines to add by hand where the framework has no flag. Only what differs from
+plain PyTorch is exported; ``"auto"`` values are decided by torchboost at run time from
+the hardware, so they are named, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from torchboost.config import AUTO, BoostConfig, ConfigError, Overlay
+from torchboost.techniques.registry import FrameworkSpelling, techniques
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_spellings", "lightning_text", "spell"]
+
+FRAMEWORKS = ("lightning", "accelerate")
+"""The frameworks ``torchboost export --to`` writes for."""
+
+
+@dataclass(frozen=True)
+class Spelled:
+    """A configuration's settings, gathered from every technique's spelling."""
+
+    words: FrameworkSpelling
+    """Every technique's flags merged: Trainer arguments, config-file keys, Accelerator()."""
+    lightning_code: tuple[str, ...] = ()
+    """Lines a Lightning user adds for what the Trainer has no flag for."""
+    accelerate_code: tuple[str, ...] = ()
+    """Lines an Accelerate user adds for what neither the file nor Accelerator() takes."""
+    at_run_time: tuple[str, ...] = ()
+    """Settings left ``"auto"``: torchboost decides them when the script runs."""
+
+
+def spell(config: BoostConfig | Overlay) -> Spelled:
+    """The settings of ``config`` that differ from plain PyTorch, in each framework's words."""
+    plain = BoostConfig.off()
+    changes = Overlay.between(plain, config) if isinstance(config, BoostConfig) else config
+    values = changes.to_dict()
+    decided = Overlay({k: v for k, v in values.items() if v != AUTO})
+    effective = decided.on(plain)
+    lightning: dict[str, Any] = {}
+    accelerate: dict[str, Any] = {}
+    accelerator: dict[str, Any] = {}
+    lightning_code: list[str] = []
+    accelerate_code: list[str] = []
+    for technique in techniques():
+        if technique.spell is None or technique.section is None or not decided.section(technique.section):
+            continue
+        words = technique.spell(getattr(effective, technique.section.section))
+        lightning.update({k: v for k, v in words.lightning.items() if v is not None})
+        accelerate.update({k: v for k, v in words.accelerate.items() if v is not None})
+        accelerator.update({k: v for k, v in words.accelerator.items() if v is not None})
+        lightning_code += [line for line in words.code if _needed(line, words.lightning)]
+        accelerate_code += [line for line in words.code if _needed(line, {**words.accelerate, **words.accelerator})]
+    at_run_time = tuple(k for k, v in values.items() if v == AUTO)
+    return Spelled(FrameworkSpelling(lightning, accelerate, accelerator), tuple(lightning_code), tuple(accelerate_code),
+                   at_run_time)
+
+
+def _needed(line: str, flags: dict[str, Any]) -> bool:
+    # A technique's code line is its plain-PyTorch form; a framework with a flag for the
+    # same setting needs it only when the flag does not cover it (tf32's matmul line).
+    return not flags or all(v is None for v in flags.values()) or "set_float32_matmul_precision" in line
+
+
+def lightning_text(spelled: Spelled) -> str:
+    """Python a Lightning user pastes: the ``Trainer(...)`` arguments, then the extra lines."""
+    lines = ["# torchboost.toml for Lightning: pass these to your Trainer", "trainer = lightning.Trainer("]
+    lines += [f"    {key}={value!r}," for key, value in spelled.words.lightning.items()]
+    lines += ["    # ... your other Trainer arguments", ")"]
+    if spelled.lightning_code:
+        lines += ["# The Trainer has no flag for these: add them to your script (before trainer.fit)"]
+        lines += list(spelled.lightning_code)
+    lines += _run_time_note(spelled)
+    return "\n".join(lines) + "\n"
+
+
+def accelerate_yaml(spelled: Spelled) -> str:
+    """An ``accelerate`` config file (``accelerate launch --config_file FILE train.py``)."""
+    keys = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO", "num_processes": 1,
+            **spelled.words.accelerate}
+    lines = ["# torchboost.toml for Accelerate: accelerate launch --config_file THIS_FILE train.py"]
+    for key, value in keys.items():
+        if isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines += [f"  {k}: {json.dumps(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{key}: {json.dumps(value)}")
+    extra = [f"accelerator = Accelerator({', '.join(f'{k}={v!r}' for k, v in spelled.words.accelerator.items())})"] \
+        if spelled.words.accelerator else []
+    extra += list(spelled.accelerate_code)
+    if extra:
+        lines.append("# The config file has no key for these: add them to your script")
+        lines += [f"#   {line}" for line in extra]
+    lines += _run_time_note(spelled)
+    return "\n".join(lines) + "\n"
+
+
+def _run_time_note(spelled: Spelled) -> list[str]:
+    if not spelled.at_run_time:
+        return []
+    text = (f'Not exported: {len(spelled.at_run_time)} settings are "auto", decided by torchboost on the '
+            f"machine that runs the script: {', '.join(spelled.at_run_time)}")
+    return textwrap.wrap(text, width=79, initial_indent="# ", subsequent_indent="#   ", break_on_hyphens=False)
+
+
+def fix_spellings(fix_toml: str) -> dict[str, str]:
+    """A finding's ``torchboost.toml`` fix in Lightning's and Accelerate's words, one line
+    each; empty when the fix has no key (a change in the script) or no framework spelling."""
+    try:
+        tables = tomllib.loads(fix_toml)
+        overlay = Overlay.from_dict({f"{section}.{key}": value for section, values in tables.items()
+                                     if isinstance(values, dict) for key, value in values.items()})
+    except (tomllib.TOMLDecodeError, ConfigError):
+        return {}
+    spelled = spell(overlay)
+    words: dict[str, str] = {}
+    lightning = [f"{k}={v!r}" for k, v in spelled.words.lightning.items()]
+    if lightning or spelled.lightning_code:
+        words["lightning"] = "; ".join(([f"Trainer({', '.join(lightning)})"] if lightning else [])
+                                       + list(spelled.lightning_code))
+    accelerate = [f"{k}: {json.dumps(v)}" for k, v in spelled.words.accelerate.items()]
+    accelerate += [f"Accelerator({k}={v!r})" for k, v in spelled.words.accelerator.items()]
+    if accelerate or spelled.accelerate_code:
+        words["accelerate"] = "; ".join(accelerate + list(spelled.accelerate_code))
+    return words
