@@ -47,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
         _explain_no_steps(observed, err)
         return observed.exit_code or 1
     findings = diagnose(facts)
-    paths = write_doctor_report(facts, findings, observed.out_dir)
+    paths = write_doctor_report(facts, findings, observed.out_dir, observed.ranks)
     if args.json:
         report = next((Path(p) for p in paths.values() if Path(p).name == "report.json"), None)
         sys.stdout.write(report.read_text(encoding="utf-8") if report else "{}\n")
     else:
-        print_doctor_report(facts, findings, Console(), paths)
+        print_doctor_report(facts, findings, Console(), paths, observed.ranks)
     return observed.exit_code
 
 

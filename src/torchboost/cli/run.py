@@ -13,15 +13,18 @@ for it the model and optimizer settings stand down here, so nothing is applied t
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
 from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
-from torchboost.observe.supervise import UsageError, parse_command
+from torchboost.observe.launch import Launch, UsageError, parse_launch
 
-__all__ = ["add_arguments", "run", "run_applied"]
+__all__ = ["add_arguments", "run", "run_applied", "run_job"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,22 +35,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost run``; returns the script's exit status."""
     try:
-        target = parse_command(args.command)
+        launch = parse_launch(args.command)
         if not Path(args.config).is_file():
             raise UsageError(f"{args.config}: no such file; write one with 'torchboost tune -- python train.py'")
         config = BoostConfig.from_toml(args.config)
     except (UsageError, ConfigError) as exc:
         print(f"torchboost run: error: {exc}", file=sys.stderr)
         return 2
+    if launch.distributed:
+        return run_job(launch, Path(args.config).resolve())
     settings, notes = settings_from_config(config)
-    for note in notes:
-        print(f"torchboost run: {note}", file=sys.stderr)
-    applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
-    print(f"torchboost run: applying {args.config}: {applied}", file=sys.stderr)
-    if Path(args.config).resolve() != Path(CONFIG_FILENAME).resolve():
-        print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
-              f"not {args.config}", file=sys.stderr)
-    return run_applied(settings, target)
+    if os.environ.get("RANK", "0") in ("", "0"):  # under torchrun, rank 0 speaks for the job
+        for note in notes:
+            print(f"torchboost run: {note}", file=sys.stderr)
+        applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
+        print(f"torchboost run: applying {args.config}: {applied}", file=sys.stderr)
+        if Path(args.config).resolve() != Path(CONFIG_FILENAME).resolve():
+            print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
+                  f"not {args.config}", file=sys.stderr)
+    return run_applied(settings, launch.target)
+
+
+def run_job(launch: Launch, config: Path) -> int:
+    """A torchrun job: torchrun starts every rank, and each runs ``torchboost run`` on the
+    script in its own process, so the settings apply on every rank. Returns torchrun's
+    exit status; a signal to this process is passed on to torchrun, which ends the ranks."""
+    proc = subprocess.Popen(launch.argv("torchboost.cli", "run", "--config", str(config)))
+    forwarded = {sig: signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
 
 
 def run_applied(settings: Overlay, target: list[str]) -> int:

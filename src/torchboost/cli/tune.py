@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
-from torchboost.observe.supervise import UsageError, parse_command
+from torchboost.observe.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost tune``."""
     console = Console(stderr=True)
     try:
-        parse_command(args.command)
+        parse_launch(args.command)
         options = options_from_args(args, config=args.config)
         user_config(options.config_path)  # a bad file is said now, not after the search
     except (UsageError, ConfigError) as exc:

@@ -110,6 +110,10 @@ class ProfileFacts:
     sync_ops: dict[str, int] = field(default_factory=dict)
     trace_path: str | None = None
     """Chrome-trace JSON file, relative to the report folder."""
+    collective_ms_per_step: float = 0.0
+    """Time collectives (all-reduce, broadcast, all-gather...) ran per step, overlaps counted once."""
+    collective_overlap_pct: float | None = None
+    """Share of that time during which the training thread was computing (None: no collective)."""
 
 
 @dataclass
@@ -168,6 +172,10 @@ class Facts:
     stopped_slow: bool = False
     """A tuning trial stopped early: its first steps were already far slower than the
     configuration it was measured against (see ``ObserveSpec.stop_slower_than_ms``)."""
+    rank: int = 0
+    """This process's rank under torchrun (RANK), 0 alone."""
+    world_size: int = 1
+    """Processes in the job (WORLD_SIZE), 1 alone."""
     micro_steps_per_step: float | None = None
     """Median backward passes per optimizer step (a closure's evaluations count as one):
     K under gradient accumulation over K micro-batches; None when steps are counted by

@@ -36,7 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(argv) < 3 or argv[1] != "--" or (argv[2] == "-m" and len(argv) < 4):
         print(_USAGE, file=sys.stderr)
         return 2
-    spec = ObserveSpec.read(argv[0])
+    # Under torchrun every rank runs this; each writes its own files (RANK is torchrun's).
+    spec = ObserveSpec.read(argv[0]).for_rank(int(os.environ.get("RANK", "0") or 0))
     recorder = StepRecorder(spec)
     # A tuning trial's settings: what only a Booster can apply (fp16, channels_last) is
     # left to the Booster, which reads the same hand-over; the rest is applied from outside.

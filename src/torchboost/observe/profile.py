@@ -7,15 +7,17 @@ small. Its results are plain :class:`~torchboost.diagnose.facts.ProfileFacts`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from torchboost._intervals import covered, overlap
 from torchboost.diagnose.facts import ProfileFacts
 
-__all__ = ["ProfileWindow", "SYNC_OPS", "summarize_events"]
+__all__ = ["ProfileWindow", "SYNC_OPS", "collective_time", "summarize_events"]
 
 SYNC_OPS = (
     "aten::_local_scalar_dense",
@@ -27,6 +29,9 @@ SYNC_OPS = (
 """Events that mean the host waited for the device (``aten::item`` calls
 ``_local_scalar_dense``, so only the latter and the CUDA runtime calls are summed)."""
 _COUNTED_SYNCS = tuple(name for name in SYNC_OPS if name != "aten::item")
+_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|nccl(Dev)?Kernel", re.IGNORECASE)
+"""The collective's own work (gloo's worker threads, NCCL's kernels); the training thread's
+``c10d::allreduce_`` only enqueues it."""
 _TOP_OPS = 20
 
 
@@ -106,6 +111,22 @@ class ProfileWindow:
         prof.export_chrome_trace(str(self.trace_path))
         self.facts = summarize_events(prof.key_averages(), steps=self.active)
         self.facts.trace_path = self.trace_path.name
+        spans = [(e.name, e.thread, e.time_range.start, e.time_range.end) for e in prof.events()]
+        self.facts.collective_ms_per_step, self.facts.collective_overlap_pct = collective_time(spans, self.active)
+
+
+def collective_time(spans: list[tuple[str, int, float, float]], steps: int) -> tuple[float, float | None]:
+    """(collective ms per step, % of it overlapped by compute on the training thread) from
+    ``(name, thread, start_us, end_us)`` events; the training thread is the one that
+    marks the profiler's steps."""
+    collectives = [(s, e) for name, _, s, e in spans if _COLLECTIVE.search(name)]
+    if not collectives or steps <= 0:
+        return 0.0, None
+    main = {thread for name, thread, _, _ in spans if name.startswith("ProfilerStep")}
+    compute = [(s, e) for name, thread, s, e in spans
+               if thread in main and name.startswith("aten::") and not _COLLECTIVE.search(name)]
+    total = covered(collectives)
+    return total / 1000.0 / steps, 100.0 * overlap(collectives, compute) / total if total else None
 
 
 def summarize_events(averages: Any, *, steps: int) -> ProfileFacts:

@@ -14,6 +14,7 @@ per-step numbers; no other sync is added).
 from __future__ import annotations
 
 import json
+import os
 import time
 import weakref
 from typing import Any, Callable
@@ -270,6 +271,8 @@ class StepRecorder:
             profile_error=self.profile.error,
             stopped_slow=self.stopped_slow,
             micro_steps_per_step=self._micro_median(),
+            rank=self.spec.rank,
+            world_size=int(os.environ.get("WORLD_SIZE", "1") or 1),
         )
 
     def _micro_median(self) -> float | None:

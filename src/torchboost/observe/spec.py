@@ -14,12 +14,20 @@ from typing import Any
 
 from torchboost._io import atomic_write_bytes
 
-__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE"]
+__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "rank_file"]
 
 FACTS_FILE = "facts.json"
 """Name of the facts file inside the output folder."""
 TRACE_FILE = "trace.json"
 """Name of the Chrome-trace file inside the output folder."""
+
+
+def rank_file(name: str, rank: int) -> str:
+    """``facts.json`` for rank 0, ``facts.rank1.json`` for rank 1, ..."""
+    if rank == 0:
+        return name
+    stem, _, suffix = name.rpartition(".")
+    return f"{stem}.rank{rank}.{suffix}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,9 @@ class ObserveSpec:
     stop_slower_than_ms: float | None = None
     """A tuning trial's bound: once ``SLOW_CHECK_STEPS`` steps are recorded, a mean step time
     above this stops the script (a candidate already far slower than the incumbent)."""
+    rank: int = 0
+    """The process's rank in a torchrun job: rank 0 writes facts.json and trace.json,
+    rank R ``facts.rankR.json`` and ``trace.rankR.json``; only rank 0 writes progress."""
     command: list[str] = field(default_factory=list)
     """The user's command, as typed, for the facts. (A tuning trial's settings are not
     here: they reach the child once, through :mod:`torchboost.handover`.)"""
@@ -64,15 +75,21 @@ class ObserveSpec:
         if self.profile_active < 0 or self.profile_warmup < 0:
             raise ValueError("profile_warmup and profile_active must be 0 or more")
 
+    def for_rank(self, rank: int) -> "ObserveSpec":
+        """This spec for rank ``rank`` of a torchrun job (itself for rank 0)."""
+        if rank == 0:
+            return self
+        return dataclasses.replace(self, rank=rank, progress_path=None)
+
     @property
     def facts_path(self) -> Path:
-        """Where the child writes facts.json."""
-        return Path(self.out_dir) / FACTS_FILE
+        """Where the child writes facts.json (``facts.rankR.json`` for rank R > 0)."""
+        return Path(self.out_dir) / rank_file(FACTS_FILE, self.rank)
 
     @property
     def trace_path(self) -> Path:
-        """Where the child writes the Chrome trace."""
-        return Path(self.out_dir) / TRACE_FILE
+        """Where the child writes the Chrome trace (``trace.rankR.json`` for rank R > 0)."""
+        return Path(self.out_dir) / rank_file(TRACE_FILE, self.rank)
 
     @property
     def profile_steps(self) -> int:

@@ -12,30 +12,26 @@ import codecs
 import collections
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
 from torchboost.diagnose.facts import Facts
-from torchboost.observe.spec import ObserveSpec
+from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
+from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 
-__all__ = ["ObservedRun", "Progress", "UsageError", "parse_command", "run_observed"]
+__all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
+           "run_observed"]
 
-_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 _TAIL_CHARS = 8000
-
-
-class UsageError(ValueError):
-    """The doctor was asked something it cannot run; the message says what to type instead."""
 
 
 @dataclass(frozen=True)
@@ -60,38 +56,16 @@ class ObservedRun:
     out_dir: Path
     """Folder holding facts.json (and trace.json when a profile was taken)."""
     steps_seen: int = 0
+    """Training steps the child saw, warm-up included (0: it never trained)."""
     timed_out: bool = False
     """The child was killed after the run's ``timeout_s``."""
-    """Training steps the child saw, warm-up included (0: it never trained)."""
+    ranks: list[Facts] = field(default_factory=list)
+    """Every rank's facts, by rank, under torchrun (``facts`` is the slowest rank's);
+    rank 0's alone for one process."""
 
 
 _DRAIN_S = 0.25
 """Seconds to let the relays copy what an exited child left in its pipes."""
-
-
-def parse_command(command: Sequence[str]) -> list[str]:
-    """The bootstrap target for a user's command: ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``.
-
-    Accepts ``python train.py ARGS``, ``train.py ARGS`` and ``python -m pkg.mod ARGS``;
-    raises :class:`UsageError` otherwise.
-    """
-    words = list(command)
-    if not words:
-        raise UsageError("no command to observe; put it after '--', e.g. torchboost doctor -- python train.py")
-    first = words[0]
-    if _PYTHON.match(os.path.basename(first)) or first == sys.executable:
-        words = words[1:]
-    if not words:
-        raise UsageError("no script after 'python'; e.g. torchboost doctor -- python train.py")
-    if words[0] == "-m":
-        if len(words) < 2:
-            raise UsageError("no module after 'python -m'; e.g. torchboost doctor -- python -m pkg.train")
-        return words
-    if words[0].startswith("-"):
-        raise UsageError(f"python option {words[0]!r} is not supported; run 'python SCRIPT' or 'python -m MODULE'")
-    if not Path(words[0]).is_file():
-        raise UsageError(f"script not found: {words[0]} (check the path, relative to {os.getcwd()})")
-    return words
 
 
 def run_observed(
@@ -127,7 +101,7 @@ def run_observed(
         raise UsageError(f"--steps must be at least 1, got {steps}")
     if warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    target = parse_command(command)
+    launch = parse_launch(command)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
@@ -136,7 +110,7 @@ def run_observed(
                            stop_slower_than_ms=stop_slower_than_ms,
                            progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
-        argv = [sys.executable, "-u", "-m", "torchboost.observe.bootstrap", str(spec_path), "--", *target]
+        argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
         proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo, timed=timeout_s is not None)
         tail: collections.deque[str] = collections.deque()
         relays = _start_relays(proc, tail, echo=echo, stdout=stdout)
@@ -151,8 +125,8 @@ def run_observed(
 
 def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     """Clear an old run's files from ``out``, write the child's spec; returns its path."""
-    for stale in (out / "facts.json", spec.trace_path):
-        stale.unlink(missing_ok=True)  # an old run's files must not pass for this one's
+    for stale in (out / "facts.json", spec.trace_path, *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json")):
+        stale.unlink(missing_ok=True)  # an old run's files (any rank's) must not pass for this one's
     spec_path = tmp_dir / "spec.json"
     spec.write(spec_path)
     return spec_path
@@ -211,14 +185,37 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
     """The run's result from the facts the exited child left in ``out``."""
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
+    ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)
     return ObservedRun(
-        facts=Facts.from_dict(raw) if raw is not None else None,
+        facts=job_facts(ranks) if ranks else None,
+        ranks=ranks,
         exit_code=proc.returncode,
         stderr_tail="".join(tail)[-_TAIL_CHARS:],
         out_dir=out,
         steps_seen=int(raw.get("steps_seen", 0)) if raw is not None else 0,
         timed_out=timed_out,
     )
+
+
+def _rank_facts(out: Path, rank0: Facts | None) -> list[Facts]:
+    """Every rank's facts, by rank: rank 0's alone for one process."""
+    if rank0 is None:
+        return []
+    ranks = [rank0]
+    for rank in range(1, rank0.world_size):
+        path = out / rank_file("facts.json", rank)
+        if path.is_file():
+            ranks.append(Facts.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+    return ranks
+
+
+def job_facts(ranks: list[Facts]) -> Facts:
+    """The facts that speak for a job: its slowest rank's (every rank waits for it at each
+    all-reduce, so its step is the job's step); rank 0's on a tie or alone."""
+    def mean_step(facts: Facts) -> float:
+        return sum(s.total_ms for s in facts.steps) / len(facts.steps) if facts.steps else 0.0
+
+    return max(ranks, key=lambda f: (mean_step(f), -f.rank))
 
 
 def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,

@@ -53,4 +53,6 @@ def headline(report: dict[str, Any]) -> str:
              f"median step {ms(st['median'])}", f"p90 {ms(st['p90'])}"]
     if report.get("samples_per_s"):
         parts.append(f"{report['samples_per_s']:.1f} samples/s")
+    if report.get("job"):
+        parts.append(f"rank {report['job']['slowest_rank']} of {report['job']['world_size']} (slowest)")
     return " · ".join(parts)

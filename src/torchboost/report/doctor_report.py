@@ -25,6 +25,11 @@
                        what is trained (a larger batch): listed apart, never ranked with
                        the findings; their figure is per sample (unit "sample")
     notes              [str]   how the run ended and what that means for the figures
+    job                null | {world_size, ranks_observed, slowest_rank, spread_pct,
+                               collective_ms_per_step, collective_overlap_pct}
+                       a torchrun job: every figure above is the slowest rank's
+    ranks              [ {rank, step_time_ms, phase_ms, collective_ms_per_step,
+                          collective_overlap_pct} ]   each rank of a job ([] alone)
     trace              str | null   profiler trace file, relative to the report folder
     facts              object  torchboost.diagnose.facts.Facts.to_dict(): everything observed
 
@@ -123,9 +128,46 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
     }
 
 
-def build_report(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
-    """The report.json document (schema in this module's docstring); plain data, no plots."""
+def _rank_entry(facts: Facts) -> dict[str, Any]:
     summary = summarize(facts)
+    profile = facts.profile
+    return {"rank": facts.rank, "step_time_ms": dict(summary.step_time_ms), "phase_ms": dict(summary.phase_ms),
+            "collective_ms_per_step": profile.collective_ms_per_step if profile else None,
+            "collective_overlap_pct": profile.collective_overlap_pct if profile else None}
+
+
+def job_summary(ranks: list[Facts], job: Facts) -> dict[str, Any] | None:
+    """The job across its ranks: the slowest, the spread of mean step times, collectives."""
+    if len(ranks) < 2:
+        return None
+    means = {f.rank: summarize(f).step_time_ms["mean"] or 0.0 for f in ranks}
+    fastest = min(means.values())
+    collectives = [f.profile.collective_ms_per_step for f in ranks if f.profile]
+    overlaps = [f.profile.collective_overlap_pct for f in ranks if f.profile and f.profile.collective_overlap_pct is not None]
+    return {"world_size": job.world_size, "ranks_observed": len(ranks), "slowest_rank": job.rank,
+            "spread_pct": 100.0 * (max(means.values()) - fastest) / fastest if fastest else None,
+            "collective_ms_per_step": sum(collectives) / len(collectives) if collectives else None,
+            "collective_overlap_pct": sum(overlaps) / len(overlaps) if overlaps else None}
+
+
+def _job_note(job: dict[str, Any] | None) -> list[str]:
+    if job is None:
+        return []
+    note = (f"A torchrun job of {job['world_size']} ranks ({job['ranks_observed']} observed): the figures "
+            f"are rank {job['slowest_rank']}'s, the slowest; mean step times spread {job['spread_pct']:.1f}%")
+    if job["collective_ms_per_step"]:
+        overlap = job["collective_overlap_pct"]
+        note += (f"; collectives take {job['collective_ms_per_step']:.2f} ms per step"
+                 + (f", {overlap:.0f}% of it overlapped with compute" if overlap is not None else ""))
+    return [note + "."]
+
+
+def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | None = None) -> dict[str, Any]:
+    """The report.json document (schema in this module's docstring); plain data, no plots.
+
+    ``ranks``: every rank's facts under torchrun (``facts`` is then the slowest rank's)."""
+    summary = summarize(facts)
+    job = job_summary(ranks or [], facts)
     return _finite({
         "schema_version": SCHEMA_VERSION,
         "torchboost_version": __version__,
@@ -140,19 +182,22 @@ def build_report(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
         "samples_per_s": summary.samples_per_s,
         "findings": [_finding_entry(f) for f in findings if not f.changes_training],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
-        "notes": run_notes(facts, summary, findings),
+        "notes": _job_note(job) + run_notes(facts, summary, findings),
+        "job": job,
+        "ranks": [_rank_entry(f) for f in ranks] if job else [],
         "trace": facts.profile.trace_path if facts.profile else None,
         "facts": facts.to_dict(),
     })
 
 
-def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path) -> dict[str, Path]:
+def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path,
+                        ranks: list[Facts] | None = None) -> dict[str, Path]:
     """Write report.json, report.md and report.html (plots embedded) into ``out_dir``.
 
     Each file is replaced atomically. Returns {"json": path, "md": path, "html": path}.
     """
     out_dir = Path(out_dir)
-    report = build_report(facts, findings)
+    report = build_report(facts, findings, ranks)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
     atomic_write_bytes(paths["json"], (json.dumps(report, indent=1, allow_nan=False) + "\n").encode("utf-8"))
     atomic_write_bytes(paths["md"], render_markdown(report).encode("utf-8"))
@@ -160,6 +205,7 @@ def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path) ->
     return paths
 
 
-def print_doctor_report(facts: Facts, findings: list[Finding], console: Console, paths: dict[str, Path]) -> None:
+def print_doctor_report(facts: Facts, findings: list[Finding], console: Console, paths: dict[str, Path],
+                        ranks: list[Facts] | None = None) -> None:
     """Print the breakdown and the ranked findings as rich tables, then where the files are."""
-    print_report(build_report(facts, findings), console, paths)
+    print_report(build_report(facts, findings, ranks), console, paths)

@@ -1,0 +1,106 @@
+"""The user's command, understood: one Python process, or a ``torchrun`` job.
+
+``python train.py ARGS``, ``train.py ARGS`` and ``python -m pkg.mod ARGS`` run one
+process. ``torchrun [OPTIONS] train.py ARGS`` and ``python -m torch.distributed.run
+[OPTIONS] ...`` run a job: torchrun itself starts every rank (torchboost has no launcher
+of its own), and each rank runs our entry module in place of the script, which then runs
+the script, so every rank is observed or has the settings applied. torchrun's options
+are read by torchrun's own parser, so whatever it accepts is understood here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["Launch", "UsageError", "parse_command", "parse_launch"]
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
+_RUN_MODULES = ("torch.distributed.run",)
+_MODULE_FLAGS = ("-m", "--module")
+
+
+class UsageError(ValueError):
+    """The command cannot be run as given; the message says what to type instead."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start the user's command with a torchboost entry module in front of it."""
+
+    target: list[str]
+    """``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``: what each process runs."""
+    torchrun: tuple[str, ...] | None = None
+    """torchrun's own options (``--nproc-per-node 2``...); None for one process."""
+
+    @property
+    def distributed(self) -> bool:
+        """The command is a torchrun job."""
+        return self.torchrun is not None
+
+    def argv(self, module: str, *module_args: str) -> list[str]:
+        """``python -m MODULE ARGS -- TARGET``, each rank's under torchrun for a job."""
+        if self.torchrun is None:
+            return [sys.executable, "-u", "-m", module, *module_args, "--", *self.target]
+        return [sys.executable, "-m", "torch.distributed.run", *self.torchrun, "-m", module, *module_args,
+                "--", *self.target]
+
+
+def _is_python(word: str) -> bool:
+    return bool(_PYTHON.match(os.path.basename(word))) or word == sys.executable
+
+
+def parse_launch(command: Sequence[str]) -> Launch:
+    """The :class:`Launch` for a user's command; raises :class:`UsageError` for one it cannot run."""
+    words = list(command)
+    if words and os.path.basename(words[0]) == "torchrun":
+        return _torchrun(words[1:])
+    if len(words) >= 3 and _is_python(words[0]) and words[1] == "-m" and words[2] in _RUN_MODULES:
+        return _torchrun(words[3:])
+    return Launch(parse_command(words))
+
+
+def _torchrun(words: list[str]) -> Launch:
+    from torch.distributed.run import get_args_parser  # only a job pays for importing it
+
+    try:
+        args = get_args_parser().parse_args(words)
+    except SystemExit as exc:  # torchrun's parser printed its own message
+        raise UsageError("torchrun could not parse these options; run 'torchrun --help'") from exc
+    if args.no_python:
+        raise UsageError("torchrun --no-python is not supported: torchboost needs each rank to run Python")
+    rest = len(args.training_script_args)
+    options = [w for w in words[: len(words) - rest - 1] if w not in _MODULE_FLAGS]
+    script = words[len(words) - rest - 1]
+    target = ["-m", script, *args.training_script_args] if args.module else [script, *args.training_script_args]
+    if not args.module and not Path(script).is_file():
+        raise UsageError(f"script not found: {script} (check the path, relative to {os.getcwd()})")
+    return Launch(target, tuple(options))
+
+
+def parse_command(command: Sequence[str]) -> list[str]:
+    """The bootstrap target for a one-process command: ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``.
+
+    Accepts ``python train.py ARGS``, ``train.py ARGS`` and ``python -m pkg.mod ARGS``;
+    raises :class:`UsageError` otherwise.
+    """
+    words = list(command)
+    if not words:
+        raise UsageError("no command to observe; put it after '--', e.g. torchboost doctor -- python train.py")
+    if _is_python(words[0]):
+        words = words[1:]
+    if not words:
+        raise UsageError("no script after 'python'; e.g. torchboost doctor -- python train.py")
+    if words[0] == "-m":
+        if len(words) < 2:
+            raise UsageError("no module after 'python -m'; e.g. torchboost doctor -- python -m pkg.train")
+        return words
+    if words[0].startswith("-"):
+        raise UsageError(f"python option {words[0]!r} is not supported; run 'python SCRIPT' or 'python -m MODULE'")
+    if not Path(words[0]).is_file():
+        raise UsageError(f"script not found: {words[0]} (check the path, relative to {os.getcwd()})")
+    return words
