@@ -60,12 +60,16 @@ def test_doctor_observes_every_rank_of_a_torchrun_job(tmp_path):
     assert "torchrun job of 2 ranks" in report["notes"][0]
 
 
-@pytest.mark.slow
-def test_run_applies_the_settings_on_every_rank(tmp_path):
-    (tmp_path / "torchboost.toml").write_text("[cpu]\nthreads = 2\n[loader]\nnum_workers = 1\n")
+def _run_job(tmp_path: Path, toml: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    (tmp_path / "torchboost.toml").write_text(toml)
     proc = _cli("run", "--", *TORCHRUN, PROBE, str(tmp_path / "probe"), "4", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = [json.loads((tmp_path / "probe" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return proc, [json.loads((tmp_path / "probe" / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_run_applies_the_settings_on_every_rank(tmp_path):
+    proc, seen = _run_job(tmp_path, "[cpu]\nthreads = 2\n[loader]\nnum_workers = 1\n")
     assert [s["rank"] for s in seen] == [0, 1]
     assert all(s["threads"] == 2 and s["num_workers"] == 1 for s in seen), seen
     assert proc.stderr.count("torchboost run: applying") == 1  # rank 0 speaks for the job
@@ -73,9 +77,6 @@ def test_run_applies_the_settings_on_every_rank(tmp_path):
 
 @pytest.mark.slow
 def test_run_without_the_settings_leaves_torchruns_defaults(tmp_path):
-    """The broken twin of the test above: the same read-back without a config sees other values."""
-    (tmp_path / "torchboost.toml").write_text("[cpu]\nthreads = \"keep\"\n")
-    proc = _cli("run", "--", *TORCHRUN, PROBE, str(tmp_path / "probe"), "4", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = [json.loads((tmp_path / "probe" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    """The broken twin of the test above: the same read-back without the settings sees other values."""
+    _, seen = _run_job(tmp_path, '[cpu]\nthreads = "keep"\n')
     assert all(s["threads"] == 1 and s["num_workers"] == 0 for s in seen), seen  # torchrun's OMP_NUM_THREADS=1
