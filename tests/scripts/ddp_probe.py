@@ -39,4 +39,5 @@ while done < steps:
         done += 1
         if done == steps:
             break
+dist.barrier()  # gloo can abort at exit when one rank tears down while the other still talks
 dist.destroy_process_group()
