@@ -120,10 +120,11 @@ def test_closure_optimizer_counts_its_forward_and_backward_once(tmp_path):
     assert proc.returncode == 0, proc.stderr
     facts = _facts(out)
     assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
+    assert facts["frameworks"] == []
     _phases_fit_the_step(facts)
-    # LBFGS's own work is small beside its 4 closure evaluations
+    # the closure's 4 evaluations are carved out of the optimizer's time (before, it held it all)
     for step in facts["steps"]:
-        assert step["optimizer_ms"] < step["forward_ms"] + step["backward_ms"], step
+        assert step["optimizer_ms"] < 0.8 * step["total_ms"], step
 
 
 @pytest.mark.slow
@@ -134,6 +135,7 @@ def test_lightning_trainer_script_phases_sum_to_the_step(tmp_path):
     report = json.loads(proc.stdout)
     facts = report["facts"]
     assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
+    assert facts["frameworks"] == ["lightning"]
     _phases_fit_the_step(facts)
     assert report["breakdown_pct"]["optimizer"] < 50.0  # the closure's forward/backward are not the optimizer's
     assert all(f["id"] != "memory.headroom" for f in report["findings"])  # a batch change is listed apart

@@ -163,6 +163,8 @@ class Facts:
     """Losses of the warm-up steps; with ``losses`` they give the run's losses from step 0."""
     uses_booster: bool = False
     """The script prepared a torchboost.Booster (every lever can then apply through it)."""
+    frameworks: list[str] = field(default_factory=list)
+    """Training frameworks the script runs its loop with: "lightning", "accelerate"."""
     applied: list[str] = field(default_factory=list)
     """Settings applied to the script from outside (tune trials, ``torchboost run``), in words."""
     observer_errors: list[str] = field(default_factory=list)

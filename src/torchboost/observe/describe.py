@@ -107,6 +107,19 @@ def precision_settings(autocast_dtype: str | None, grad_scaler: bool) -> Precisi
     )
 
 
+def frameworks() -> list[str]:
+    """The training frameworks the script drives its loop with: "lightning" once it imported
+    Lightning, "accelerate" once it built an ``Accelerator`` (importing accelerate alone,
+    as other libraries do, does not count)."""
+    found = []
+    if any(name in sys.modules for name in ("lightning.pytorch", "pytorch_lightning")):
+        found.append("lightning")
+    state = sys.modules.get("accelerate.state")
+    if state is not None and getattr(getattr(state, "PartialState", None), "_shared_state", None):
+        found.append("accelerate")
+    return found
+
+
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process, bytes (ru_maxrss is KiB on Linux, bytes on macOS).
 

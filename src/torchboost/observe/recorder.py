@@ -266,6 +266,7 @@ class StepRecorder:
             warmup_step_ms=list(self.warmup_ms),
             warmup_losses=[float(t) for t in self._warmup_losses],
             uses_booster=handover.claims() > self._claims_before,
+            frameworks=describe.frameworks(),
             applied=list(self.applied),
             observer_errors=list(self.errors),
             profile_error=self.profile.error,

@@ -102,7 +102,7 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
         lines.append("Not written: the baseline did not run.")
     else:
         where = f"Written to `{_cell(config['path'])}`" if config["path"] else "The tuned configuration"
-        lines += [f"{where}; `torchboost.Booster()` reads it from the working directory:", "",
+        lines += [f"{where}. Use it: `{_cell(report['next_step']['text'])}`", "",
                   _fence(config["toml"].rstrip("\n"), "toml")]
     lines += ["", "## Notes", ""]
     lines += [f"- {_text(n)}" for n in report["notes"]]

@@ -111,8 +111,7 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
     changes = ", ".join(f"{k}={v}" for k, v in sorted(report["settings"].items())) or "nothing (your setup as is)"
     console.print(Text.assemble(("torchboost.toml: ", "bold"), str(config["path"] or "(not written)")))
     console.print(Text(f"  it changes: {changes}"))
-    console.print(Text("  use it: torchboost.Booster() in your training loop reads it from the working directory.",
-                       style="dim"))
+    console.print(Text(f"  use it: {report['next_step']['text']}", style="dim"))
 
 
 def print_tune(report: dict[str, Any], console: Console, paths: dict[str, Path], *,

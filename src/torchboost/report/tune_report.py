@@ -42,6 +42,10 @@ is baseline step time / this step time (above 1 is faster)::
                        "never ..." when it is not faster); verdict: one line in words
                        ("bf16 was 1.8x slower here: slower")
     precision          [str]   the verdict line of each reduced-precision candidate
+    next_step          {how: "run" | "booster" | "lightning" | "accelerate", text: str}
+                       how this script takes torchboost.toml up: torchboost run for a plain
+                       script, the Booster for a Booster script, torchboost export for a
+                       Lightning or Accelerate one
     findings           [ {id, title, severity, expected_speedup} ]   the doctor's, ranked
     trials             {total, run, reused, steps}   measurements the search used; run in a
                        fresh process this time, or reused from the journal (--resume);
@@ -167,8 +171,12 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "verdict": summary["verdict"],
         "elapsed_s": summary["elapsed_s"],
         "config": summary["config"],
+        "next_step": summary.get("next_step") or {"how": "booster", "text": _BOOSTER_STEP},
         "notes": _notes(summary),
     })
+
+
+_BOOSTER_STEP = "torchboost.Booster() in your training loop reads it from the working directory"
 
 
 def write_tune_report(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:

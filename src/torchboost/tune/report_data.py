@@ -11,7 +11,9 @@ dicts, lists, strings and numbers, so the report renders it without knowing the 
   phrases them from: ``subject`` (what a reader calls the candidate: "bf16", or the
   technique's title), ``reduced_precision`` (the lever lowers numeric precision) and
   ``amortised`` (the lever is compile: its compile time must be repaid);
-- ``verdict``: what the end-to-end check decided, in words (the headline's source).
+- ``verdict``: what the end-to-end check decided, in words (the headline's source);
+- ``next_step``: ``{"how": "run" | "booster" | "lightning" | "accelerate", "text"}``, how
+  this script takes the configuration up.
 
 Numbers are as measured: a break-even that never comes is ``inf`` here (the report
 writes non-finite numbers as null).
@@ -19,6 +21,7 @@ writes non-finite numbers as null).
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from pathlib import Path
 from typing import Any
@@ -104,6 +107,22 @@ def _findings(findings: list[Any]) -> list[dict[str, Any]]:
              "expected_speedup": f.expected_speedup} for f in ranked]
 
 
+def next_step(facts: Any, command: list[str]) -> dict[str, str]:
+    """How this script takes the configuration up: {"how", "text"}. A Lightning or
+    Accelerate script through its framework's own settings, a Booster script by itself,
+    any other through ``torchboost run``."""
+    frameworks = list(getattr(facts, "frameworks", []) or [])
+    if "lightning" in frameworks:
+        return {"how": "lightning", "text": "torchboost export --to lightning   (the Trainer arguments to use)"}
+    if "accelerate" in frameworks:
+        return {"how": "accelerate", "text": "torchboost export --to accelerate > accelerate.yaml   "
+                                             "(then accelerate launch --config_file accelerate.yaml ...)"}
+    if getattr(facts, "uses_booster", False):
+        return {"how": "booster", "text": "torchboost.Booster() in your training loop reads it from the "
+                                          "working directory"}
+    return {"how": "run", "text": "torchboost run -- " + " ".join(shlex.quote(w) for w in command)}
+
+
 def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, Any]:
     """The report's plain data for ``run`` (see the module docstring).
 
@@ -123,6 +142,7 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
     e2e = run.end_to_end.to_dict() if run.end_to_end is not None else None
     return {
         "command": list(run.facts.command) if run.facts is not None else [],
+        "next_step": next_step(run.facts, list(run.facts.command) if run.facts is not None else []),
         "status": status,
         "error": outcome.error,
         "before": {"ms_per_step": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},

@@ -1,0 +1,25 @@
+"""After tune, the way to use torchboost.toml that fits the script."""
+
+from __future__ import annotations
+
+from torchboost.diagnose import Facts
+from torchboost.tune.report_data import next_step
+
+COMMAND = ["torchrun", "--nproc-per-node", "2", "train.py", "--data", "my data"]
+
+
+def test_a_plain_script_is_pointed_at_torchboost_run_with_its_own_command():
+    step = next_step(Facts(), COMMAND)
+    assert step["how"] == "run"
+    assert step["text"] == "torchboost run -- torchrun --nproc-per-node 2 train.py --data 'my data'"
+
+
+def test_a_booster_script_reads_the_file_itself():
+    assert next_step(Facts(uses_booster=True), COMMAND)["how"] == "booster"
+
+
+def test_lightning_and_accelerate_scripts_get_the_export():
+    lightning = next_step(Facts(frameworks=["lightning"], uses_booster=False), COMMAND)
+    assert lightning["how"] == "lightning" and "torchboost export --to lightning" in lightning["text"]
+    accelerate = next_step(Facts(frameworks=["accelerate"]), COMMAND)
+    assert accelerate["how"] == "accelerate" and "torchboost export --to accelerate" in accelerate["text"]
