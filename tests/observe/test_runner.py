@@ -62,3 +62,14 @@ def test_why_nothing_was_recorded_is_explained(tmp_path, steps_seen, exit_code, 
     console = Console(record=True, width=300)
     _explain_no_steps(_observed(tmp_path, steps_seen=steps_seen, exit_code=exit_code), console)
     assert message in console.export_text()
+
+
+def test_a_jobs_facts_are_its_slowest_ranks():
+    from torchboost.diagnose import Facts, StepRecord
+    from torchboost.observe.supervise import job_facts
+
+    fast = Facts(rank=0, world_size=2, steps=[StepRecord(i, 10.0) for i in range(4)])
+    slow = Facts(rank=1, world_size=2, steps=[StepRecord(i, 12.0) for i in range(4)])
+    assert job_facts([fast, slow]) is slow
+    tied = Facts(rank=1, world_size=2, steps=[StepRecord(i, 10.0) for i in range(4)])
+    assert job_facts([fast, tied]) is fast  # a tie speaks as rank 0
