@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -16,13 +19,17 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
     """Yield a binary file that replaces ``path`` only when the block ends without error.
 
     The data goes to a temporary file in the same directory, is flushed and fsync'd,
-    then ``os.replace`` swaps it in; an exception or a kill mid-write leaves any
-    previous ``path`` intact and removes the temporary file.
+    then ``os.replace`` swaps it in; an exception leaves any previous ``path`` intact and
+    removes the temporary file. The file keeps the mode it had (a new file gets the
+    umask's, as ``open`` would give it). A temporary file left by a killed writer is
+    removed by the next write of the same path.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_stale(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_SUFFIX, dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
@@ -33,6 +40,28 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+_SUFFIX = ".tmp"
+_STALE_S = 60.0
+"""A temporary file of ours untouched this long belongs to a writer that was killed."""
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _remove_stale(path: Path) -> None:
+    now = time.time()
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > _STALE_S:
+                tmp.unlink()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -35,19 +35,39 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
         torch.save(state, fh)
 
 
+def _unpickling_reason(message: str) -> str:
+    # torch's message opens with a paragraph about the weights_only default; the line that
+    # names what was found ("Unsupported operand 228", "unsupported GLOBAL posix.system")
+    # is the reason.
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if line.lower().startswith(("unsupported", "trying to load")) or "GLOBAL" in line:
+            return line
+    return lines[0] if lines else "unpickling failed"
+
+
 def load_checkpoint(path: str | Path, *, map_location: Any = None) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` without running pickled code."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: empty file (a save that never finished?)")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = _unpickling_reason(str(exc))
+        if "GLOBAL" not in reason:  # a bad opcode: a garbled file, not a dangerous one
+            raise CheckpointError(f"{path}: not a readable checkpoint: truncated or corrupt ({reason})") from None
         raise CheckpointError(
             f"{path}: refused to load: it holds objects other than tensors and plain "
-            f"containers, which could run code ({first})"
+            f"containers, which could run code ({reason})"
         ) from None
+    except (RuntimeError, EOFError, KeyError, ValueError, OSError, IndexError) as exc:
+        # torch's own words for a cut or garbled file are a RuntimeError about zip
+        # archives, a bare EOFError or a KeyError on a pickle opcode.
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint: truncated or corrupt ({detail})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a torchboost checkpoint (a {type(state).__name__})")
     return state

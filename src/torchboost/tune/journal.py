@@ -4,46 +4,108 @@ A kill loses at most the trial in flight; ``--resume`` reads the journal back an
 search replays recorded trials instead of running them again. Because the search is
 deterministic given its measurements, a resumed run chooses what an uninterrupted run
 with the same journal would.
+
+Each journal starts with a header line naming what it measured: the command and a hash
+of the script's content. ``--resume`` with another command or an edited script starts a
+fresh journal and says why (:attr:`Journal.restarted`): old measurements of other code
+must not pass for this one's. A failed trial is not replayed: it runs again, since the
+failure may be what the user just fixed. A line cut short by a kill mid-write is cut
+off before anything is appended, so it cannot swallow the next line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from torchboost.tune.trial_result import TrialResult, trial_key
 
-__all__ = ["Journal", "RunJournal"]
+__all__ = ["Journal", "RunJournal", "identity"]
 
 
-class Journal:
-    """Append-only JSONL file of :class:`TrialResult`, keyed by (settings, repeat)."""
+def identity(command: Sequence[str], script: Path | None) -> dict[str, Any]:
+    """What a journal's measurements belong to: the command, and the script's content hash."""
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()[:16] if script and script.is_file() else None
+    return {"command": list(command), "script_sha256": digest}
 
-    def __init__(self, path: str | Path, *, resume: bool = False):
+
+class _Lines:
+    """An append-only JSON-lines file with an identity header (see the module docstring)."""
+
+    def __init__(self, path: str | Path, *, resume: bool, ident: dict[str, Any] | None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.ident = ident
+        self.restarted: str | None = None
+        """Why ``--resume`` started afresh (the command or the script changed), else None."""
+        self.entries: list[dict[str, Any]] = []
+        if resume and self.path.exists():
+            _repair(self.path)
+            header, *self.entries = _parse(self.path) or [{}]
+            self.restarted = _mismatch(header.get("identity"), ident)
+            if self.restarted:
+                self.entries = []
+        if not resume or self.restarted or not self.path.exists():
+            self.path.unlink(missing_ok=True)  # a fresh run starts a fresh journal
+            self._write({"identity": ident})
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _repair(path: Path) -> None:
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as fh:
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
+def _parse(path: Path) -> list[dict[str, Any]]:
+    entries = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _mismatch(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | None:
+    if old is None or new is None:
+        return None if old == new else "the journal has no record of the command it measured"
+    if old.get("command") != new.get("command"):
+        return "the command differs from the one the journal measured"
+    if old.get("script_sha256") != new.get("script_sha256"):
+        return "the script changed since the journal was written"
+    return None
+
+
+class Journal(_Lines):
+    """Append-only JSONL file of :class:`TrialResult`, keyed by (settings, repeat)."""
+
+    def __init__(self, path: str | Path, *, resume: bool = False, ident: dict[str, Any] | None = None):
+        super().__init__(path, resume=resume, ident=ident)
         self._recorded: dict[str, TrialResult] = {}
         self.reused = 0
         """Trials answered from the journal instead of being run."""
-        if resume and self.path.exists():
-            for result in self._read():
+        for result in self._results():
+            if result.ok:  # a failed trial runs again: the failure may be what was fixed
                 self._recorded[trial_key(result.settings, result.repeat)] = result
-        elif self.path.exists():
-            self.path.unlink()  # a fresh run starts a fresh journal
 
-    def _read(self) -> Iterator[TrialResult]:
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    yield TrialResult.from_dict(json.loads(line))
-                except (json.JSONDecodeError, TypeError, KeyError):
-                    # A line cut short by a kill mid-write: that trial simply reruns.
-                    continue
+    def _results(self) -> Iterator[TrialResult]:
+        for entry in self.entries:
+            try:
+                yield TrialResult.from_dict(entry)
+            except (TypeError, KeyError, ValueError):
+                continue
 
     def lookup(self, settings: dict[str, Any], repeat: int) -> TrialResult | None:
         """The recorded result of this trial, if the journal has it."""
@@ -55,33 +117,25 @@ class Journal:
     def append(self, result: TrialResult) -> None:
         """Record a finished trial durably (flush + fsync) before the search goes on."""
         self._recorded[trial_key(result.settings, result.repeat)] = result
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(result.to_dict(), sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._write(result.to_dict())
 
     def results(self) -> list[TrialResult]:
         """Every recorded result, in no particular order."""
         return list(self._recorded.values())
 
 
-class RunJournal:
+class RunJournal(_Lines):
     """The end-to-end check's runs, one JSON line each (``{"key", "seconds"}``), so that
     ``--resume`` replays them as the search replays its trials."""
 
-    def __init__(self, path: str | Path, *, resume: bool = False):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | Path, *, resume: bool = False, ident: dict[str, Any] | None = None):
+        super().__init__(path, resume=resume, ident=ident)
         self._recorded: dict[str, float] = {}
-        if resume and self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    entry = json.loads(line)
-                    self._recorded[str(entry["key"])] = float(entry["seconds"])
-                except (json.JSONDecodeError, TypeError, KeyError, ValueError):
-                    continue  # a line cut short by a kill: that run simply reruns
-        elif self.path.exists():
-            self.path.unlink()
+        for entry in self.entries:
+            try:
+                self._recorded[str(entry["key"])] = float(entry["seconds"])
+            except (TypeError, KeyError, ValueError):
+                continue
 
     def get(self, key: str) -> float | None:
         """The recorded seconds of this run, if any."""
@@ -90,7 +144,4 @@ class RunJournal:
     def put(self, key: str, seconds: float) -> None:
         """Record a finished run durably."""
         self._recorded[key] = seconds
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"key": key, "seconds": seconds}, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._write({"key": key, "seconds": seconds})

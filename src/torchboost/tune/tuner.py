@@ -19,9 +19,10 @@ from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
+from torchboost.observe.launch import parse_launch
 from torchboost.observe.supervise import run_observed
 from torchboost.techniques.worker_ipc import available as sharing_available
-from torchboost.tune.journal import Journal, RunJournal
+from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import run_trial
@@ -244,7 +245,8 @@ def _whole_run_estimate(outcome: TuneOutcome, run_steps: int | None) -> float | 
 
 
 def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, outcome: TuneOutcome,
-            run_steps: int | None, on_verify: Callable[[str, int], None] | None) -> tuple[Overlay, EndToEnd | None, str]:
+            run_steps: int | None, on_verify: Callable[[str, int], None] | None,
+            ident: dict[str, Any]) -> tuple[Overlay, EndToEnd | None, str]:
     """The settings to write, the end-to-end figures, and the verdict in words."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return outcome.settings, None, "" if outcome.settings else "nothing was faster beyond noise"
@@ -253,7 +255,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
                              trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
                              whole_run_s=_whole_run_estimate(outcome, run_steps))
-    journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume)
+    journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
                  journal=journal)
     how = "whole runs" if e2e.steps is None else f"runs of {e2e.steps} steps"
@@ -265,6 +267,12 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     return Overlay(), e2e, (f"not kept: end to end the tuned configuration took {e2e.tuned_s:.1f} s against "
                             f"{e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), not faster beyond the runs' "
                             f"own noise ({e2e.noise:.1%}) and {options.min_gain:.0%}; your configuration is left as it was")
+
+
+def _identity(command: Sequence[str]) -> dict[str, Any]:
+    # A module run (-m) is known by its command alone: finding its file would import it.
+    target = parse_launch(command).target
+    return identity(command, Path(target[0]) if target[0] != "-m" else None)
 
 
 def tune_script(
@@ -287,12 +295,15 @@ def tune_script(
     levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})
     run_steps, run_steps_source = _planned_run(options, facts)
     options = _trial_length(options, facts, run_steps)
-    journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume)
+    ident = _identity(command)
+    journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume, ident=ident)
     search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
                                    max_repeats=options.max_repeats, run_steps=run_steps)
     outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial),
                          search_options, on_decision=on_decision)
-    settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify)
+    if journal.restarted:
+        outcome.warnings.append(f"--resume started afresh: {journal.restarted}")
+    settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify, ident)
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
                   run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
                   steps_per_trial=options.steps_per_trial,
