@@ -13,10 +13,14 @@ is printed to stderr as Python would).
 
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
+import io
 import os
 import runpy
 import sys
 import traceback
+import types
 from typing import Sequence
 
 from torchboost import handover
@@ -79,9 +83,31 @@ def run_target(target: list[str]) -> None:
         runpy.run_module(target[1], run_name="__main__", alter_sys=True)
     else:
         script = target[0]
-        sys.argv = [script, *target[1:]]
+        sys.argv = [script, *target[1:]]  # as typed, as python leaves it
         sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        if os.path.isfile(script):
+            _run_file(script)
+        else:  # a directory or zip with a __main__.py
+            runpy.run_path(script, run_name="__main__")
+
+
+def _run_file(script: str) -> None:
+    # As python runs a script: __file__ absolute (a script that changes directory, as
+    # Hydra does, still finds the files beside it) while sys.argv[0] stays as typed.
+    # runpy.run_path would set both to the same string.
+    path = os.path.abspath(script)
+    with io.open_code(path) as fh:
+        code = compile(fh.read(), path, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __builtins__=builtins,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def exit_status(code: object) -> int:
