@@ -82,14 +82,15 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name}: expected one of {', '.join(choices)}; got {_fmt(value)}")
 
 
-def check_int_or_word(name: str, value: Any, minimum: int, words: tuple[str, ...]) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is an integer >= ``minimum`` or one of ``words``."""
+def check_int_or_word(name: str, value: Any, minimum: int, words: tuple[str, ...], maximum: int | None = None) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is an integer in ``[minimum, maximum]`` or one of ``words``."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if is_int and value >= minimum:
+    if is_int and value >= minimum and (maximum is None or value <= maximum):
         return
     if isinstance(value, str) and value in words:
         return
-    allowed = " | ".join([*words, f"an integer >= {minimum}"])
+    bound = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+    allowed = " | ".join([*words, bound])
     raise ConfigError(f"{name}: expected {allowed}; got {_fmt(value)}")
 
 
@@ -237,10 +238,16 @@ class BoostConfig:
     def from_toml(cls, path: str | Path) -> "BoostConfig":
         """Read a ``torchboost.toml``; errors name the file and the field."""
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"{path}: a directory, not a torchboost.toml file")
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
         try:
             return cls.from_dict(data)
         except ConfigError as exc:

@@ -139,3 +139,26 @@ def test_lightning_trainer_script_phases_sum_to_the_step(tmp_path):
     _phases_fit_the_step(facts)
     assert report["breakdown_pct"]["optimizer"] < 50.0  # the closure's forward/backward are not the optimizer's
     assert all(f["id"] != "memory.headroom" for f in report["findings"])  # a batch change is listed apart
+
+
+@pytest.mark.parametrize("make, argv_tail, message", [
+    (lambda tmp: (tmp / "afile").write_text("x"), ["doctor", "--out", "{tmp}/afile", "--", "python", "x.py"],
+     "a file, not a folder"),
+    (lambda tmp: None, ["tune", "--budget", "nan", "--", "python", "x.py"], "--budget must be a finite number"),
+    (lambda tmp: None, ["tune", "--budget", "inf", "--", "python", "x.py"], "--budget must be a finite number"),
+    (lambda tmp: (tmp / "cfgdir").mkdir(), ["tune", "--config", "{tmp}/cfgdir", "--", "python", "x.py"],
+     "a directory"),
+    (lambda tmp: (tmp / "torchboost.toml").write_bytes(b"[cpu]\nthreads = 1 # \xff\xfe\n"),
+     ["run", "--", "python", "x.py"], "not UTF-8"),
+    (lambda tmp: (tmp / "torchboost.toml").write_text("[loader]\nnum_workers = 99999999999999999\n"),
+     ["run", "--", "python", "x.py"], "loader.num_workers: expected"),
+])
+def test_bad_input_is_one_line_exit_2_before_any_work(tmp_path, make, argv_tail, message):
+    (tmp_path / "x.py").write_text("raise SystemExit('the script must not run')\n")
+    make(tmp_path)
+    argv = [word.replace("{tmp}", str(tmp_path)) for word in argv_tail]
+    proc = subprocess.run([sys.executable, "-m", "torchboost.cli", *argv], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -8,6 +8,7 @@ before/after. The tuned ``torchboost.toml`` and the reports land in DIR.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         print("torchboost demo: error: the demo runs a built-in workload and takes no command "
               "after '--'; use 'torchboost tune -- python train.py' for your own script", file=sys.stderr)
         return 2
-    if args.budget <= 0 or args.steps_per_trial < 3 or args.warmup < 1:
+    if not math.isfinite(args.budget) or args.budget <= 0 or args.steps_per_trial < 3 or args.warmup < 1:
         print("torchboost demo: error: --budget must be positive, --steps-per-trial >= 3, --warmup >= 1",
               file=sys.stderr)
         return 2

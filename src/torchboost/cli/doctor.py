@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from torchboost.diagnose import diagnose
+from torchboost.cli._inputs import check_out_dir
 from torchboost.observe.supervise import ObservedRun, Progress, UsageError, run_observed
 from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
 
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     """Observe ``args.command``, diagnose, report; returns the exit status (see module docstring)."""
     err = Console(stderr=True)
     try:
+        check_out_dir(args.out)
         observed = _observe(args, err)
     except UsageError as exc:
         print(f"torchboost doctor: error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
+from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script, user_config
@@ -66,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
     """TuneOptions from parsed arguments; raises UsageError for values out of range."""
-    if args.budget <= 0:
-        raise UsageError(f"--budget must be positive, got {args.budget}")
+    check_seconds(args.budget, "--budget")
+    check_out_dir(args.out)
     if args.steps_per_trial is not None and args.steps_per_trial < 3:
         raise UsageError(f"--steps-per-trial must be at least 3, got {args.steps_per_trial}")
     if args.warmup < 1:

@@ -13,6 +13,8 @@ the main process's count is ours to choose.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,6 +24,10 @@ from torchboost.config import AUTO, KEEP, IntOrWord, check_int_or_word, register
 from torchboost.techniques.registry import FrameworkSpelling, NoCode, Preparation, Technique
 
 __all__ = ["CpuConfig", "apply_threads", "auto_threads", "resolve_threads"]
+
+
+MAX_THREADS = max(64, 8 * (os.cpu_count() or 1))
+"""The most intra-op threads a file may ask for (8 per core, at least 64: see MAX_WORKERS)."""
 
 
 @register_section
@@ -36,7 +42,7 @@ class CpuConfig:
     """auto (leaves cores for loader workers) | keep | intra-op threads (>= 1)."""
 
     def __post_init__(self) -> None:
-        check_int_or_word("cpu.threads", self.threads, 1, (AUTO, KEEP))
+        check_int_or_word("cpu.threads", self.threads, 1, (AUTO, KEEP), maximum=MAX_THREADS)
 
     @classmethod
     def off(cls) -> "CpuConfig":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,6 +20,9 @@ from torchboost.techniques.worker_ipc import sharing_of, with_sharing
 
 __all__ = ["LOADER_FIELDS", "LoaderConfig", "LoaderSettings", "rebuild_loader"]
 
+MAX_WORKERS = max(64, 8 * (os.cpu_count() or 1))
+"""More loader workers than 8 per core only thrash: a value above it is a typo (at least
+64, so that a file tuned on a larger machine still reads on a small one)."""
 LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "sharing_strategy")
 """The ``[loader]`` fields, in the order of :class:`LoaderSettings`."""
 
@@ -46,10 +50,10 @@ class LoaderConfig:
     batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
 
     def __post_init__(self) -> None:
-        check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP))
+        check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP), maximum=MAX_WORKERS)
         check_bool_or_word("loader.pin_memory", self.pin_memory, (AUTO, KEEP))
         check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
-        check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP))
+        check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP), maximum=1024)
         check_choice("loader.sharing_strategy", self.sharing_strategy, self.SHARING)
 
     @classmethod

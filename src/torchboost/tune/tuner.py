@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torchboost._io import atomic_write_bytes
-from torchboost.config import BoostConfig, Overlay
+from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.launch import parse_launch
@@ -130,6 +130,8 @@ def user_config(path: Path) -> BoostConfig:
     """Where the search starts: the ``torchboost.toml`` at ``path`` when there is one (every
     setting in it is kept unless a kept change replaces it), else plain PyTorch. Raises
     :class:`~torchboost.config.ConfigError` for a file that does not parse."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{path}: a directory; --config names the torchboost.toml file to write")
     return BoostConfig.from_toml(path) if Path(path).is_file() else BoostConfig.off()
 
 
