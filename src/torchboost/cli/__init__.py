@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from typing import Sequence
 
@@ -66,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(_SUBCOMMANDS[args.subcommand][0])
     try:
         return int(module.run(args) or 0)
-    except KeyboardInterrupt:
-        print("torchboost: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM/SIGHUP passed on to the script's process group by the
+        # observer: the exit status a shell gives a process killed by that signal.
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        name = getattr(exc, "args", ("",))[0] or "SIGINT"
+        print(f"torchboost {args.subcommand}: stopped by {name}; the script and its processes were ended",
+              file=sys.stderr)
+        return 128 + signum

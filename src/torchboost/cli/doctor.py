@@ -5,8 +5,10 @@
 Runs the script in a child process with instrumentation injected
 (:mod:`torchboost.observe.bootstrap`), stops it after ``W + N`` steps and a short
 profiler window, then diagnoses the facts and writes the report folder. Exit status:
-the script's own when it crashed, 1 when no training step was seen, 2 on bad usage,
-0 otherwise.
+the script's own when it crashed, 128 + N when signal N killed it (137: SIGKILL, the
+OOM killer's), 124 when it stalled (no step for ``--stall-timeout``; the partial report
+is written), 128 + N when torchboost itself got SIGINT/SIGTERM/SIGHUP (the script's
+process group is ended), 1 when no training step was seen, 2 on bad usage, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from pathlib import Path
 from rich.console import Console
 
 from torchboost.diagnose import diagnose
-from torchboost.cli._inputs import check_out_dir
+from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.supervise import ObservedRun, Progress, UsageError, run_observed
-from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
+from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
 
 __all__ = ["add_arguments", "run"]
 
@@ -33,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report folder (default ./torchboost-doctor)")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout instead of tables")
     parser.add_argument("--full", action="store_true", help="let the script run to its end, recording every step")
+    parser.add_argument("--stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="end the script when no training step comes for this long (or 20 median steps, "
+                             "when longer), with a partial report (default 60)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,11 +45,14 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
         check_out_dir(args.out)
+        check_seconds(args.stall_timeout, "--stall-timeout")
         observed = _observe(args, err)
     except UsageError as exc:
         print(f"torchboost doctor: error: {exc}", file=sys.stderr)
         return 2
     facts = observed.facts
+    if facts is not None and ending_words(facts):
+        err.print(f"torchboost doctor: {ending_words(facts)}.", highlight=False)
     if facts is None or not facts.steps:
         _explain_no_steps(observed, err)
         return observed.exit_code or 1
@@ -72,6 +80,7 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
             full=args.full,
             on_progress=show,
             stdout=(lambda: sys.stderr) if args.json else None,
+            stall_timeout_s=args.stall_timeout,
         )
 
 

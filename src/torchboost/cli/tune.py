@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
@@ -50,6 +51,9 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
                              f"{TRIAL_WINDOW_S:g} s of the script's steps, at least {MIN_TRIAL_STEPS})")
     parser.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up steps per trial (default 5)")
     parser.add_argument("--resume", action="store_true", help="reuse the finished trials in DIR/journal.jsonl")
+    parser.add_argument("--stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="end a run with no training step for this long (or 20 median steps, when longer) "
+                             "as stalled (default 60)")
     parser.add_argument("--verify-pairs", type=int, default=3, metavar="N",
                         help="after the search, run the baseline and the tuned configuration N times each, in turn, "
                              "end to end as you will run them (the whole script when 2N runs fit in half the budget, "
@@ -68,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
     """TuneOptions from parsed arguments; raises UsageError for values out of range."""
     check_seconds(args.budget, "--budget")
+    check_seconds(args.stall_timeout, "--stall-timeout")
     check_out_dir(args.out)
     if args.steps_per_trial is not None and args.steps_per_trial < 3:
         raise UsageError(f"--steps-per-trial must be at least 3, got {args.steps_per_trial}")
@@ -79,7 +84,8 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
         raise UsageError(f"--verify-pairs must be 0 or more, got {args.verify_pairs}")
     return TuneOptions(out_dir=Path(args.out), config_path=Path(config), budget_s=args.budget,
                        run_steps=args.run_steps, steps_per_trial=args.steps_per_trial,
-                       warmup=args.warmup, resume=args.resume, verify_pairs=args.verify_pairs)
+                       warmup=args.warmup, resume=args.resume, verify_pairs=args.verify_pairs,
+                       stall_timeout_s=args.stall_timeout)
 
 
 def tune_with_progress(command: list[str], options: TuneOptions, console: Console,
@@ -127,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tuned = tune_with_progress(args.command, options, console)
     if tuned.outcome.error is not None:
+        if tuned.outcome.baseline.traceback:  # the script's own words first, as python shows them
+            console.print(Text(tuned.outcome.baseline.traceback))
         console.print(f"[red]torchboost tune:[/] {tuned.outcome.error}", highlight=False)
         return 1
     print_outcome(tuned, options, console)

@@ -141,7 +141,8 @@ class Facts:
     losses: list[float] = field(default_factory=list)
     """Loss values per observed step, where the backward's tensor was a scalar."""
     ended: str = "stopped"
-    """"stopped" (after N steps), "finished" (script ended on its own), "crashed"."""
+    """"stopped" (after N steps), "finished" (script ended on its own), "crashed",
+    "stalled" (no step for too long: see ``stall``), "killed" (by a signal: see ``signal``)."""
     exit_code: int = 0
     planned_steps: int | None = None
     """Steps the script would run in full (len(loader) x epochs), when known."""
@@ -174,6 +175,10 @@ class Facts:
     stopped_slow: bool = False
     """A tuning trial stopped early: its first steps were already far slower than the
     configuration it was measured against (see ``ObserveSpec.stop_slower_than_ms``)."""
+    stall: dict[str, Any] | None = None
+    """{doing, after_s, limit_s, at_step} when the stall watchdog ended the run."""
+    signal: str | None = None
+    """The signal that killed the script ("SIGKILL"), when one did."""
     rank: int = 0
     """This process's rank under torchrun (RANK), 0 alone."""
     world_size: int = 1

@@ -18,6 +18,7 @@ import importlib.machinery
 import io
 import os
 import runpy
+import signal
 import sys
 import traceback
 import types
@@ -28,6 +29,7 @@ from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.instrument import Instrumentation
 from torchboost.observe.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
+from torchboost.observe.watchdog import StallWatchdog, die_with_parent
 
 __all__ = ["main", "run_target", "exit_status", "print_user_traceback"]
 
@@ -43,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Under torchrun every rank runs this; each writes its own files (RANK is torchrun's).
     spec = ObserveSpec.read(argv[0]).for_rank(int(os.environ.get("RANK", "0") or 0))
     recorder = StepRecorder(spec)
+    parent = os.getppid()  # torchboost, or under torchrun the agent that started this rank
+    polls_parent = not die_with_parent(parent)
+    watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"),
+                             parent_pid=parent if polls_parent else None).start()
     # A tuning trial's settings: what only a Booster can apply (fp16, channels_last) is
     # left to the Booster, which reads the same hand-over; the rest is applied from outside.
     trial = handover.trial_config()
@@ -50,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     applier = Applier(applicable).install() if applicable else None
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0
+    signal.signal(signal.SIGTERM, _terminate)  # a stop passed on by torchboost: write the facts first
     try:
         run_target(argv[2:])
         recorder.ended = "finished"
@@ -58,12 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         exit_code = exit_status(exc.code)
         recorder.ended = "finished" if exit_code == 0 else "crashed"
-    except KeyboardInterrupt:
-        recorder.ended, exit_code = "crashed", 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        recorder.ended, exit_code, recorder.signal = "killed", 128 + signum, signal.Signals(signum).name
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
         print_user_traceback(exc)
         recorder.ended, exit_code = "crashed", 1
     finally:
+        watchdog.stop()
         instrumentation.uninstall()
         if applier is not None:
             applier.uninstall()
@@ -74,6 +83,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - keep the script's own exit status
             print(f"torchboost: could not write {spec.facts_path}: {exc}", file=sys.stderr)
     return exit_code
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (torchboost passes a stop on as SIGTERM): the facts are written on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
 
 
 def run_target(target: list[str]) -> None:

@@ -37,7 +37,7 @@ import torch.optim.optimizer as _optim
 import torch.utils.data.dataloader as _dl
 from torch.nn.modules import module as _nn_module
 
-from torchboost.observe.recorder import BACKWARD, FORWARD, OPTIMIZER, StepRecorder
+from torchboost.observe.recorder import BACKWARD, DATA, FORWARD, OPTIMIZER, StepRecorder
 
 __all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
 
@@ -156,9 +156,11 @@ class Instrumentation:
 
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
+            recorder.current = DATA
             start = clock()
             batch = original(iterator)
             recorder.loader_batch(iterator, (clock() - start) * 1000.0)
+            recorder.current = None
             return batch
 
         return __next__
@@ -171,6 +173,7 @@ class Instrumentation:
             if self._bwd_depth:  # backward from inside a backward hook: part of the outer one
                 return original(tensors, *args, **kwargs)
             self._bwd_depth = 1
+            recorder.current = BACKWARD
             recorder.backward_tensor(tensors)
             recorder.phase_begin(BACKWARD)
             start = clock()
@@ -178,6 +181,7 @@ class Instrumentation:
                 result = original(tensors, *args, **kwargs)
             finally:
                 self._bwd_depth = 0
+                recorder.current = None
                 recorder.phase_end(BACKWARD, (clock() - start) * 1000.0)
             recorder.backward_done()  # may end the run with StopObserving
             return result
@@ -192,6 +196,7 @@ class Instrumentation:
             self._fwd_depth += 1
             return
         self._fwd_depth = 1
+        self.recorder.current = FORWARD
         self.recorder.forward_begin(module, self._autocast_devices)
         self._fwd_t0 = self._clock()
 
@@ -203,6 +208,7 @@ class Instrumentation:
             self._fwd_depth = depth - 1
         elif depth == 1:
             self._fwd_depth = 0
+            self.recorder.current = None
             self.recorder.phase_end(FORWARD, (self._clock() - self._fwd_t0) * 1000.0)
 
     def _optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
@@ -211,6 +217,7 @@ class Instrumentation:
             return None
         self._opt_depth = 1
         self._closure_ms = 0.0
+        self.recorder.current = OPTIMIZER
         self.recorder.optimizer_begin(optimizer)
         self._opt_t0 = self._clock()
         if len(args) > 1 and callable(args[1]):  # args[0] is the optimizer itself
@@ -240,6 +247,7 @@ class Instrumentation:
             self._opt_depth = depth - 1
         elif depth == 1:
             self._opt_depth = 0
+            self.recorder.current = None
             elapsed = (self._clock() - self._opt_t0) * 1000.0
             self.recorder.phase_end(OPTIMIZER, max(0.0, elapsed - self._closure_ms))
             self.recorder.optimizer_done(optimizer)  # may end the run with StopObserving

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 import weakref
 from typing import Any, Callable
@@ -60,6 +61,10 @@ class StepRecorder:
         self.stopped_slow = False
         """The trial was stopped early as far too slow (``spec.stop_slower_than_ms``)."""
         self.steps: list[StepRecord] = []
+        self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
+        self.last_boundary = clock()  # clock at the last step boundary (or the start)
+        self.stall: dict[str, Any] | None = None  # what the stall watchdog saw when it ended the run
+        self.signal: str | None = None  # the signal that ended the run, when one did
         self.profile = ProfileWindow(spec.trace_path, warmup=spec.profile_warmup, active=spec.profile_active)
         self._boundaries = 0  # steps completed since counting (re)started
         self._discard_next = False
@@ -174,6 +179,11 @@ class StepRecorder:
         if self._primary is not None and self._primary() is optimizer:
             self.boundary()
 
+    @property
+    def steps_seen(self) -> int:
+        """Step boundaries seen since counting (re)started."""
+        return self._boundaries
+
     def roots(self) -> list[torch.nn.Module]:
         """Live modules seen called outermost (the model, a loss module, ...)."""
         return [m for m in (entry[0]() for entry in self._roots.values()) if m is not None]
@@ -185,6 +195,7 @@ class StepRecorder:
             torch.cuda.synchronize()  # the one sync per step, see module docstring
             self._cuda.collect(self.acc)
         now = self.clock()
+        self.last_boundary = now
         index = self._boundaries
         self._boundaries += 1
         spec = self.spec
@@ -273,15 +284,15 @@ class StepRecorder:
             stopped_slow=self.stopped_slow,
             micro_steps_per_step=self._micro_median(),
             rank=self.spec.rank,
+            stall=self.stall,
+            signal=self.signal,
             world_size=int(os.environ.get("WORLD_SIZE", "1") or 1),
         )
 
     def _micro_median(self) -> float | None:
-        counts = sorted(self._micro_counts)
-        if self.step_source != "optimizer" or not counts:
+        if self.step_source != "optimizer" or not self._micro_counts:
             return None
-        middle = len(counts) // 2
-        return float(counts[middle]) if len(counts) % 2 else (counts[middle - 1] + counts[middle]) / 2
+        return float(statistics.median(self._micro_counts))
 
     def write_facts(self, exit_code: int | None = None) -> Facts:
         """Rewrite facts.json atomically; returns what was written.

@@ -60,6 +60,9 @@ class ObserveSpec:
     stop_slower_than_ms: float | None = None
     """A tuning trial's bound: once ``SLOW_CHECK_STEPS`` steps are recorded, a mean step time
     above this stops the script (a candidate already far slower than the incumbent)."""
+    stall_timeout_s: float | None = 60.0
+    """No step boundary for this long (or 20 median steps, when longer) ends the run as
+    stalled; None never does."""
     rank: int = 0
     """The process's rank in a torchrun job: rank 0 writes facts.json and trace.json,
     rank R ``facts.rankR.json`` and ``trace.rankR.json``; only rank 0 writes progress."""

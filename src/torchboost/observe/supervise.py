@@ -12,7 +12,6 @@ import codecs
 import collections
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import IO, Callable, Sequence
 
 from torchboost.diagnose.facts import Facts
+from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
 from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
 from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.config import BoostConfig
@@ -82,6 +82,7 @@ def run_observed(
     echo: bool = True,
     timeout_s: float | None = None,
     stop_slower_than_ms: float | None = None,
+    stall_timeout_s: float | None = 60.0,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -91,11 +92,13 @@ def run_observed(
     the stream for the child's stdout (default ``sys.stdout``; ``--json`` sends it to
     stderr). Raises :class:`UsageError` for a command it cannot run or ``steps < 1``.
 
-    For tuning trials: ``apply`` is the trial's whole configuration; it reaches the
-    child once, through :mod:`torchboost.handover`, where the no-code applier
-    (:mod:`torchboost.observe.apply`) and a Booster in the script both read it, ``profile=False`` skips the profiler window, ``echo=False``
-    keeps the child's output off the terminal (stderr's tail is still kept), and after
-    ``timeout_s`` seconds the child is killed and ``timed_out`` set.
+    For tuning trials: ``apply`` is the trial's whole configuration (it reaches the child
+    once, through :mod:`torchboost.handover`), ``profile=False`` skips the profiler window,
+    ``echo=False`` keeps the child's output off the terminal (stderr's tail is still
+    kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set.
+
+    No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
+    SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.child.Interrupted`.
     """
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
@@ -107,14 +110,18 @@ def run_observed(
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
-                           stop_slower_than_ms=stop_slower_than_ms,
+                           stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
                            progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
-        proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo, timed=timeout_s is not None)
+        proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo)
         tail: collections.deque[str] = collections.deque()
         relays = _start_relays(proc, tail, echo=echo, stdout=stdout)
         timed_out = _wait_or_end(proc, Path(spec.progress_path), on_progress, timeout_s)
+        if proc.returncode != 0:
+            # A run that crashed, stalled or was killed can leave its group behind (a loader
+            # worker stuck in __getitem__ never looks for its parent): end what is left.
+            kill_group(proc)
         # The child has exited and what it wrote is in the pipes; a process it started may
         # still hold them open (torch's shared-memory manager, used by the file_system
         # hand-over, lingers for seconds), so do not wait for their end-of-file.
@@ -142,12 +149,11 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | Non
     return {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
 
 
-def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool, timed: bool) -> subprocess.Popen:
-    """Start the observed child with its stdout and stderr piped (stdout dropped unless ``echo``)."""
-    # A timed run (a tuning trial) gets a process group of its own, so a timeout ends
-    # the script's own children and compile workers too, not just the script.
+def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:
+    """Start the observed child in a process group of its own (see :mod:`.child`), its
+    stdout and stderr piped (stdout dropped unless ``echo``)."""
     return subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env, start_new_session=timed)
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
 
 
 def _start_relays(proc: subprocess.Popen, tail: collections.deque[str], *, echo: bool,
@@ -165,19 +171,17 @@ def _start_relays(proc: subprocess.Popen, tail: collections.deque[str], *, echo:
 
 def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
                  timeout_s: float | None) -> bool:
-    """:func:`_wait`, ending the child if anything interrupts us. True if it timed out."""
+    """:func:`_wait`, ending the child's group if anything interrupts us: a signal is
+    passed on (the script may write what it saw), any other error kills it at once.
+    True if it timed out."""
     try:
-        return _wait(proc, progress_path, on_progress, timeout_s)
-    except BaseException as exc:
-        # Ctrl-C reaches the child too (same process group): give it a moment to
-        # write what it saw; anything else of ours ends it at once.
-        if timeout_s is not None:
-            _kill(proc, group=True)  # its own group: Ctrl-C did not reach it
-            raise
-        try:
-            proc.wait(timeout=10 if isinstance(exc, KeyboardInterrupt) else 0)
-        except subprocess.TimeoutExpired:
-            _kill(proc, group=False)
+        with forwarded_signals():
+            return _wait(proc, progress_path, on_progress, timeout_s)
+    except Interrupted as exc:
+        end_group(proc, exc.signum)
+        raise
+    except BaseException:
+        kill_group(proc)
         raise
 
 
@@ -186,10 +190,15 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)
+    code = proc.returncode
+    if code < 0:  # killed by a signal: what a shell reports, and the facts say so
+        code = 128 - code
+        for facts in ranks:
+            facts.ended, facts.exit_code, facts.signal = "killed", code, signal_name(-proc.returncode)
     return ObservedRun(
         facts=job_facts(ranks) if ranks else None,
         ranks=ranks,
-        exit_code=proc.returncode,
+        exit_code=code,
         stderr_tail="".join(tail)[-_TAIL_CHARS:],
         out_dir=out,
         steps_seen=int(raw.get("steps_seen", 0)) if raw is not None else 0,
@@ -230,7 +239,7 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
         except subprocess.TimeoutExpired:
             pass
         if deadline is not None and time.monotonic() > deadline:
-            _kill(proc, group=True)
+            kill_group(proc)
             return True
         if on_progress is None:
             continue
@@ -241,18 +250,6 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
         if data != last:
             last = data
             on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of")))
-
-
-def _kill(proc: subprocess.Popen, *, group: bool) -> None:
-    """End the child (and, for a timed run, every process of its group) and reap it."""
-    if group and hasattr(os, "killpg"):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    else:
-        proc.kill()
-    proc.wait()
 
 
 def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]] | None, tail: collections.deque[str] | None) -> None:

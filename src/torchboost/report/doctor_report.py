@@ -64,6 +64,18 @@ _FEW_STEPS = 5
 _JITTER_RATIO = 1.5
 
 
+def ending_words(facts: Facts) -> str | None:
+    """How a stalled or killed run ended, in words; None for any other ending."""
+    if facts.ended == "stalled" and facts.stall:
+        stall = facts.stall
+        return (f"The script stalled: no training step for {stall['after_s']:.0f} s (limit {stall['limit_s']:.0f} s, "
+                f"--stall-timeout), the script {stall['doing']} at step {stall['at_step']}; torchboost ended it")
+    if facts.ended == "killed":
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if facts.signal == "SIGKILL" else ""
+        return f"The script was killed by {facts.signal or 'a signal'}{hint}, exit code {facts.exit_code}"
+    return None
+
+
 def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[str]:
     """What a reader must know to trust the figures: how the run ended, how much was seen."""
     n = summary.steps_observed
@@ -71,7 +83,10 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
     if n == 0:
         notes.append("No training step was observed: the script ended before its first "
                      "optimizer.step() (or backward()), so there is nothing to diagnose.")
-    if facts.ended == "crashed":
+    ending = ending_words(facts)
+    if ending:
+        notes.append(f"{ending}; the figures cover the {n} steps observed before.")
+    elif facts.ended == "crashed":
         notes.append(f"The script crashed (exit code {facts.exit_code}) after {n} observed steps; "
                      "the figures cover the steps before the crash.")
     elif facts.ended == "finished":

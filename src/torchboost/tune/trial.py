@@ -19,13 +19,33 @@ from torchboost.tune.trial_result import TrialResult
 __all__ = ["run_trial", "result_from_facts"]
 
 
+def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
+    """The failure in words: a stall and what the script was doing, a kill and its signal,
+    or the exit code and the error's last line."""
+    stall = getattr(facts, "stall", None)
+    if facts is not None and facts.ended == "stalled" and stall:
+        return f"stalled: no training step for {stall['after_s']:.0f} s, the script {stall['doing']}"
+    signal_name = getattr(facts, "signal", None)
+    if facts is not None and facts.ended == "killed" and signal_name:
+        return f"killed by {signal_name}" + (" (out of memory?)" if signal_name == "SIGKILL" else "")
+    last = tail.strip().splitlines()[-1] if tail.strip() else ""
+    head = f"{prefix} (exit code {exit_code})" if prefix else f"the script exited with code {exit_code}"
+    return head + (f": {last}" if last else "")
+
+
+def last_traceback(tail: str) -> str:
+    """The script's last traceback in its stderr, for the user to read; '' when none."""
+    at = tail.rfind("Traceback (most recent call last)")
+    return tail[at:].strip() if at >= 0 else ""
+
+
 def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit_code: int,
                       error_tail: str = "", wall_s: float = 0.0) -> TrialResult:
     """Build a TrialResult from an observed run's Facts (None when the child wrote nothing)."""
     if facts is None or not facts.steps:
-        last = error_tail.strip().splitlines()[-1] if error_tail.strip() else ""
-        why = f"no training step completed (exit code {exit_code})" + (f": {last}" if last else "")
-        return TrialResult(settings=settings, repeat=repeat, ok=False, error=why, wall_s=wall_s)
+        why = failure_words(facts, exit_code, error_tail, "no training step completed")
+        return TrialResult(settings=settings, repeat=repeat, ok=False, error=why, wall_s=wall_s,
+                           traceback=last_traceback(error_tail))
     step_ms = [s.total_ms for s in facts.steps]
     warmup_ms = list(getattr(facts, "warmup_step_ms", []) or [])
     median_ms = statistics.median(step_ms)
@@ -40,9 +60,10 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
         compile_s=compile_s, wall_s=wall_s, fixed_s=fixed_s,
     )
     result.stopped_early = bool(getattr(facts, "stopped_slow", False))
-    if facts.ended == "crashed" or exit_code != 0:
+    if facts.ended in ("crashed", "stalled", "killed") or exit_code != 0:
         result.ok = False
-        result.error = f"the script exited with code {exit_code}"
+        result.error = failure_words(facts, exit_code, error_tail, "")
+        result.traceback = last_traceback(error_tail)
     # Non-finite losses leave ok=True: the run itself worked, and loss parity then rejects
     # the candidate as incorrect, saying at which step the loss went bad.
     return result
@@ -59,6 +80,7 @@ def run_trial(
     out_dir: Path,
     timeout_s: float | None = None,
     slower_than_ms: float | None = None,
+    stall_timeout_s: float | None = 60.0,
 ) -> TrialResult:
     """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
     None: plain PyTorch); ``warmup`` steps, then ``steps`` measured, or fewer when the first
@@ -68,7 +90,7 @@ def run_trial(
         start = time.monotonic()
         observed = run_observed(
             command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
-            echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms,
+            echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms, stall_timeout_s=stall_timeout_s,
         )
         wall = time.monotonic() - start
     if observed.timed_out:

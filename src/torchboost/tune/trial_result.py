@@ -53,6 +53,8 @@ class TrialResult:
     """Other processes' CPU use during the trial, percent of the whole machine."""
     stopped_early: bool = False
     """Stopped after its first steps: already far slower than the incumbent."""
+    traceback: str = ""
+    """The script's traceback when the trial failed with one ('' otherwise)."""
 
     @property
     def ms_per_step(self) -> float:

@@ -25,7 +25,7 @@ from torchboost.techniques.worker_ipc import available as sharing_available
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
-from torchboost.tune.trial import run_trial
+from torchboost.tune.trial import failure_words, last_traceback, run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
 from torchboost.tune.verify import EndToEnd, plan_verification, verify
 
@@ -48,6 +48,8 @@ class TuneOptions:
     warmup: int = 5
     resume: bool = False
     trial_timeout_s: float = 300.0
+    stall_timeout_s: float = 60.0
+    """No step for this long (or 20 median steps) ends a trial, or the doctor, as stalled."""
     min_gain: float = 0.03
     max_repeats: int = 3
     verify_pairs: int = 3
@@ -182,8 +184,9 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         if on_trial is not None:
             on_trial(settings, repeat, None)
         result = run_trial(command, settings, repeat, base=base, steps=options.steps_per_trial, warmup=options.warmup,
-                           out_dir=trials_dir / "current", timeout_s=options.trial_timeout_s,
-                           slower_than_ms=slower_than_ms)
+                           out_dir=trials_dir / "current",
+                           timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10)),
+                           slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s)
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
@@ -192,14 +195,33 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
     return measure
 
 
-def _doctor_facts(command: Sequence[str], options: TuneOptions) -> Facts | None:
+def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts | None, TrialResult | None]:
+    """The doctor's facts, and, when the diagnosis itself failed (crashed, stalled, killed,
+    or ran past --budget), that failure as a failed baseline: the search cannot start."""
     doctor_dir = options.out_dir / "doctor"
     facts_path = doctor_dir / "facts.json"
     if options.resume and facts_path.is_file():
-        return Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8")))
+        return Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8"))), None
+    # --budget bounds the diagnosis too: a script too slow to show its steps within it
+    # leaves the search nothing to start from.
     observed = run_observed(command, steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
-                            out_dir=doctor_dir, echo=False)
-    return observed.facts
+                            out_dir=doctor_dir, echo=False, timeout_s=options.budget_s,
+                            stall_timeout_s=options.stall_timeout_s)
+    facts = observed.facts
+    if observed.timed_out:
+        why = f"the diagnosis did not finish within --budget {options.budget_s:.0f} s"
+    elif facts is None or not facts.steps or observed.exit_code != 0:
+        why = failure_words(facts, observed.exit_code, observed.stderr_tail, "no training step completed")
+    else:
+        return facts, None
+    return facts, TrialResult(settings=Overlay(), ok=False, error=why, traceback=last_traceback(observed.stderr_tail))
+
+
+def _failed_run(facts: Facts | None, baseline: TrialResult, base: BoostConfig) -> TuneRun:
+    error = f"the baseline run failed: {baseline.error}"
+    outcome = TuneOutcome(baseline=baseline, settings=Overlay(), waterfall=[], decisions=[], trials_run=0,
+                          elapsed_s=0.0, error=error)
+    return TuneRun(facts=facts, findings=[], outcome=outcome, config=base, run_steps=None, reused_trials=0, base=base)
 
 
 def _planned_run(options: TuneOptions, facts: Facts | None) -> tuple[int | None, str]:
@@ -291,7 +313,9 @@ def tune_script(
     base = user_config(options.config_path)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     if facts is None:
-        facts = _doctor_facts(command, options)
+        facts, failed = _doctor_facts(command, options)
+        if failed is not None:
+            return _failed_run(facts, failed, base)
     findings = diagnose(facts) if facts is not None and facts.steps else []
     context = context_from_facts(facts) if facts is not None else TuneContext()
     levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})

@@ -1,0 +1,79 @@
+"""The observed child's process group: started apart, ended whole, signals passed on.
+
+Every observed run (doctor, a tuning trial, a capped verification run) starts in a
+session and process group of its own, so that ending it ends the script's own children
+too (loader workers, compile workers, torchrun's ranks), and a terminal's Ctrl-C does not
+hit it behind our back. While it runs, SIGINT, SIGTERM and SIGHUP to torchboost are
+caught and passed on to the whole group (SIGINT as SIGINT, so the script's ``finally``
+blocks run and its facts are written; the others as SIGTERM); a group still alive after
+:data:`GRACE_S` is killed. torchboost then raises :class:`Interrupted`, and the command
+exits with 128 + the signal's number, as a shell reports a process killed by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from typing import Iterator
+
+__all__ = ["GRACE_S", "Interrupted", "end_group", "forwarded_signals", "kill_group", "signal_name"]
+
+GRACE_S = 10.0
+"""Seconds the child's group has to end after a passed-on signal before it is killed."""
+_CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """torchboost was told to stop by ``signum``; the child's group has been ended."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal_name(signum))
+        self.signum = signum
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9, ..."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@contextlib.contextmanager
+def forwarded_signals() -> Iterator[None]:
+    """Within the block, SIGINT/SIGTERM/SIGHUP raise :class:`Interrupted` (main thread only:
+    elsewhere the block changes nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in _CAUGHT}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def end_group(proc: subprocess.Popen, signum: int) -> None:
+    """Pass ``signum`` on to the child's group, wait :data:`GRACE_S`, then kill what is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL every process of the child's group, and reap the child."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

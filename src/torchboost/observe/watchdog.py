@@ -1,0 +1,112 @@
+"""The observed child's two guards: a stall watchdog, and dying with its parent.
+
+*Stall*: a script that stops making progress (a deadlocked loader worker, a sleep, a
+wait on a dead peer) would keep the doctor or a tuning trial waiting forever. A daemon
+thread looks twice a second at the time since the last step boundary; past
+``max(timeout_s, STALL_FACTOR x the median step)`` it names what the script was doing
+(from the phase the hooks last entered), writes the facts seen so far with
+``ended = "stalled"``, and ends the process with :data:`STALL_EXIT`. The thread only
+reads the clock and two attributes; it never touches the script's objects.
+
+*Parent*: the child must not outlive the torchboost process that started it (a ``kill
+-9`` of tune must not leave its trial running). On Linux the kernel sends SIGKILL when
+the parent dies (``PR_SET_PDEATHSIG``); elsewhere the same thread notices the parent is
+gone and ends the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import statistics
+import sys
+import threading
+from typing import Any
+
+from torchboost.observe.recorder import BACKWARD, DATA, FORWARD, OPTIMIZER, StepRecorder
+
+__all__ = ["STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
+
+STALL_EXIT = 124
+"""Exit status of a run ended for stalling (what ``timeout`` uses)."""
+STALL_FACTOR = 20
+"""A step this many times the median is a stall even past the fixed timeout."""
+_PR_SET_PDEATHSIG = 1
+
+_DOING = {DATA: "waiting for data (the DataLoader)", FORWARD: "in the forward pass",
+          BACKWARD: "in the backward pass", OPTIMIZER: "in the optimizer step"}
+
+
+def doing(phase: int | None, steps_seen: int) -> str:
+    """Words for what the script was doing: its phase, or where it was between phases."""
+    if phase in _DOING:
+        return _DOING[phase]
+    if steps_seen == 0:
+        return "before its first training step (start-up, loading, compiling)"
+    return "outside any training phase (the script's own code between steps)"
+
+
+class StallWatchdog:
+    """Ends the process when no step boundary comes for too long (see the module docstring)."""
+
+    def __init__(self, recorder: StepRecorder, timeout_s: float, *, parent_pid: int | None = None) -> None:
+        self.recorder = recorder
+        self.timeout_s = timeout_s
+        self.parent_pid = parent_pid
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="torchboost-watchdog", daemon=True)
+
+    def start(self) -> "StallWatchdog":
+        """Start watching (a daemon thread)."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (the script ended)."""
+        self._stop.set()
+
+    def limit_s(self) -> float:
+        """The stall limit now: the timeout, or 20 median steps when that is longer."""
+        steps = [s.total_ms for s in self.recorder.steps] or list(self.recorder.warmup_ms[1:])
+        median_s = statistics.median(steps) / 1000.0 if steps else 0.0
+        return max(self.timeout_s, STALL_FACTOR * median_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                os._exit(128 + signal.SIGKILL)  # the parent is gone: end as its kill would have
+            since = self.recorder.clock() - self.recorder.last_boundary
+            if since > self.limit_s():
+                self._stalled(since)
+
+    def _stalled(self, since: float) -> None:
+        recorder = self.recorder
+        what = doing(recorder.current, recorder.steps_seen)
+        recorder.ended = "stalled"
+        recorder.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(self.limit_s(), 1),
+                          "at_step": recorder.steps_seen}
+        print(f"torchboost: no training step for {since:.0f} s, the script {what} at step "
+              f"{recorder.steps_seen}; ending it (limit {self.limit_s():.0f} s, --stall-timeout to change)",
+              file=sys.stderr, flush=True)
+        try:
+            recorder.write_facts(STALL_EXIT)
+        except Exception as exc:  # noqa: BLE001 - the exit below must happen
+            print(f"torchboost: could not write the facts: {exc}", file=sys.stderr, flush=True)
+        os._exit(STALL_EXIT)
+
+
+def die_with_parent(parent_pid: int | None) -> bool:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux); True when set.
+    Elsewhere :class:`StallWatchdog` polls for the parent instead."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc: Any = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(128 + signal.SIGKILL)  # the parent died before the request took effect
+    return True

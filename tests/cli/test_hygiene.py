@@ -1,0 +1,120 @@
+"""Never hang, never orphan: stalls, signals and kills, each ending with a clear word.
+
+Each test asserts the exit status, the message, and that no process of the run is left
+(looked up with psutil by the script path in its command line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+HANG = str(SCRIPTS / "hang.py")
+
+
+def _left(marker: str) -> list[psutil.Process]:
+    """Processes still alive whose command line names ``marker`` (a script of ours)."""
+    time.sleep(0.5)
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if any(marker in part for part in proc.info["cmdline"] or []) and proc.info["status"] != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _doctor(tmp_path: Path, *script: str, options: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "torchboost.cli", "doctor", "--steps", "20", "--warmup", "2",
+            "--out", str(tmp_path / "doc"), *options, "--", "python", *script]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, doing", [("sleep", "outside any training phase"),
+                                         ("worker", "waiting for data")])
+def test_a_hung_script_ends_within_the_stall_timeout_with_a_partial_report(tmp_path, mode, doing):
+    start = time.monotonic()
+    proc = subprocess.run(_doctor(tmp_path, HANG, mode, options=("--stall-timeout", "3")), capture_output=True,
+                          text=True, timeout=120)
+    assert time.monotonic() - start < 3 + 10 + 15  # the stall limit, plus the grace, plus start-up
+    assert proc.returncode == 124, proc.stderr[-2000:]
+    assert "stalled: no training step for" in proc.stderr and doing in proc.stderr
+    report = json.loads((tmp_path / "doc" / "report.json").read_text())
+    assert report["ended"] == "stalled" and report["steps_observed"] > 0
+    assert report["facts"]["stall"]["at_step"] == 12
+    assert not _left(HANG)
+
+
+@pytest.mark.slow
+def test_a_script_killed_by_sigkill_is_reported_killed_with_137(tmp_path):
+    script = str(SCRIPTS / "self_kill.py")
+    proc = subprocess.run(_doctor(tmp_path, script), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 137, proc.stderr[-2000:]
+    assert "killed by SIGKILL" in proc.stderr and "out of memory?" in proc.stderr
+    report = json.loads((tmp_path / "doc" / "report.json").read_text())
+    assert report["ended"] == "killed" and report["exit_code"] == 137 and report["facts"]["signal"] == "SIGKILL"
+    assert not _left(script)
+
+
+def _started(argv: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _left(HANG) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # into the hang
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_doctor_ends_the_scripts_whole_group_and_exits_128_plus_n(tmp_path, signum):
+    proc = _started(_doctor(tmp_path, HANG, "worker"))
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, stderr[-2000:]
+    assert f"stopped by {signal.Signals(signum).name}" in stderr
+    assert not _left(HANG)
+
+
+@pytest.mark.slow
+def test_the_script_dies_with_a_killed_torchboost(tmp_path):
+    proc = _started(_doctor(tmp_path, HANG, "sleep"))
+    os.kill(proc.pid, signal.SIGKILL)  # no handler can run: the kernel ends the child
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _left(HANG) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _left(HANG)
+
+
+@pytest.mark.slow
+def test_tune_on_a_hung_script_ends_with_the_stall_not_a_wait(tmp_path):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--budget", "20", "--stall-timeout", "3",
+                           "--out", str(tmp_path / "tune"), "--config", str(tmp_path / "torchboost.toml"),
+                           "--", "python", HANG, "sleep"], capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - start < 40
+    assert proc.returncode == 1 and "the baseline run failed: stalled" in proc.stderr
+    assert not _left(HANG)
+
+
+@pytest.mark.slow
+def test_tune_shows_the_scripts_traceback_when_the_baseline_crashes(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text("import torch\n\n\ndef load():\n    raise ValueError('my bug')\n\n\nload()\n")
+    proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--budget", "20",
+                           "--out", str(tmp_path / "tune"), "--config", str(tmp_path / "torchboost.toml"),
+                           "--", "python", str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback (most recent call last)" in proc.stderr and 'line 5, in load' in proc.stderr
+    assert "ValueError: my bug" in proc.stderr
