@@ -36,6 +36,7 @@ BAD_VALUES = [
     (LoaderConfig, "prefetch_factor", 0, ["loader.prefetch_factor", "an integer from 1 to 1024"]),
     (LoaderConfig, "prefetch_factor", 2.5, ["loader.prefetch_factor", "2.5"]),
     (LoaderConfig, "sharing_strategy", "shm", ["loader.sharing_strategy", "file_descriptor, file_system", '"shm"']),
+    (LoaderConfig, "shards_by_worker", "yes", ["loader.shards_by_worker", "true", "false"]),
     (OptimizerConfig, "implementation", "apex", ["optimizer.implementation", "foreach, fused"]),
     (MemoryConfig, "channels_last", "keep", ["memory.channels_last", "auto | true | false"]),
     (CpuConfig, "threads", 0, ["cpu.threads", "an integer from 1 to"]),
@@ -145,7 +146,9 @@ def test_off_switches_everything_off():
     assert off.optimizer.implementation == "default"
     assert off.memory.channels_last is False
     assert off.cpu.threads == "keep"
-    assert {v for v in dataclasses.asdict(off.loader).values()} == {"keep"}
+    loader = dataclasses.asdict(off.loader)
+    assert loader.pop("shards_by_worker") is False  # a fact about the dataset, not a setting to keep
+    assert set(loader.values()) == {"keep"}
 
 
 def test_interrupted_write_leaves_previous_file(tmp_path):

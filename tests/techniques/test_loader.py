@@ -310,14 +310,18 @@ def test_workers_not_more_than_batches(threads16):
     assert settings.num_workers == 2 and "2 batches" in reasons["loader.num_workers"]
 
 
-def test_iterable_dataset_keeps_its_workers_under_auto_and_takes_an_explicit_number():
+def test_iterable_dataset_keeps_its_workers_unless_it_shards_by_worker():
     env = machine(16, 64, "cuda")
     stream = DataLoader(Stream(), batch_size=2)
     settings, _, reasons = resolve_host(LoaderConfig(), CpuConfig(), stream, env, device=CUDA)
     assert settings.num_workers == 0 and "IterableDataset" in reasons["loader.num_workers"]
     explicit = LoaderConfig(num_workers=2)
-    settings, _, reasons = resolve_host(explicit, CpuConfig(), stream, env, device=CUDA)
-    assert settings.num_workers == 2 and "shards" in reasons["loader.num_workers"]
+    with pytest.warns(UserWarning, match="does not shard by worker"):
+        settings, _, reasons = resolve_host(explicit, CpuConfig(), stream, env, device=CUDA)
+    assert settings.num_workers == 0 and reasons["loader.num_workers"].startswith("refused 2, kept 0")
+    declared = LoaderConfig(num_workers=2, shards_by_worker=True)
+    settings, _, reasons = resolve_host(declared, CpuConfig(), stream, env, device=CUDA)
+    assert settings.num_workers == 2 and reasons["loader.num_workers"] == "set in config"
     rebuilt = rebuild_loader(stream, dataclasses.replace(settings, num_workers=0, persistent_workers=False, prefetch_factor=None, pin_memory=True))
     assert [b.tolist() for b in collect(rebuilt, 1)] == [b.tolist() for b in collect(stream, 1)]
 

@@ -6,9 +6,9 @@ descriptor's :class:`~torchboost.techniques.registry.NoCode` hooks, and this mod
 the patching that reaches them, in one place, restored by :meth:`Applier.uninstall`:
 
 * process-wide switches (threads, TF32) are set at install;
-* ``DataLoader.__init__`` is wrapped so loaders over map-style datasets are built with
-  the new arguments (an IterableDataset is left alone: more workers would each yield
-  the whole unsharded stream);
+* ``DataLoader.__init__`` is wrapped so loaders are built with the new arguments (workers
+  are not raised for an IterableDataset that does not shard by worker: each would yield
+  the whole stream; the loader technique says so on stderr);
 * the root module (the first module with trainable parameters called, with gradients on,
   from outside any other forward) is handed to the techniques after its first forward
   (compile, bf16 autocast); they take effect from the second forward call;
@@ -32,7 +32,6 @@ import torch.optim.optimizer as _optim
 import torch.utils.data.dataloader as _dl
 from torch import nn
 from torch.nn.modules import module as _nn_module
-from torch.utils.data import IterableDataset
 
 from torchboost import handover
 from torchboost.config import BoostConfig, Overlay
@@ -165,8 +164,6 @@ class Applier:
         @functools.wraps(original)
         def __init__(loader_self: Any, *args: Any, **kwargs: Any) -> None:
             bound = signature.bind(loader_self, *args, **kwargs)
-            if isinstance(bound.arguments.get("dataset"), IterableDataset):
-                return original(loader_self, *args, **kwargs)
             arguments = dict(bound.arguments)
             arguments.pop("self", None)
             for rewrite, values in rewrites:

@@ -18,13 +18,15 @@ the batch hand-over, pinned memory and prefetching.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from torchboost.config import AUTO, KEEP, Overlay
 from torchboost.techniques.batches import DeviceLoader, map_tensors, move_to_device
 from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader_auto import auto_num_workers, resolve_host
-from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings, rebuild_loader
+from torchboost.techniques.loader_settings import (LOADER_FIELDS, LoaderConfig, LoaderSettings, rebuild_loader,
+                                                  shards_by_worker)
 from torchboost.techniques.resumable import ResumableLoader
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
@@ -85,6 +87,19 @@ def _apply(prep: Preparation) -> None:
 def _nocode_arguments(values: dict[str, Any], arguments: dict[str, Any]) -> None:
     wanted = dict(values)
     sharing = wanted.pop("sharing_strategy", None)
+    declared = bool(wanted.pop("shards_by_worker", False))
+    dataset = arguments.get("dataset")
+    workers = wanted.get("num_workers")
+    if isinstance(workers, int) and workers > int(arguments.get("num_workers", 0) or 0) \
+            and not shards_by_worker(dataset, declared):
+        # More workers on an unsharded stream would each yield every sample: the loader
+        # keeps its own worker settings, and says so (never "applied" when it was not).
+        for key in ("num_workers", "persistent_workers", "prefetch_factor"):
+            wanted.pop(key, None)
+        sharing = None
+        print(f"torchboost: loader.num_workers={workers} not applied: {type(dataset).__name__} is an "
+              "IterableDataset that does not shard by worker (each worker would yield every sample); "
+              "shard it with get_worker_info(), or set loader.shards_by_worker = true", file=sys.stderr)
     arguments.update(wanted)
     if int(arguments.get("num_workers", 0) or 0) == 0:
         # torch refuses these without workers

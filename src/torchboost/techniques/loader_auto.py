@@ -7,6 +7,7 @@ thread count, with a reason each.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from torchboost.env import Environment
 from torchboost.techniques.cpu import CpuConfig, resolve_threads
 from torchboost.techniques.dataset_cost import CHEAP_BATCH_MS, measure_batch_load_ms
-from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings
+from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings, shards_by_worker
 from torchboost.techniques.worker_ipc import available as sharing_available
 
 __all__ = ["auto_num_workers", "resolve_host"]
@@ -144,7 +145,8 @@ def _resolve_loader(
     reasons: dict[str, str],
 ) -> LoaderSettings:
     current = LoaderSettings.of(loader)
-    workers = _resolve_workers(cfg.num_workers, current, loader, env, device, processes, reasons)
+    workers = _resolve_workers(cfg.num_workers, current, loader, env, device, processes, reasons,
+                               declared=cfg.shards_by_worker)
     pin = _resolve_pin(cfg.pin_memory, current, device, reasons)
     persistent = _resolve_persistent(cfg.persistent_workers, current, workers, reasons)
     prefetch = _resolve_prefetch(cfg.prefetch_factor, current, workers, reasons)
@@ -157,17 +159,19 @@ def _resolve_loader(
 
 def _resolve_workers(
     value: Any, current: LoaderSettings, loader: DataLoader, env: Environment, device: torch.device,
-    processes: int, reasons: dict[str, str],
+    processes: int, reasons: dict[str, str], *, declared: bool = False,
 ) -> int:
     if value == "keep":
         workers, reasons["loader.num_workers"] = current.num_workers, "keep: the loader's own value"
+    elif isinstance(value, int) and value > current.num_workers and not shards_by_worker(loader.dataset, declared):
+        workers = current.num_workers
+        reasons["loader.num_workers"] = refusal = (
+            f"refused {value}, kept {workers}: {type(loader.dataset).__name__} is an IterableDataset that does "
+            "not shard by worker (no get_worker_info() in its __iter__), so each worker would yield every "
+            "sample; shard it, or set loader.shards_by_worker = true")
+        warnings.warn(refusal, stacklevel=2)
     elif isinstance(value, int):
         workers, reasons["loader.num_workers"] = value, "set in config"
-        if isinstance(loader.dataset, IterableDataset) and workers > 1:
-            reasons["loader.num_workers"] += (
-                " (IterableDataset: each worker replays the stream unless the dataset shards "
-                "itself with torch.utils.data.get_worker_info())"
-            )
     elif isinstance(loader.dataset, IterableDataset):
         workers = current.num_workers
         reasons["loader.num_workers"] = (

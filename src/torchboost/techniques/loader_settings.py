@@ -18,7 +18,7 @@ from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord, register_sectio
 from torchboost.config import check_bool_or_word, check_choice, check_int_or_word
 from torchboost.techniques.worker_ipc import sharing_of, with_sharing
 
-__all__ = ["LOADER_FIELDS", "LoaderConfig", "LoaderSettings", "rebuild_loader"]
+__all__ = ["LOADER_FIELDS", "LoaderConfig", "LoaderSettings", "rebuild_loader", "shards_by_worker"]
 
 MAX_WORKERS = max(64, 8 * (os.cpu_count() or 1))
 """More loader workers than 8 per core only thrash: a value above it is a typo (at least
@@ -48,6 +48,12 @@ class LoaderConfig:
     sharing_strategy: str = AUTO
     """auto (torch's default) | keep | file_descriptor | file_system: how workers hand
     batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
+    shards_by_worker: bool = False
+    """The loader's IterableDataset gives each worker its own part of the stream (through
+    ``torch.utils.data.get_worker_info()``), so more workers may be started for it. Without
+    it (or a dataset whose ``__iter__`` calls ``get_worker_info``, or one with a true
+    ``shards_by_worker`` attribute) workers are never raised for an IterableDataset: each
+    would yield every sample."""
 
     def __post_init__(self) -> None:
         check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP), maximum=MAX_WORKERS)
@@ -55,6 +61,7 @@ class LoaderConfig:
         check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
         check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP), maximum=1024)
         check_choice("loader.sharing_strategy", self.sharing_strategy, self.SHARING)
+        check_bool_or_word("loader.shards_by_worker", self.shards_by_worker, ())
 
     @classmethod
     def off(cls) -> "LoaderConfig":
@@ -107,6 +114,26 @@ class LoaderSettings:
 @functools.lru_cache(maxsize=1)
 def _init_parameters() -> frozenset[str]:
     return frozenset(inspect.signature(DataLoader.__init__).parameters)
+
+
+def shards_by_worker(dataset: Any, declared: bool = False) -> bool:
+    """Whether extra workers on ``dataset`` would each get their own samples: a map-style
+    dataset always; an IterableDataset when ``declared`` (loader.shards_by_worker), when it
+    says so itself (a true ``shards_by_worker`` attribute), or when its ``__iter__`` asks
+    ``get_worker_info()``, the way torch's documentation shards a stream."""
+    if not isinstance(dataset, IterableDataset):
+        return True
+    if declared or getattr(dataset, "shards_by_worker", False) is True:
+        return True
+    for cls in type(dataset).__mro__:
+        method = cls.__dict__.get("__iter__")
+        if method is None or cls.__module__.startswith("torch."):
+            continue
+        try:
+            return "get_worker_info" in inspect.getsource(method)
+        except (OSError, TypeError):
+            return False
+    return False
 
 
 def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:
