@@ -253,6 +253,15 @@ class BoostConfig:
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
+    @staticmethod
+    def written_keys(path: str | Path) -> set[str]:
+        """The dotted keys a ``torchboost.toml`` sets itself (the rest take defaults)."""
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return set()
+        return {f"{section}.{key}" for section, values in data.items() if isinstance(values, dict) for key in values}
+
     def to_toml_string(self, header: str = "") -> str:
         """The TOML text, with ``header`` lines as leading comments."""
         comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())

@@ -52,3 +52,12 @@ def test_a_crash_shows_the_scripts_own_traceback(tmp_path):
     assert "ValueError: the script's own error" in traceback
     assert "torchboost" not in traceback.splitlines()[1]  # the first frame is the script's
     assert str(SCRIPT) in traceback.splitlines()[1]
+
+
+def test_run_speaks_only_of_the_keys_the_file_sets(tmp_path):
+    (tmp_path / "torchboost.toml").write_text('[cpu]\nthreads = 1\n[precision]\nmode = "auto"\n')
+    proc, _, err = _run(tmp_path)
+    assert proc.returncode == 0, err
+    notes = [line for line in err.splitlines() if "resolved by the Booster only" in line]
+    assert notes == ['torchboost run: precision.mode = "auto" is resolved by the Booster only; '
+                     "left as the script sets it"]  # not the loader's, optimizer's... defaults

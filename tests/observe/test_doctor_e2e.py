@@ -162,3 +162,14 @@ def test_bad_input_is_one_line_exit_2_before_any_work(tmp_path, make, argv_tail,
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("sub", ["doctor", "tune", "run"])
+def test_help_shows_the_command_after_the_dashes_and_a_forgotten_dash_dash_gets_a_hint(sub):
+    help_text = subprocess.run([sys.executable, "-m", "torchboost.cli", sub, "--help"], capture_output=True,
+                               text=True, timeout=60).stdout
+    assert help_text.startswith(f"usage: torchboost {sub} [options] -- python train.py ARGS")
+    proc = subprocess.run([sys.executable, "-m", "torchboost.cli", sub, "python", "train.py"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(f"put '--' before your command: torchboost {sub} -- python train.py ARGS")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import signal
 import sys
 from typing import Sequence
@@ -26,8 +27,15 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+_TAKES_COMMAND = ("doctor", "tune", "run")
+_COMMAND_WORD = re.compile(r"(^|\s)(python[\d.]*|torchrun|\S+\.py)(\s|$)")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("unrecognized arguments") and _COMMAND_WORD.search(message):
+            prog = getattr(self, "command_prog", self.prog)
+            message += f"; put '--' before your command: {prog} -- python train.py ARGS"
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -44,6 +52,7 @@ def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
     # Only the chosen sub-command's module is imported: `torchboost run` must cost no more
     # than the script itself, so it does not load the tuner's and reports' modules.
     parser = _Parser(prog="torchboost", description="Make PyTorch training markedly faster, and prove it.")
+    parser.command_prog = f"torchboost {chosen}" if chosen else "torchboost doctor"  # type: ignore[attr-defined]
     parser.add_argument("--version", action="version", version=f"torchboost {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
@@ -51,7 +60,9 @@ def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=help_text)
             continue
         module = importlib.import_module(module_name)
-        module.add_arguments(sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0]))
+        usage = f"torchboost {name} [options] -- python train.py ARGS" if name in _TAKES_COMMAND else None
+        module.add_arguments(sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0],
+                                            usage=usage))
     return parser
 
 

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if launch.distributed:
         return run_job(launch, Path(args.config).resolve())
-    settings, notes = settings_from_config(config)
+    settings, notes = settings_from_config(config, BoostConfig.written_keys(args.config))
     if os.environ.get("RANK", "0") in ("", "0"):  # under torchrun, rank 0 speaks for the job
         for note in notes:
             print(f"torchboost run: {note}", file=sys.stderr)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import torch
 import torch.optim.optimizer as _optim
@@ -71,24 +71,26 @@ def nocode_settings(settings: Mapping[str, Any]) -> tuple[Overlay, list[str]]:
     return applicable, notes
 
 
-def changed_settings(config: BoostConfig) -> tuple[Overlay, list[str]]:
+def changed_settings(config: BoostConfig, written: Collection[str] | None = None) -> tuple[Overlay, list[str]]:
     """The settings of ``config`` that change something, and notes on its "auto"s.
 
     "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
-    only the Booster resolves it (it sees the model).
+    only the Booster resolves it (it sees the model). ``written``: the dotted keys the
+    user's file sets; notes speak of those only (None: of every key).
     """
     changed = Overlay.between(BoostConfig.off(), config)
     notes = [f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it'
-             for dotted, value in changed.items() if value == "auto"]
+             for dotted, value in changed.items() if value == "auto" and (written is None or dotted in written)]
     return Overlay({k: v for k, v in changed.items() if v not in ("auto", "keep")}), notes
 
 
-def settings_from_config(config: BoostConfig) -> tuple[Overlay, list[str]]:
+def settings_from_config(config: BoostConfig, written: Collection[str] | None = None) -> tuple[Overlay, list[str]]:
     """The settings to apply from outside, and notes on what is left alone.
 
-    Only the :func:`changed_settings` that can be applied without a Booster in the loop.
+    Only the :func:`changed_settings` that can be applied without a Booster in the loop;
+    ``written`` as there.
     """
-    wanted, notes = changed_settings(config)
+    wanted, notes = changed_settings(config, written)
     settings, refused = nocode_settings(wanted)
     return settings, notes + refused
 
