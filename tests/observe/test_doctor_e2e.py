@@ -173,3 +173,22 @@ def test_help_shows_the_command_after_the_dashes_and_a_forgotten_dash_dash_gets_
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(f"put '--' before your command: torchboost {sub} -- python train.py ARGS")
+
+
+@pytest.mark.slow
+def test_the_trace_marks_each_step_and_phase_with_the_reports_numbers(tmp_path):
+    proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_data_bound.py"), "--epochs", "1",
+                        options=("--json",))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["trace"] == "trace.pt.trace.json"  # the name TensorBoard's profiler plugin picks up
+    events = json.loads((out / report["trace"]).read_text())["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    # 2 warm-up + 5 recorded steps (indices 0-6), then the profiler window of 1 + 2 steps;
+    # its active steps are 8 and 9 in the report's numbering.
+    steps = sorted(int(n.rsplit(" ", 1)[1]) for n in names if n.startswith("torchboost: step "))
+    assert steps and set(steps) <= {8, 9}
+    for phase in ("data wait", "forward", "backward", "optimizer"):
+        assert f"torchboost: {phase}" in names, phase
+    last = report["facts"]["steps"][-1]["index"]
+    assert min(steps) > last  # after the recorded steps, numbered on from them

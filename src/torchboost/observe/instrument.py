@@ -37,7 +37,7 @@ import torch.optim.optimizer as _optim
 import torch.utils.data.dataloader as _dl
 from torch.nn.modules import module as _nn_module
 
-from torchboost.observe.recorder import BACKWARD, DATA, FORWARD, OPTIMIZER, StepRecorder
+from torchboost.observe.recorder import BACKWARD, FORWARD, OPTIMIZER, StepRecorder
 
 __all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
 
@@ -156,11 +156,10 @@ class Instrumentation:
 
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
-            recorder.current = DATA
+            recorder.data_begin()
             start = clock()
             batch = original(iterator)
             recorder.loader_batch(iterator, (clock() - start) * 1000.0)
-            recorder.current = None
             return batch
 
         return __next__

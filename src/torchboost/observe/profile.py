@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from torchboost._intervals import covered, overlap
 from torchboost.diagnose.facts import ProfileFacts
@@ -53,6 +53,7 @@ class ProfileWindow:
         self.error: str | None = None
         self._prof: profile | None = None
         self._steps = 0
+        self._ranges: list[Any] = []  # open record_function annotations, innermost last
 
     @property
     def running(self) -> bool:
@@ -73,8 +74,23 @@ class ProfileWindow:
         except Exception as exc:  # noqa: BLE001 - the user's run must go on
             self._fail(exc)
 
+    def annotate(self, name: str) -> None:
+        """Open an annotation ``name`` in the trace (a step, a phase) while recording."""
+        if self._prof is not None:
+            scope = record_function(name)
+            scope.__enter__()
+            self._ranges.append(scope)
+
+    def end_annotation(self, all_open: bool = False) -> None:
+        """Close the innermost open annotation (every one with ``all_open``)."""
+        while self._ranges:
+            self._ranges.pop().__exit__(None, None, None)
+            if not all_open:
+                return
+
     def step(self) -> bool:
         """Mark a step boundary; True when the window has ended."""
+        self.end_annotation(all_open=True)
         if self._prof is None:
             return True
         self._steps += 1
@@ -91,6 +107,7 @@ class ProfileWindow:
         """Stop a window cut short (script ended or crashed); keeps what is complete."""
         if self._prof is None:
             return
+        self.end_annotation(all_open=True)
         prof, self._prof = self._prof, None
         try:
             prof.stop()

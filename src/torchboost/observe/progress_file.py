@@ -6,7 +6,20 @@ import json
 import os
 from typing import Any
 
-__all__ = ["ProgressFile"]
+__all__ = ["ProgressFile", "stage_of"]
+
+
+def stage_of(done: int, spec: Any) -> dict[str, Any]:
+    """``{"stage", "step", "of"}`` after ``done`` step boundaries of a run of ``spec``
+    (an :class:`~torchboost.observe.spec.ObserveSpec`)."""
+    recorded_end = spec.warmup + spec.steps
+    if done < spec.warmup:
+        return {"stage": "warm-up", "step": done, "of": spec.warmup}
+    if done <= recorded_end:
+        return {"stage": "observing", "step": done - spec.warmup, "of": spec.steps}
+    if done <= recorded_end + spec.profile_steps:
+        return {"stage": "profiling", "step": done - recorded_end, "of": spec.profile_steps}
+    return {"stage": "running", "step": done - spec.warmup, "of": None}
 
 
 class ProgressFile:

@@ -29,7 +29,7 @@ from torchboost.diagnose.facts import Facts, LoaderFacts, ModelFacts, OptimizerF
 from torchboost.observe import describe
 from torchboost.observe.cuda_phases import CudaPhases
 from torchboost.observe.profile import ProfileWindow
-from torchboost.observe.progress_file import ProgressFile
+from torchboost.observe.progress_file import ProgressFile, stage_of
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "SLOW_CHECK_STEPS"]
@@ -38,6 +38,7 @@ SLOW_CHECK_STEPS = 5
 """Recorded steps after which a tuning trial may be stopped as far too slow."""
 
 DATA, FORWARD, BACKWARD, OPTIMIZER = range(4)
+_PHASE_NAMES = ("data wait", "forward", "backward", "optimizer")
 """Phase indices into the recorder's accumulators (see ``torchboost.diagnose.facts.PHASES``)."""
 
 
@@ -110,9 +111,16 @@ class StepRecorder:
         self._guarded(lambda: entry.__setitem__(0, describe.describe_loader(loader)))
         self._iter_loader[id(iterator)] = id(loader)
 
+    def data_begin(self) -> None:
+        """The loop asks its DataLoader for a batch."""
+        self.current = DATA
+        self.profile.annotate("torchboost: data wait")
+
     def loader_batch(self, iterator: Any, ms: float) -> None:
         """A batch was fetched from ``iterator`` after waiting ``ms`` milliseconds."""
         self.acc[DATA] += ms
+        self.current = None
+        self.profile.end_annotation()
         entry = self._loaders.get(self._iter_loader.get(id(iterator), -1))
         if entry is not None:
             entry[1] += 1
@@ -129,20 +137,17 @@ class StepRecorder:
         for device_type in autocast_devices:
             if torch.is_autocast_enabled(device_type):
                 self._autocast[device_type] = str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
-        self._phase_begin(FORWARD)
-
-    def phase_begin(self, phase: int) -> None:
-        """Backward or optimizer phase starts (device timing on CUDA)."""
-        self._phase_begin(phase)
+        self.phase_begin(FORWARD)
 
     def phase_end(self, phase: int, ms: float) -> None:
         """A phase ended after ``ms`` host milliseconds."""
         self.acc[phase] += ms
+        self.profile.end_annotation()
         if self._cuda is not None:
             self._cuda.end(phase)
 
     def closure_begin(self) -> None:
-        """The closure given to ``optimizer.step`` starts (its time is not the optimizer's)."""
+        """``optimizer.step``'s closure starts (its time is not the optimizer's)."""
         if not self._in_closure:
             self._in_closure = True
             self._micro += 1  # an optimizer re-running its closure still steps on one batch
@@ -172,7 +177,7 @@ class StepRecorder:
         """An outermost ``optimizer.step`` starts."""
         if self._primary is None:
             self._adopt_optimizer(optimizer)
-        self._phase_begin(OPTIMIZER)
+        self.phase_begin(OPTIMIZER)
 
     def optimizer_done(self, optimizer: torch.optim.Optimizer) -> None:
         """An outermost ``optimizer.step`` finished: the primary optimizer's marks a boundary."""
@@ -229,6 +234,7 @@ class StepRecorder:
             self.profile.start()
         elif self.profile.running:
             self.profile.step()
+        self.profile.annotate(f"torchboost: step {self._boundaries}")  # the report's step numbers
         if not spec.full and self._boundaries >= profiled_end:
             self.ended = "stopped"
             raise StopObserving
@@ -323,7 +329,9 @@ class StepRecorder:
     def _measure_bf16(self) -> None:
         self._bf16_speedup = float(_env.measure_cpu_bf16_speedup())
 
-    def _phase_begin(self, phase: int) -> None:
+    def phase_begin(self, phase: int) -> None:
+        """A phase starts: marked in the trace, timed on the device on CUDA."""
+        self.profile.annotate(f"torchboost: {_PHASE_NAMES[phase]}")
         if self._cuda is not None:
             self._cuda.begin(phase)
 
@@ -382,17 +390,9 @@ class StepRecorder:
         done = self._boundaries
         transition = done in (self.spec.warmup, recorded_end, profiled_end)
         if self.spec.progress_path and (transition or now - self._last_progress >= 0.2):
-            if done < self.spec.warmup:
-                stage, step, of = "warm-up", done, self.spec.warmup
-            elif done <= recorded_end:
-                stage, step, of = "observing", done - self.spec.warmup, self.spec.steps
-            elif done <= profiled_end:
-                stage, step, of = "profiling", done - recorded_end, self.spec.profile_steps
-            else:
-                stage, step, of = "running", done - self.spec.warmup, None
             if self._progress is None:
                 self._progress = ProgressFile(self.spec.progress_path)
-            self._progress.write({"stage": stage, "step": step, "of": of})
+            self._progress.write(stage_of(done, self.spec))
             self._last_progress = now
         if self.steps and not self.profile.running and (
             done == recorded_end or now - self._last_flush >= self.spec.flush_interval_s

@@ -18,16 +18,17 @@ __all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "rank_file"]
 
 FACTS_FILE = "facts.json"
 """Name of the facts file inside the output folder."""
-TRACE_FILE = "trace.json"
-"""Name of the Chrome-trace file inside the output folder."""
+TRACE_FILE = "trace.pt.trace.json"
+"""Name of the Chrome-trace file inside the output folder (TensorBoard's profiler plugin
+opens ``*.pt.trace.json`` files only)."""
 
 
 def rank_file(name: str, rank: int) -> str:
-    """``facts.json`` for rank 0, ``facts.rank1.json`` for rank 1, ..."""
+    """``facts.json`` for rank 0, ``facts.rank1.json`` for rank 1, ... (``trace.rank1.pt.trace.json``)."""
     if rank == 0:
         return name
-    stem, _, suffix = name.rpartition(".")
-    return f"{stem}.rank{rank}.{suffix}"
+    stem, dot, suffix = name.partition(".")  # trace.pt.trace.json -> trace.rank1.pt.trace.json
+    return f"{stem}.rank{rank}{dot}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class ObserveSpec:
     """
 
     out_dir: str
-    """Folder for facts.json and trace.json (absolute path)."""
+    """Folder for facts.json and trace.pt.trace.json (absolute path)."""
     steps: int = 20
     """Recorded training steps after warm-up."""
     warmup: int = 5
@@ -50,7 +51,7 @@ class ObserveSpec:
     profile_warmup: int = 1
     """Profiler warm-up steps (recorded by the profiler, then discarded)."""
     profile_active: int = 2
-    """Profiler steps kept in the op table and the trace; small keeps trace.json small."""
+    """Profiler steps kept in the op table and the trace; small keeps the trace small."""
     progress_path: str | None = None
     """File the child rewrites with {"stage", "step", "of"} for the parent's progress line."""
     flush_interval_s: float = 5.0
@@ -64,8 +65,8 @@ class ObserveSpec:
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""
     rank: int = 0
-    """The process's rank in a torchrun job: rank 0 writes facts.json and trace.json,
-    rank R ``facts.rankR.json`` and ``trace.rankR.json``; only rank 0 writes progress."""
+    """The process's rank in a torchrun job: rank 0 writes facts.json and trace.pt.trace.json,
+    rank R ``facts.rankR.json`` and ``trace.rankR.pt.trace.json``; only rank 0 writes progress."""
     command: list[str] = field(default_factory=list)
     """The user's command, as typed, for the facts. (A tuning trial's settings are not
     here: they reach the child once, through :mod:`torchboost.handover`.)"""
@@ -91,7 +92,7 @@ class ObserveSpec:
 
     @property
     def trace_path(self) -> Path:
-        """Where the child writes the Chrome trace (``trace.rankR.json`` for rank R > 0)."""
+        """Where the child writes the Chrome trace (``trace.rankR.pt.trace.json`` for rank R > 0)."""
         return Path(self.out_dir) / rank_file(TRACE_FILE, self.rank)
 
     @property

@@ -54,7 +54,7 @@ class ObservedRun:
     stderr_tail: str
     """The last few thousand characters the child wrote to stderr."""
     out_dir: Path
-    """Folder holding facts.json (and trace.json when a profile was taken)."""
+    """Folder holding facts.json (and the trace when a profile was taken)."""
     steps_seen: int = 0
     """Training steps the child saw, warm-up included (0: it never trained)."""
     timed_out: bool = False
@@ -132,7 +132,7 @@ def run_observed(
 
 def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     """Clear an old run's files from ``out``, write the child's spec; returns its path."""
-    for stale in (out / "facts.json", spec.trace_path, *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json")):
+    for stale in (out / "facts.json", spec.trace_path, *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json"), out / "trace.json"):
         stale.unlink(missing_ok=True)  # an old run's files (any rank's) must not pass for this one's
     spec_path = tmp_dir / "spec.json"
     spec.write(spec_path)
