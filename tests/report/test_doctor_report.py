@@ -173,3 +173,18 @@ def test_a_fix_that_changes_training_is_listed_apart_never_ranked(tmp_path):
     text = console.export_text()
     top = text.split("top finding:")[1].split("\n")[0]
     assert "memory.headroom" not in top and "per sample" in text
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_doctor_terminal_fits_its_width_and_keeps_ids_and_fixes_whole(tmp_path, width):
+    facts = data_bound_facts()
+    findings = findings_for(facts)
+    paths = write_doctor_report(facts, findings, tmp_path)
+    console = Console(width=width, record=True)
+    print_doctor_report(facts, findings, console, paths)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= width
+    for f in findings:
+        assert any(f.id in line for line in lines), f.id
+    for fix_line in findings[0].fix_toml.splitlines():  # the top finding's TOML, line by line
+        assert any(fix_line.strip() in line for line in lines), fix_line

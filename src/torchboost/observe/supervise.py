@@ -8,14 +8,12 @@ kept); its stdout passes through to ``stdout`` (ours unless told otherwise).
 
 from __future__ import annotations
 
-import codecs
 import collections
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import IO, Callable, Sequence
 from torchboost.diagnose.facts import Facts
 from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
 from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
+from torchboost.observe.relay import PROFILER_LOG, TAIL_CHARS, start_relays
 from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
@@ -31,7 +30,7 @@ from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
            "run_observed"]
 
-_TAIL_CHARS = 8000
+TAIL_CHARS = 8000
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ def run_observed(
         argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
         proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo)
         tail: collections.deque[str] = collections.deque()
-        relays = _start_relays(proc, tail, echo=echo, stdout=stdout)
+        relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=out / PROFILER_LOG)
         timed_out = _wait_or_end(proc, Path(spec.progress_path), on_progress, timeout_s)
         if proc.returncode != 0:
             # A run that crashed, stalled or was killed can leave its group behind (a loader
@@ -132,7 +131,9 @@ def run_observed(
 
 def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     """Clear an old run's files from ``out``, write the child's spec; returns its path."""
-    for stale in (out / "facts.json", spec.trace_path, *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json"), out / "trace.json"):
+    old = [out / "facts.json", out / PROFILER_LOG, out / "trace.json", spec.trace_path,
+           *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json")]
+    for stale in old:
         stale.unlink(missing_ok=True)  # an old run's files (any rank's) must not pass for this one's
     spec_path = tmp_dir / "spec.json"
     spec.write(spec_path)
@@ -154,19 +155,6 @@ def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> 
     stdout and stderr piped (stdout dropped unless ``echo``)."""
     return subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env, start_new_session=True)
-
-
-def _start_relays(proc: subprocess.Popen, tail: collections.deque[str], *, echo: bool,
-                  stdout: Callable[[], IO[str]] | None) -> list[threading.Thread]:
-    """Threads copying the child's stderr (kept in ``tail``) and, with ``echo``, its stdout."""
-    relays = [threading.Thread(target=_relay, args=(proc.stderr, (lambda: sys.stderr) if echo else None, tail),
-                               daemon=True)]
-    if echo:
-        relays.append(threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None),
-                                       daemon=True))
-    for relay in relays:
-        relay.start()
-    return relays
 
 
 def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
@@ -199,7 +187,7 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
         facts=job_facts(ranks) if ranks else None,
         ranks=ranks,
         exit_code=code,
-        stderr_tail="".join(tail)[-_TAIL_CHARS:],
+        stderr_tail="".join(tail)[-TAIL_CHARS:],
         out_dir=out,
         steps_seen=int(raw.get("steps_seen", 0)) if raw is not None else 0,
         timed_out=timed_out,
@@ -250,27 +238,3 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
         if data != last:
             last = data
             on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of")))
-
-
-def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]] | None, tail: collections.deque[str] | None) -> None:
-    # The stream is looked up per chunk: a live progress display swaps sys.stderr.
-    # With no stream the text is only kept in the tail (quiet tuning trials).
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    fd = pipe.fileno()
-    kept = 0
-    while True:
-        chunk = os.read(fd, 65536)
-        text = decoder.decode(chunk, final=not chunk)
-        if text:
-            if stream is not None:
-                out = stream()
-                out.write(text)
-                out.flush()
-            if tail is not None:
-                tail.append(text)
-                kept += len(text)
-                while kept - len(tail[0]) >= _TAIL_CHARS and len(tail) > 1:
-                    kept -= len(tail.popleft())
-        if not chunk:
-            pipe.close()
-            return

@@ -11,12 +11,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from torchboost.report import _format as fmt
 from torchboost.report import _tune_text as words
-from torchboost.report._tune_markdown import STATUS_MEANINGS
 
 __all__ = ["print_tune"]
 
@@ -51,43 +49,37 @@ def _headline(report: dict[str, Any]) -> Text:
     )
 
 
-def _one_per_line(change: str) -> str:
-    # One setting a line keeps dotted names whole in a narrow terminal.
-    return change.replace(", ", "\n")
+_STATUS_WIDTH = max(len(status) for status in _STATUS_STYLES)
 
 
-def _waterfall_table(report: dict[str, Any]) -> Table:
-    table = Table(title="Step by step: each technique kept, on top of the ones before it", title_justify="left")
-    table.add_column("step")
-    table.add_column("change", overflow="fold")
-    table.add_column("ms / step", justify="right")
-    table.add_column("samples / s", justify="right")
-    table.add_column("vs baseline", justify="right")
-    table.add_column("pair-ratio spread", justify="right")
+def _waterfall_lines(report: dict[str, Any], console: Console) -> None:
+    console.print(Text("Step by step: each change kept, on top of the ones before it", style="bold"))
     for w in report["waterfall"]:
-        rate = "n/a" if w["samples_per_s"] is None else f"{w['samples_per_s']:.0f}"
-        table.add_row(Text(w["label"]), Text(_one_per_line(w["change"])), f"{w['ms_per_step']:.2f}", rate,
-                      Text(words.vs_baseline(w["speedup"]), style="bold" if w["ratios"] else ""),
-                      Text(words.spread(w)))
-    return table
+        rate = "" if w["samples_per_s"] is None else f"  {w['samples_per_s']:.0f} samples/s"
+        spread = f"  (pair-ratio spread {words.spread(w)})" if w["ratios"] else ""
+        label = f"+ {w['change']}" if w["ratios"] else "baseline: your script as it is"
+        console.print(Text.assemble(f"  {w['ms_per_step']:7.2f} ms/step  ",
+                                    (f"{words.vs_baseline(w['speedup'])}", "bold" if w["ratios"] else ""),
+                                    f"{rate}  ", label, (spread, "dim")))
 
 
-def _decisions_table(report: dict[str, Any]) -> Table:
-    table = Table(title="Every candidate tried (ratio = new step time / previous; below 1 is faster)",
-                  title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("technique")
-    table.add_column("change", overflow="fold")
-    table.add_column("verdict")
-    table.add_column("ratio", justify="right")
-    table.add_column("speed")
-    table.add_column("why")
-    for i, d in enumerate(report["decisions"], 1):
-        ratio = "n/a" if d["ratio"] is None else f"{d['ratio']:.3f}"
-        table.add_row(str(i), Text(d["technique"]), Text(_one_per_line(d["change"])),
-                      Text(d["status"], style=_STATUS_STYLES.get(d["status"], "")), ratio,
-                      Text(words.speed(d["ratio"])), Text(d["reason"]))
-    return table
+def _decision_lines(report: dict[str, Any], console: Console) -> None:
+    # One candidate a line: status, ratio, the whole change, then its reason. Rich wraps
+    # only at spaces, so a setting name or value is never split; the full table with
+    # every column is in report.md and report.html.
+    console.print(Text("Every candidate (ratio = new step time / previous; below 1 is faster; "
+                       "report.md has the full table and what each verdict means):", style="bold"))
+    screened = [d for d in report["decisions"] if d["status"] == "screened_out"]
+    if screened:
+        console.print(Text.assemble("  ", (f"{'screened_out':<{_STATUS_WIDTH}}", _STATUS_STYLES["screened_out"]),
+                                    f" {len(screened)} candidates: another of the same technique was faster in "
+                                    "screening (each in report.md)"))
+    for d in report["decisions"]:
+        if d["status"] == "screened_out":
+            continue
+        ratio = "   n/a" if d["ratio"] is None else f"{d['ratio']:6.3f}"
+        console.print(Text.assemble("  ", (f"{d['status']:<{_STATUS_WIDTH}}", _STATUS_STYLES.get(d["status"], "")),
+                                    f" {ratio}  ", (d["change"], "bold"), ("  " + d["reason"], "dim")))
 
 
 def _print_context(report: dict[str, Any], console: Console) -> None:
@@ -132,16 +124,12 @@ def print_tune(report: dict[str, Any], console: Console, paths: dict[str, Path],
     for d in precision:  # the lever people most often assume helps: say how it measured
         console.print(Text(d["verdict"], style=_STATUS_STYLES.get(d["status"], "")))
     if report["waterfall"]:
-        console.print(_waterfall_table(report))
+        _waterfall_lines(report, console)
     if report["decisions"]:
-        console.print(_decisions_table(report))
+        _decision_lines(report, console)
         for d in report["decisions"]:
             if d["break_even"] is not None:
                 console.print(Text.assemble(("torch.compile break-even: ", "bold"), d["break_even"],
                                             f" ({d['change']}: {d['status']})"))
-        used = {d["status"] for d in report["decisions"]}
-        for status, meaning in STATUS_MEANINGS.items():
-            if status in used:
-                console.print(Text.assemble(("  " + status, _STATUS_STYLES[status]), f": {meaning}"))
     _print_context(report, console)
     _print_files(report, console, paths)
