@@ -7,9 +7,18 @@ import shutil
 import subprocess
 
 from torchboost.diagnose import Facts, Finding, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord, diagnose
+from torchboost.diagnose.facts import ProfileFacts
 
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
 """A user string that must stay text in every format."""
+
+TOP_OPS = [
+    {"name": "aten::addmm", "self_cpu_ms": 24.0, "self_device_ms": 0.0, "calls": 6},
+    {"name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "self_cpu_ms": 12.0,
+     "self_device_ms": 0.0, "calls": 2},
+    {"name": f"aten::{HOSTILE}", "self_cpu_ms": 4.0, "self_device_ms": 0.0, "calls": 2},
+]
+"""A profiler window of 2 steps: 40 ms of operator time, addmm 60% of it."""
 
 
 def data_bound_facts(n_steps: int = 12) -> Facts:
@@ -31,6 +40,7 @@ def data_bound_facts(n_steps: int = 12) -> Facts:
         losses=[2.3, 2.1, float("nan")],
         target_steps=20,
         ended="stopped",
+        profile=ProfileFacts(steps=2, top_ops=[dict(op) for op in TOP_OPS], trace_path="trace.pt.trace.json"),
     )
 
 
@@ -62,3 +72,38 @@ def loaded_images(html_path, profile_dir) -> tuple[int, int]:
     total = re.search(r'data-images-total="(\d+)"', body.group(0))
     assert loaded and total, f"the page's load script did not run: {body.group(0)}"
     return int(loaded.group(1)), int(total.group(1))
+
+
+_MEASURE = """<script>
+addEventListener('load', () => {
+  const bad = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const style = getComputedStyle(el);
+    if (el.closest('.scroll') || el.clientWidth === 0) continue;  // a table meant to scroll sideways
+    if (el.scrollWidth > el.clientWidth + 1) {
+      bad.push(el.tagName + (el.id ? '#' + el.id : '') + ' ' + el.scrollWidth + '>' + el.clientWidth);
+    }
+  }
+  const page = document.documentElement.scrollWidth;
+  if (page > innerWidth + 1) bad.push('page ' + page + '>' + innerWidth);
+  document.body.setAttribute('data-overflow', bad.join(' | ') || 'none');
+});
+</script>"""
+
+
+def overflowing(html_path, profile_dir, width: int) -> str:
+    """What runs out of its box in ``html_path`` at ``width`` CSS pixels, as Chromium lays it
+    out ("none" when nothing): every element's scrollWidth against its own width, and the
+    page's against the window (scroll containers excepted)."""
+    measured = html_path.with_name(f"measured-{width}.html")
+    measured.write_text(html_path.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>"),
+                        encoding="utf-8")
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--no-first-run", f"--user-data-dir={profile_dir}", f"--window-size={width},900",
+         "--virtual-time-budget=5000", "--dump-dom", measured.as_uri()],
+        capture_output=True, text=True, timeout=90,
+    )
+    found = re.search(r'data-overflow="([^"]*)"', out.stdout)
+    assert found, f"the measuring script did not run; stderr: {out.stderr[-2000:]}"
+    return found.group(1)

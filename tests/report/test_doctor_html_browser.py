@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
-from _report_helpers import CHROMIUM, data_bound_facts, findings_for, loaded_images
+from _report_helpers import CHROMIUM, data_bound_facts, findings_for, loaded_images, overflowing
 from torchboost.report import write_doctor_report
 
 pytestmark = [
@@ -36,3 +37,28 @@ def test_a_broken_image_is_detected(tmp_path):
     paths["html"].write_text(broken, encoding="utf-8")
     with pytest.raises(AssertionError, match="1 of 2 images loaded"):
         check_images_load(paths["html"], tmp_path / "profile")
+
+
+def _long_lines(findings):
+    # nanoGPT's fix lines are long: one unbroken 150-character line, as such a script has.
+    first = dataclasses.replace(findings[0], fix_torch="loader = torch.utils.data.DataLoader(train_dataset, "
+                                "batch_size=batch_size, shuffle=True, num_workers=2, pin_memory=True, "
+                                "persistent_workers=True, prefetch_factor=4)")
+    return [first, *findings[1:]]
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_nothing_runs_out_of_its_box(tmp_path, width):
+    facts = data_bound_facts()
+    paths = write_doctor_report(facts, _long_lines(findings_for(facts)), tmp_path / "doctor")
+    assert overflowing(paths["html"], tmp_path / "profile", width) == "none"
+
+
+def test_an_overflowing_box_is_caught(tmp_path):
+    """The broken twin: a fix box forced wider than its card."""
+    facts = data_bound_facts()
+    paths = write_doctor_report(facts, findings_for(facts), tmp_path / "doctor")
+    html = paths["html"].read_text(encoding="utf-8")
+    paths["html"].write_text(html.replace("</style>", ".fixes pre { white-space: pre; overflow-x: visible; "
+                                                      "width: 2000px; }</style>"), encoding="utf-8")
+    assert overflowing(paths["html"], tmp_path / "profile", 1280) != "none"

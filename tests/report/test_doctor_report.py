@@ -188,3 +188,24 @@ def test_doctor_terminal_fits_its_width_and_keeps_ids_and_fixes_whole(tmp_path, 
         assert any(f.id in line for line in lines), f.id
     for fix_line in findings[0].fix_toml.splitlines():  # the top finding's TOML, line by line
         assert any(fix_line.strip() in line for line in lines), fix_line
+
+
+def test_one_outlier_step_does_not_set_the_timelines_scale():
+    from torchboost.report.plots import robust_top
+
+    steady = [10.0] * 19
+    assert robust_top(steady) is None
+    assert robust_top(steady + [1200.0]) == pytest.approx(15.0)  # 1.5 x the 90th percentile, marked above
+    assert robust_top(steady + [25.0]) is None  # a slow step within 3x is data, not an outlier
+
+
+def test_the_hottest_operators_are_tabled_per_step_with_their_share(tmp_path):
+    facts = data_bound_facts()
+    paths = write_doctor_report(facts, findings_for(facts), tmp_path)
+    md = paths["md"].read_text()
+    assert "| `aten::addmm` | 12.000 | 0.000 | 3 | 60.0% |" in md  # 24 ms and 6 calls over 2 steps
+    html = paths["html"].read_text()
+    table = html[html.index('<table id="hot-ops">'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 4 and "aten::addmm" in table
+    assert "<script>alert" not in table  # the op name is text

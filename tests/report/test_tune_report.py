@@ -12,7 +12,7 @@ import re
 import pytest
 from rich.console import Console
 
-from _report_helpers import CHROMIUM, loaded_images
+from _report_helpers import CHROMIUM, loaded_images, overflowing
 from torchboost.diagnose import Facts, Finding, LoaderFacts, StepRecord
 from torchboost.report.tune_report import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
 from torchboost.tune.levers import TuneContext, default_levers
@@ -290,6 +290,18 @@ def test_waterfall_loads_in_chromium_and_a_broken_one_is_caught(written, tmp_pat
     broken.write_text(re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,AAAAAAAA", html),
                       encoding="utf-8")
     assert loaded_images(broken, tmp_path / "profile") == (0, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary on PATH")
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_tune_page_fits_at_1280_and_800_pixels(written, tmp_path, width):
+    _, _, paths = written
+    assert overflowing(paths["html"], tmp_path / "profile", width) == "none"
+    html = paths["html"].read_text()
+    # settings are never broken inside a name: one per line, each unbreakable
+    assert "code.setting { white-space: nowrap; }" in html and "break-all" not in html
+    assert '<code class="setting">loader.sharing_strategy=file_system</code>' in html
 
 
 def test_the_tune_command_prints_and_writes_this_report(tmp_path):

@@ -154,8 +154,8 @@ def summarize_events(averages: Any, *, steps: int) -> ProfileFacts:
         name = event.key
         if name in SYNC_OPS:
             syncs[name] = syncs.get(name, 0) + int(event.count)
-        if name.startswith("ProfilerStep"):  # "ProfilerStep#3", "ProfilerStep*"
-            continue  # the step range itself, not an op
+        if name.startswith(("ProfilerStep", "torchboost: ")):  # "ProfilerStep#3", our step/phase marks
+            continue  # ranges around the ops, not ops
         device_us = getattr(event, "self_device_time_total", None)
         if device_us is None:
             device_us = getattr(event, "self_cuda_time_total", 0.0)

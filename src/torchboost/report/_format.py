@@ -56,3 +56,15 @@ def headline(report: dict[str, Any]) -> str:
     if report.get("job"):
         parts.append(f"rank {report['job']['slowest_rank']} of {report['job']['world_size']} (slowest)")
     return " · ".join(parts)
+
+
+def hottest_ops(report: dict[str, Any], n: int = 10) -> list[dict[str, Any]]:
+    """The profiler window's top operators by self time, per step, with their share of the
+    window's op time (the view TensorBoard's operator page and Lightning's profiler give)."""
+    profile = (report.get("facts") or {}).get("profile") or {}
+    ops, steps = profile.get("top_ops") or [], max(1, int(profile.get("steps") or 1))
+    total = sum(max(op["self_cpu_ms"], op["self_device_ms"]) for op in ops) or 1.0
+    return [{"name": op["name"], "self_cpu_ms": op["self_cpu_ms"] / steps, "self_device_ms": op["self_device_ms"] / steps,
+             "calls": op["calls"] / steps, "share_pct": 100.0 * max(op["self_cpu_ms"], op["self_device_ms"]) / total,
+             "shapes": op.get("input_shapes")}
+            for op in ops[:n]]

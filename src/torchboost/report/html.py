@@ -57,6 +57,7 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
         ],
         findings=[_finding(f) for f in report["findings"]],
         training_changes=[_finding(f) for f in report.get("training_changes", [])],
+        hot_ops=fmt.hottest_ops(report),
         environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
         breakdown_src=data_uri(breakdown_png(report["breakdown_pct"])),
         timeline_src=data_uri(timeline_png(list(steps))),

@@ -67,6 +67,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     for phase in PHASES:
         lines.append(f"| {fmt.PHASE_LABELS[phase]} | {report['phase_ms'][phase]:.2f} | "
                      f"{report['breakdown_pct'][phase]:.1f}% |")
+    hot = fmt.hottest_ops(report)
+    if hot:
+        lines += ["", "## Hottest operators (per step, by self time)", "",
+                  "| operator | self CPU ms | self device ms | calls | share |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| `{_cell(op['name'])}` | {op['self_cpu_ms']:.3f} | {op['self_device_ms']:.3f} | "
+                  f"{op['calls']:g} | {op['share_pct']:.1f}% |" for op in hot]
     lines += ["", "## Findings, ranked by expected speedup", ""]
     if report["findings"]:
         lines += [f"{i}. `{f['id']}` {fmt.speedup(f['expected_speedup'])}: {_cell(f['title'])}"

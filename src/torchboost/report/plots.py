@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from torchboost.diagnose.facts import PHASES, StepRecord
 
-__all__ = ["breakdown_png", "timeline_png", "PHASE_COLORS"]
+__all__ = ["breakdown_png", "robust_top", "timeline_png", "PHASE_COLORS"]
 
 PHASE_COLORS = {
     "data": "#e45756",
@@ -76,6 +76,25 @@ def timeline_png(steps: Sequence[StepRecord]) -> bytes:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
-    ax.legend(loc="upper right", fontsize=8, ncol=len(PHASES), frameon=False)
-    ax.margins(y=0.15)
+    # Below the axes: a legend inside would cover the tallest bars.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=8, ncol=len(PHASES), frameon=False)
+    top = robust_top(bottom)
+    if top is not None:
+        ax.set_ylim(0, top)
+        for xi, total in zip(x, bottom):
+            if total > top:  # an outlier is marked with its value, not allowed to flatten the rest
+                ax.annotate(f"{total:.0f} ms", (xi, top), xytext=(0, -2), textcoords="offset points",
+                            ha="center", va="top", fontsize=7, color="#c62828")
+    else:
+        ax.margins(y=0.15)
     return _png(fig)
+
+
+def robust_top(values: Sequence[float]) -> float | None:
+    """A y-axis top that keeps outliers from flattening the chart: 1.5x the 90th
+    percentile when the largest value is over 3x it, else None (let the data decide)."""
+    if len(values) < 5:
+        return None
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return 1.5 * p90 if p90 > 0 and ordered[-1] > 3 * p90 else None
