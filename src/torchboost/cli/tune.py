@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
@@ -133,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tuned = tune_with_progress(args.command, options, console)
     if tuned.outcome.error is not None:
-        if tuned.outcome.baseline.traceback:  # the script's own words first, as python shows them
-            console.print(Text(tuned.outcome.baseline.traceback))
+        if tuned.outcome.baseline.traceback:  # the script's own words first, verbatim, as python shows them
+            sys.stderr.write(tuned.outcome.baseline.traceback + "\n")
         console.print(f"[red]torchboost tune:[/] {tuned.outcome.error}", highlight=False)
         return 1
     print_outcome(tuned, options, console)
