@@ -1,6 +1,7 @@
 """Diagnose an unmodified training script: run a few steps under observation, say what bounds them.
 
-``torchboost doctor [--steps N] [--warmup W] [--out DIR] [--json] [--full] -- python train.py ARGS``
+``torchboost doctor [--steps N] [--warmup W] [--out DIR] [--json] [--full] -- python train.py ARGS``,
+or ``torchboost doctor --trace FILE|DIR [--out DIR]`` for a trace recorded elsewhere
 
 Runs the script in a child process with instrumentation injected
 (:mod:`torchboost.observe.bootstrap`), stops it after ``W + N`` steps and a short
@@ -21,7 +22,8 @@ from rich.console import Console
 
 from torchboost.diagnose import diagnose
 from torchboost.cli._inputs import check_out_dir, check_seconds
-from torchboost.observe.supervise import ObservedRun, Progress, UsageError, run_observed
+from torchboost.observe.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
+from torchboost.observe.trace_file import facts_from_trace, load_traces
 from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
 
 __all__ = ["add_arguments", "run"]
@@ -35,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report folder (default ./torchboost-doctor)")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout instead of tables")
     parser.add_argument("--full", action="store_true", help="let the script run to its end, recording every step")
+    parser.add_argument("--trace", metavar="FILE", default=None,
+                        help="diagnose a Kineto trace recorded elsewhere (.json or .json.gz, or a folder of one "
+                             "per rank) instead of running a script")
     parser.add_argument("--stall-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="end the script when no training step comes for this long (or 20 median steps, "
                              "when longer), with a partial report (default 60)")
@@ -43,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Observe ``args.command``, diagnose, report; returns the exit status (see module docstring)."""
     err = Console(stderr=True)
+    if args.trace is not None:
+        return _from_trace(args)
     try:
         check_out_dir(args.out)
         check_seconds(args.stall_timeout, "--stall-timeout")
@@ -64,6 +71,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_doctor_report(facts, findings, Console(), paths, observed.ranks)
     return observed.exit_code
+
+
+def _from_trace(args: argparse.Namespace) -> int:
+    """``doctor --trace``: the same report files, from a trace recorded elsewhere."""
+    try:
+        if args.command:
+            raise UsageError("--trace diagnoses a recorded trace: give it no command after --")
+        out = check_out_dir(args.out)
+        ranks = [facts_from_trace(file, data, i) for i, (file, data) in enumerate(load_traces(args.trace))]
+    except UsageError as exc:
+        print(f"torchboost doctor: error: {exc}", file=sys.stderr)
+        return 2
+    ranks.sort(key=lambda f: f.rank)
+    facts = job_facts(ranks)
+    findings = diagnose(facts)
+    paths = write_doctor_report(facts, findings, out, ranks)
+    if args.json:
+        sys.stdout.write(Path(paths["json"]).read_text(encoding="utf-8"))
+    else:
+        print_doctor_report(facts, findings, Console(), paths, ranks)
+    return 0
 
 
 def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:

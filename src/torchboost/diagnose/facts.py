@@ -183,6 +183,8 @@ class Facts:
     """This process's rank under torchrun (RANK), 0 alone."""
     world_size: int = 1
     """Processes in the job (WORLD_SIZE), 1 alone."""
+    gpu: dict[str, Any] | None = None
+    """:class:`torchboost.diagnose.gpu.GpuFacts` as a dict, from a trace with device events."""
     micro_steps_per_step: float | None = None
     """Median backward passes per optimizer step (a closure's evaluations count as one):
     K under gradient accumulation over K micro-batches; None when steps are counted by

@@ -23,6 +23,7 @@ from torchboost.diagnose._compute_rules import (
     precision_lower,
     precision_slower_on_cpu,
 )
+from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
 from torchboost.diagnose._input_rules import (
     data_persistent_workers,
     data_pin_memory,
@@ -53,6 +54,11 @@ RULES: dict[str, Rule] = {
     "threads.oversubscribed": threads_oversubscribed,
     "cudnn.benchmark": cudnn_benchmark,
     "memory.channels_last": memory_channels_last,
+    "gpu.idle": gpu_idle,
+    "gpu.syncs": gpu_syncs,
+    "gpu.pageable_copies": gpu_pageable_copies,
+    "gpu.small_kernels": gpu_small_kernels,
+    "gpu.collectives": gpu_collectives,
 }
 """Stable finding id -> rule. The one place finding ids are defined."""
 

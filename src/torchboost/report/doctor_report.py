@@ -25,6 +25,10 @@
                        what is trained (a larger batch): listed apart, never ranked with
                        the findings; their figure is per sample (unit "sample")
     notes              [str]   how the run ended and what that means for the figures
+    gpu                null | GpuFacts (torchboost.diagnose.gpu): busy_pct, idle_pct,
+                       compute_pct, non_compute_pct, kernel/memcpy/memset ms, kernels,
+                       small_kernel_pct, h2d_pageable_count/bytes, syncs, sync_ops,
+                       collective_ms, collective_overlap_pct, steps (from a trace)
     job                null | {world_size, ranks_observed, slowest_rank, spread_pct,
                                collective_ms_per_step, collective_overlap_pct}
                        a torchrun job: every figure above is the slowest rank's
@@ -83,6 +87,16 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
     if n == 0:
         notes.append("No training step was observed: the script ended before its first "
                      "optimizer.step() (or backward()), so there is nothing to diagnose.")
+    if facts.ended == "trace":
+        notes.append(f"Diagnosed from a recorded trace ({facts.env.get('trace', 'a file')}): {n} profiled steps. "
+                     "A trace shows the data-loader wait; forward, backward and the optimizer are not marked "
+                     "in it, so they count as other.")
+    if facts.gpu:
+        g = facts.gpu
+        notes.append(f"GPU: busy {g['busy_pct']:.1f}%, idle {g['idle_pct']:.1f}% of its {g['span_ms']:.1f} ms span "
+                     f"(compute {g['compute_pct']:.1f}%, communication and copies {g['non_compute_pct']:.1f}%); "
+                     f"{g['kernels']} kernels, {g['small_kernel_pct']:.0f}% under 10 µs; {g['syncs']} syncs; "
+                     f"{g['h2d_pageable_count']} pageable host-to-device copies.")
     ending = ending_words(facts)
     if ending:
         notes.append(f"{ending}; the figures cover the {n} steps observed before.")
@@ -95,7 +109,7 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                          f"the figures rest on those {n}.")
         else:
             notes.append(f"The script ran to its end; {n} steps observed.")
-    elif n:
+    elif n and facts.ended != "trace":
         planned = f"; the script would have run {facts.planned_steps}" if facts.planned_steps else ""
         notes.append(f"Stopped after {n} observed steps, as planned (after {facts.warmup_steps} "
                      f"unrecorded warm-up steps){planned}.")
@@ -199,6 +213,7 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
         "notes": _job_note(job) + run_notes(facts, summary, findings),
         "job": job,
+        "gpu": facts.gpu,
         "ranks": [_rank_entry(f) for f in ranks] if job else [],
         "trace": facts.profile.trace_path if facts.profile else None,
         "facts": facts.to_dict(),
