@@ -101,6 +101,7 @@ def gpt_throughput(size: str, steps: int, warmup: int, device: torch.device) -> 
 
 def vision_data_wait(out: Path, steps: int, cuda: bool) -> dict:
     """Data-wait share of the vision workload before and after loader tuning (observed runs)."""
+    from torchboost.config import BoostConfig, Overlay
     from torchboost.diagnose import summarize
     from torchboost.observe.supervise import run_observed
 
@@ -110,8 +111,10 @@ def vision_data_wait(out: Path, steps: int, cuda: bool) -> dict:
         tuned["loader.pin_memory"] = True
     result = {}
     for label, settings in (("before", {}), ("after", tuned)):
+        # "before" keeps its profiler window: its trace is the one gpu_vs_hta.py compares
         observed = run_observed(command, steps=steps, warmup=3, out_dir=out / f"vision-{label}",
-                                apply=settings, profile=False, echo=False)
+                                apply=Overlay(settings).on(BoostConfig.off()), profile=label == "before",
+                                echo=False)
         summary = summarize(observed.facts)
         result[label] = {"settings": settings, "data_pct": summary.breakdown_pct["data"],
                          "median_step_ms": summary.step_time_ms["median"]}

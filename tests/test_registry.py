@@ -119,3 +119,26 @@ def test_framework_spellings():
     assert spell["accumulation"](AccumulationConfig(steps=4)).lightning == {"accumulate_grad_batches": 4}
     assert spell["cpu"](CpuConfig(threads=2)).code == ("torch.set_num_threads(2)",)
     assert spell["cpu"](CpuConfig(threads="keep")).code == ()
+
+
+def _proposals(ctx) -> dict[str, list[dict]]:
+    from torchboost.config import Overlay
+    from torchboost.tune.levers import default_levers
+
+    return {lever.id: [c.to_dict() for c in lever.propose(Overlay(), ctx)] for lever in default_levers()}
+
+
+def test_gpu_candidates_are_proposed_on_cuda_and_inert_on_a_cpu():
+    from torchboost.techniques.registry import TuneContext
+
+    cuda = _proposals(TuneContext(device="cuda", cuda_bf16=True, tf32=True, uses_booster=True, has_conv2d=True))
+    assert [c["compile.mode"] for c in cuda["compile"]] == ["default", "reduce-overhead", "max-autotune"]
+    assert cuda["precision"] == [{"precision.mode": "bf16"}] and cuda["tf32"] == [{"precision.mode": "tf32"}]
+    assert cuda["pin_memory"] == [{"loader.pin_memory": True}] and cuda["cudnn"]
+    assert cuda["channels_last"] == [{"memory.channels_last": True}]
+    assert {"optimizer.implementation": "fused"} in cuda["optimizer"]
+    older = _proposals(TuneContext(device="cuda", cuda_bf16=False, uses_booster=True))
+    assert older["precision"] == [{"precision.mode": "fp16"}]  # pre-Ampere: fp16 with its scaler, via the Booster
+    cpu = _proposals(TuneContext(device="cpu", uses_booster=True))
+    assert [c["compile.mode"] for c in cpu["compile"]] == ["default"]
+    assert not cpu["pin_memory"] and not cpu["cudnn"] and not cpu["tf32"]

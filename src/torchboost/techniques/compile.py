@@ -345,8 +345,17 @@ def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) ->
         notes.append(f"compiled {type(module).__name__} ({mode})")
 
 
+GPU_MODES = ("reduce-overhead", "max-autotune")
+"""Tried on CUDA only, as measured candidates beside the default: reduce-overhead adds CUDA
+graphs (launch-bound steps), max-autotune searches kernels (a long compile, counted
+against its gain like any compile time)."""
+
+
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    return [Overlay.of(CompileConfig, mode="default")] if ctx.can_compile else []
+    if not ctx.can_compile:
+        return []
+    modes = ("default", *GPU_MODES) if ctx.device == "cuda" else ("default",)
+    return [Overlay.of(CompileConfig, mode=mode) for mode in modes]
 
 
 def _spell(section: CompileConfig) -> FrameworkSpelling:
