@@ -46,7 +46,7 @@ def test_a_hung_script_ends_within_the_stall_timeout_with_a_partial_report(tmp_p
     start = time.monotonic()
     proc = subprocess.run(_doctor(tmp_path, HANG, mode, options=("--stall-timeout", "3")), capture_output=True,
                           text=True, timeout=120)
-    assert time.monotonic() - start < 3 + 10 + 15  # the stall limit, plus the grace, plus start-up
+    assert time.monotonic() - start < 3 + 10  # within the stall timeout plus 10 s, start-up included
     assert proc.returncode == 124, proc.stderr[-2000:]
     assert "stalled: no training step for" in proc.stderr and doing in proc.stderr
     report = json.loads((tmp_path / "doc" / "report.json").read_text())
