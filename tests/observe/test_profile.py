@@ -53,3 +53,21 @@ def test_a_profiler_that_cannot_start_fails_softly(tmp_path, monkeypatch):
     window.start()
     assert window.step() is True  # over at once: the run goes on
     assert "already in use" in window.error and window.facts is None
+
+
+def test_a_cuda_windows_trace_gives_the_same_gpu_facts_as_doctor_trace(tmp_path):
+    import gzip
+    import shutil
+    from pathlib import Path
+
+    from torchboost.observe.trace_file import facts_from_trace, load_traces
+
+    recorded = Path(__file__).resolve().parents[1] / "data" / "hta" / "control.json.gz"
+    trace = tmp_path / "trace.pt.trace.json"
+    with gzip.open(recorded, "rb") as src, open(trace, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    window = ProfileWindow(trace, cuda=True)
+    window.read_gpu()  # what the window does after exporting its trace on a CUDA run
+    file, data = load_traces(recorded)[0]
+    assert window.gpu == facts_from_trace(file, data, 0).gpu
+    assert abs(window.gpu["idle_pct"] - 16.20) <= 2.0  # HTA's figure for this trace

@@ -7,6 +7,7 @@ small. Its results are plain :class:`~torchboost.diagnose.facts.ProfileFacts`.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from torchboost._intervals import covered, overlap
 from torchboost.diagnose.facts import ProfileFacts
+from torchboost.diagnose.gpu import gpu_facts
 
 __all__ = ["ProfileWindow", "SYNC_OPS", "collective_time", "summarize_events"]
 
@@ -54,6 +56,8 @@ class ProfileWindow:
         self._prof: profile | None = None
         self._steps = 0
         self._ranges: list[Any] = []  # open record_function annotations, innermost last
+        self.gpu: dict[str, Any] | None = None
+        """GpuFacts of the window's trace, as a dict, on a CUDA run (None elsewhere)."""
 
     @property
     def running(self) -> bool:
@@ -114,6 +118,12 @@ class ProfileWindow:
         except Exception as exc:  # noqa: BLE001
             self.error = f"profiler stop failed: {exc}"
 
+    def read_gpu(self) -> None:
+        """The device's timeline from the written trace, as ``doctor --trace`` reads one."""
+        with open(self.trace_path, encoding="utf-8") as fh:
+            found = gpu_facts([e for e in json.load(fh).get("traceEvents", []) if isinstance(e, dict)])
+        self.gpu = found.to_dict() if found else None
+
     def _fail(self, exc: BaseException) -> None:
         self.error = f"torch.profiler unavailable: {exc}"
         prof, self._prof = self._prof, None
@@ -128,6 +138,8 @@ class ProfileWindow:
         prof.export_chrome_trace(str(self.trace_path))
         self.facts = summarize_events(prof.key_averages(), steps=self.active)
         self.facts.trace_path = self.trace_path.name
+        if self.cuda:
+            self.read_gpu()
         spans = [(e.name, e.thread, e.time_range.start, e.time_range.end) for e in prof.events()]
         self.facts.collective_ms_per_step, self.facts.collective_overlap_pct = collective_time(spans, self.active)
 

@@ -270,7 +270,7 @@ class StepRecorder:
             model=self._model,
             precision=describe.precision_settings(self._autocast_dtype(), self._scaler is not None),
             optimizer=self._optimizer,
-            profile=self.profile.facts,
+            profile=self.profile.facts, gpu=self.profile.gpu,
             cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
             peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
             device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
