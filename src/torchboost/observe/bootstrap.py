@@ -45,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Under torchrun every rank runs this; each writes its own files (RANK is torchrun's).
     spec = ObserveSpec.read(argv[0]).for_rank(int(os.environ.get("RANK", "0") or 0))
     recorder = StepRecorder(spec)
-    parent = os.getppid()  # torchboost, or under torchrun the agent that started this rank
+    # Our parent: torchboost (from the spec: it may already be gone, and then getppid() is
+    # init's), or under torchrun the agent that started this rank (LOCAL_RANK is torchrun's).
+    parent = os.getppid() if "LOCAL_RANK" in os.environ or spec.parent_pid is None else spec.parent_pid
     polls_parent = not die_with_parent(parent)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"),
                              parent_pid=parent if polls_parent else None).start()

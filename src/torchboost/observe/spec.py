@@ -64,6 +64,9 @@ class ObserveSpec:
     stall_timeout_s: float | None = 60.0
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""
+    parent_pid: int | None = None
+    """The torchboost process that started the run: the child ends if it is gone (a rank
+    under torchrun watches torchrun's agent instead)."""
     rank: int = 0
     """The process's rank in a torchrun job: rank 0 writes facts.json and trace.pt.trace.json,
     rank R ``facts.rankR.json`` and ``trace.rankR.pt.trace.json``; only rank 0 writes progress."""

@@ -110,6 +110,7 @@ def run_observed(
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
+                           parent_pid=os.getpid(),
                            progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
