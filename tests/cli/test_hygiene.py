@@ -21,13 +21,18 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 HANG = str(SCRIPTS / "hang.py")
 
 
+_SESSION_START = time.time()
+
+
 def _left(marker: str) -> list[psutil.Process]:
-    """Processes still alive whose command line names ``marker`` (a script of ours)."""
+    """Processes of this test session still alive whose command line names ``marker``."""
     time.sleep(0.5)
     found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    for proc in psutil.process_iter(["cmdline", "status", "create_time"]):
         try:
-            if any(marker in part for part in proc.info["cmdline"] or []) and proc.info["status"] != "zombie":
+            ours = proc.info["create_time"] >= _SESSION_START - 1  # not another run's leftovers
+            if ours and any(marker in part for part in proc.info["cmdline"] or []) \
+                    and proc.info["status"] != "zombie":
                 found.append(proc)
         except psutil.Error:
             continue

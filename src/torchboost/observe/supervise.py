@@ -108,9 +108,8 @@ def run_observed(
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
-        spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full,
+        spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
-                           parent_pid=os.getpid(),
                            progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
@@ -118,9 +117,7 @@ def run_observed(
         tail: collections.deque[str] = collections.deque()
         relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=out / PROFILER_LOG)
         timed_out = _wait_or_end(proc, Path(spec.progress_path), on_progress, timeout_s)
-        if proc.returncode != 0:
-            # A run that crashed, stalled or was killed can leave its group behind (a loader
-            # worker stuck in __getitem__ never looks for its parent): end what is left.
+        if proc.returncode != 0:  # a failed run can leave its group behind (a worker stuck in __getitem__)
             kill_group(proc)
         # The child has exited and what it wrote is in the pipes; a process it started may
         # still hold them open (torch's shared-memory manager, used by the file_system
