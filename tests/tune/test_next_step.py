@@ -23,3 +23,10 @@ def test_lightning_and_accelerate_scripts_get_the_export():
     assert lightning["how"] == "lightning" and "torchboost export --to lightning" in lightning["text"]
     accelerate = next_step(Facts(frameworks=["accelerate"]), COMMAND)
     assert accelerate["how"] == "accelerate" and "torchboost export --to accelerate" in accelerate["text"]
+
+
+def test_this_interpreter_is_said_as_python():
+    import sys
+
+    step = next_step(Facts(), [sys.executable, "-m", "pkg.train"])
+    assert step["text"] == "torchboost run -- python -m pkg.train"

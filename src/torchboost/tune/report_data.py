@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shlex
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,8 @@ def next_step(facts: Any, command: list[str]) -> dict[str, str]:
     if getattr(facts, "uses_booster", False):
         return {"how": "booster", "text": "torchboost.Booster() in your training loop reads it from the "
                                           "working directory"}
-    return {"how": "run", "text": "torchboost run -- " + " ".join(shlex.quote(w) for w in command)}
+    words = ["python" if w == sys.executable else w for w in command[:1]] + list(command[1:])  # as typed
+    return {"how": "run", "text": "torchboost run -- " + " ".join(shlex.quote(w) for w in words)}
 
 
 def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, Any]:
