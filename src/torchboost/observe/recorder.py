@@ -38,7 +38,7 @@ SLOW_CHECK_STEPS = 5
 """Recorded steps after which a tuning trial may be stopped as far too slow."""
 
 DATA, FORWARD, BACKWARD, OPTIMIZER = range(4)
-_PHASE_NAMES = ("data wait", "forward", "backward", "optimizer")
+_PHASE_MARKS = ("torchboost: data wait", "torchboost: forward", "torchboost: backward", "torchboost: optimizer")
 """Phase indices into the recorder's accumulators (see ``torchboost.diagnose.facts.PHASES``)."""
 
 
@@ -114,7 +114,7 @@ class StepRecorder:
     def data_begin(self) -> None:
         """The loop asks its DataLoader for a batch."""
         self.current = DATA
-        self.profile.annotate("torchboost: data wait")
+        self.profile.annotate(_PHASE_MARKS[DATA])
 
     def loader_batch(self, iterator: Any, ms: float) -> None:
         """A batch was fetched from ``iterator`` after waiting ``ms`` milliseconds."""
@@ -331,7 +331,7 @@ class StepRecorder:
 
     def phase_begin(self, phase: int) -> None:
         """A phase starts: marked in the trace, timed on the device on CUDA."""
-        self.profile.annotate(f"torchboost: {_PHASE_NAMES[phase]}")
+        self.profile.annotate(_PHASE_MARKS[phase])  # no string built per call: this is the hot path
         if self._cuda is not None:
             self._cuda.begin(phase)
 
