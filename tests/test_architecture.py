@@ -158,3 +158,40 @@ def test_each_technique_is_described(name):
     assert technique.apply is not None or technique.setup is not None
     if technique.nocode is None:
         assert technique.nocode_refusal  # it says why it cannot apply from outside
+
+
+# -- torchrun's variables are read in env.py alone ----------------------------------------
+
+def _torchrun_literals(tree: ast.Module) -> list[str]:
+    from torchboost.env import DIST_ENV_VARS
+
+    return sorted(node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in DIST_ENV_VARS)
+
+
+def _torchrun_readers(modules: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """Modules other than env.py that name a torchrun variable, with the names."""
+    return {path: found for path, tree in modules.items() if path != "env.py" and (found := _torchrun_literals(tree))}
+
+
+def test_torchrun_variables_are_named_in_env_alone():
+    modules = _modules()
+    assert {"RANK", "LOCAL_RANK", "WORLD_SIZE"} <= set(_torchrun_literals(modules["env.py"]))  # something to find
+    readers = _torchrun_readers(modules)
+    assert readers == {}
+
+
+_BAD_TORCHRUN = '''
+import os
+
+def rank():
+    return int(os.environ.get("RANK", "0"))
+
+PARENT_IS_AGENT = "LOCAL_RANK" in os.environ
+'''
+
+
+def test_the_torchrun_check_fails_on_a_module_that_reads_them():
+    tree = ast.parse(_BAD_TORCHRUN)
+    assert _torchrun_readers({"observe/bootstrap.py": tree}) == {"observe/bootstrap.py": ["LOCAL_RANK", "RANK"]}
+    assert _torchrun_readers({"env.py": tree}) == {}  # env.py is where they belong

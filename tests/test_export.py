@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from torchboost import BoostConfig
-from torchboost.frameworks import accelerate_yaml, fix_spellings, lightning_text, spell
+from torchboost.config import Overlay
+from torchboost.frameworks import accelerate_yaml, fix_words, lightning_text, spell
+from torchboost.techniques.precision import PrecisionConfig
 
 TUNED = BoostConfig.off().replace(precision={"mode": "bf16"}, accumulation={"steps": 4},
                                   compile={"mode": "default"}, cpu={"threads": 1}, loader={"num_workers": 2})
@@ -64,10 +66,14 @@ def test_plain_config_exports_nothing_but_names_the_auto_settings():
     assert all(len(line) <= 80 for line in lightning_text(auto).splitlines())
 
 
-def test_a_findings_fix_is_spelled_for_both_frameworks():
-    words = fix_spellings('[precision]\nmode = "bf16"\n')
-    assert words == {"lightning": "Trainer(precision='bf16-mixed')", "accelerate": 'mixed_precision: "bf16"'}
-    assert fix_spellings("# no torchboost.toml key: the syncs are in the training script") == {}
+def test_a_findings_fix_is_spelled_for_every_framework_from_its_settings():
+    words = fix_words(Overlay.of(PrecisionConfig, mode="bf16"))
+    assert words == {"toml": '[precision]\nmode = "bf16"',
+                     "torch": "with torch.autocast(device.type, dtype=torch.bfloat16):\n    loss = criterion(model(x), y)",
+                     "lightning": "Trainer(precision='bf16-mixed')", "accelerate": 'mixed_precision: "bf16"',
+                     "transformers": "TrainingArguments(bf16=True)"}
+    no_key = fix_words(Overlay(), "the syncs are in the training script", "loss.detach()")
+    assert no_key == {"toml": "# no torchboost.toml key: the syncs are in the training script", "torch": "loss.detach()"}
 
 
 @pytest.mark.parametrize("argv, message", [

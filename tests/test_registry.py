@@ -142,3 +142,38 @@ def test_gpu_candidates_are_proposed_on_cuda_and_inert_on_a_cpu():
     cpu = _proposals(TuneContext(device="cpu", uses_booster=True))
     assert [c["compile.mode"] for c in cpu["compile"]] == ["default"]
     assert not cpu["pin_memory"] and not cpu["cudnn"] and not cpu["tf32"]
+
+
+def test_the_order_is_written_once_with_its_reasons_and_the_file_follows_it():
+    from torchboost.techniques.registry import application_order
+
+    order = application_order()
+    assert [name for name, _ in order] == [t.name for t in techniques()]
+    assert all(why for _, why in order)  # each position says why
+    with_sections = [t.section.section for t in techniques() if t.section is not None]
+    assert list(section_classes()) == with_sections
+    text = BoostConfig().to_toml_string()
+    assert [text.index(f"[{name}]") for name in with_sections] == sorted(text.index(f"[{n}]") for n in with_sections)
+
+
+def test_the_order_is_derived_from_after_and_before_and_refuses_a_cycle():
+    from torchboost.techniques.registry import Technique, _ordered
+
+    a, b = Technique("a", "A"), Technique("b", "B", after=("a",))
+    newcomer = Technique("z", "Z", after=("a",), before=("b",))  # must come before b, which it does not edit
+    assert [t.name for t in _ordered([b, a, newcomer])] == ["a", "z", "b"]
+    assert [t.order for t in _ordered([b, a])] == [1, 2]
+    with pytest.raises(RuntimeError, match="cycle"):
+        _ordered([Technique("a", "A", after=("b",)), Technique("b", "B", after=("a",))])
+    with pytest.raises(RuntimeError, match="unknown"):
+        _ordered([Technique("a", "A", after=("nothing",))])
+
+
+def test_the_readme_lists_the_techniques_in_the_order_they_apply():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `([a-z_]+)` \| .+ \|$", readme, flags=re.M)
+    assert [name for _, name in rows] == [t.name for t in techniques()]
+    assert [int(i) for i, _ in rows] == [t.order for t in techniques()]

@@ -9,15 +9,39 @@ Public names::
     torchboost.probe()       what this machine can do
 """
 
-from torchboost.booster import Booster, load_config
-from torchboost.checkpoint import CheckpointError
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from torchboost._version import __version__
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.env import Environment, probe
 from torchboost.techniques.registry import techniques as _techniques
 
 _techniques()  # load every technique module, so each registers its torchboost.toml section
 
-__version__ = "0.1.0"
+# The runtime is imported on first use (PEP 562), not here: a module that only needs the
+# version or the configuration (the reports, the observed child) then does not import the
+# Booster with its checkpointing and distributed code.
+_LAZY = {"Booster": "torchboost.booster", "load_config": "torchboost.booster",
+         "CheckpointError": "torchboost.checkpoint"}
+
+
+def __getattr__(name: str) -> Any:
+    """``torchboost.Booster`` and the other runtime names, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchboost' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "BoostConfig",

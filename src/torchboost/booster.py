@@ -59,7 +59,7 @@ def load_config(config: BoostConfig | str | Path | dict | None) -> BoostConfig:
 
 def _default_device(env: Environment) -> torch.device:
     if env.device == "cuda":
-        return torch.device("cuda", int(env.dist_env.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", env.local_rank)
     return torch.device(env.device)
 
 
@@ -100,6 +100,9 @@ class Booster:
             # the user's configuration, exactly what tune writes to torchboost.toml if it wins.
             self.config = trial
         self.env = probe()
+        # The script builds the Booster with no torchboost argument to carry the claims,
+        # so it takes this process's one (torchboost.handover says why and who else sees it).
+        self._claims = handover.process_claims()
         self.device = torch.device(device) if device is not None else _default_device(self.env)
         self.verbose = verbose
         self.resolved: ResolvedConfig | None = None
@@ -128,7 +131,7 @@ class Booster:
         if scheduler is not None and optimizer is None:
             raise ValueError("prepare: a scheduler needs its optimizer passed too")
         registry = techniques()
-        handover.claim(t.name for t in registry if t.apply is not None)  # no-code appliers stand down
+        self._claims.claim(t.name for t in registry if t.apply is not None)  # no-code appliers stand down
         prep = Preparation(env=self.env, device=self.device, config=self.config, details={}, model=model,
                            optimizer=optimizer, loader=loader, scheduler=scheduler)
         for technique in registry:
@@ -240,7 +243,7 @@ class Booster:
         """Rank 0 (or not distributed): the process that prints and saves."""
         if self._prep is not None and self._prep.dist is not None:
             return self._prep.dist.rank == 0
-        return self.env.dist_env.get("RANK", "0") == "0"
+        return self.env.rank == 0
 
     @property
     def at_window_boundary(self) -> bool:

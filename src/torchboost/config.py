@@ -108,17 +108,17 @@ _SECTIONS: dict[str, type] = {}
 
 
 def register_section(cls: type[S]) -> type[S]:
-    """Class decorator for a technique's config section.
+    """Register a technique's config section; the technique registry calls it for each
+    technique's ``section``, in application order, which is the file's order.
 
-    The class is a frozen dataclass with ``section: ClassVar[str]`` (its TOML table),
-    ``order: ClassVar[int]`` (its place in the file) and a classmethod ``off()`` giving
-    the plain-PyTorch value (no change to the user's script).
+    The class is a frozen dataclass with ``section: ClassVar[str]`` (its TOML table) and
+    a classmethod ``off()`` giving the plain-PyTorch value (no change to the user's script).
     """
     if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__}: a config section must be a frozen dataclass")
     name = getattr(cls, "section", None)
-    if not isinstance(name, str) or not isinstance(getattr(cls, "order", None), int):
-        raise TypeError(f"{cls.__name__}: a config section needs `section: ClassVar[str]` and `order: ClassVar[int]`")
+    if not isinstance(name, str):
+        raise TypeError(f"{cls.__name__}: a config section needs `section: ClassVar[str]`")
     known = _SECTIONS.get(name)
     if known is not None and known.__qualname__ != cls.__qualname__:
         raise TypeError(f"config section {name!r} is declared twice: {known.__qualname__} and {cls.__qualname__}")
@@ -127,8 +127,8 @@ def register_section(cls: type[S]) -> type[S]:
 
 
 def section_classes() -> dict[str, type]:
-    """Every registered section class by TOML table name, in file order."""
-    return dict(sorted(_SECTIONS.items(), key=lambda item: (item[1].order, item[0])))
+    """Every registered section class by TOML table name, in file (= application) order."""
+    return dict(_SECTIONS)
 
 
 def _unknown(kind: str, name: str, valid: list[str], prefix: str = "") -> ConfigError:

@@ -3,6 +3,11 @@
 Every capability question torchboost asks (is there a GPU, does it do bf16, can Inductor
 compile here, how many cores are ours) is answered here, once, into a plain
 :class:`Environment` that serialises to JSON. Nothing else probes hardware.
+
+torchrun's variables (:data:`DIST_ENV_VARS`) are read here alone too: :func:`rank`,
+:func:`world_size` and :func:`is_torchrun_rank` for this process now, and the
+:class:`Environment`'s ``rank``/``local_rank``/``world_size``/``local_world_size`` for
+the probed snapshot. No other module names them.
 """
 
 from __future__ import annotations
@@ -13,17 +18,44 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import psutil
 import torch
 
-__all__ = ["Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS"]
+__all__ = ["Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
+           "world_size", "is_torchrun_rank"]
 
 DIST_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables torchrun sets; their presence means we run under a distributed launcher."""
 
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def _int_var(values: Mapping[str, str], name: str, default: int) -> int:
+    # torchrun sets these to decimal integers; unset or empty means "not distributed".
+    raw = values.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def torchrun_env() -> dict[str, str]:
+    """torchrun's variables (:data:`DIST_ENV_VARS`) set in this process now."""
+    return {k: os.environ[k] for k in DIST_ENV_VARS if k in os.environ}
+
+
+def rank() -> int:
+    """This process's global rank (torchrun's RANK); 0 when not started by torchrun."""
+    return _int_var(os.environ, "RANK", 0)
+
+
+def world_size() -> int:
+    """Processes in the job (torchrun's WORLD_SIZE); 1 when not started by torchrun."""
+    return max(1, _int_var(os.environ, "WORLD_SIZE", 1))
+
+
+def is_torchrun_rank() -> bool:
+    """This process was started by torchrun (or an equivalent agent) as one of its ranks."""
+    return "LOCAL_RANK" in os.environ
 
 
 @dataclass(frozen=True)
@@ -87,7 +119,27 @@ class Environment:
     @property
     def distributed(self) -> bool:
         """Launched by torchrun (or an equivalent) with more than one process."""
-        return int(self.dist_env.get("WORLD_SIZE", "1")) > 1
+        return self.world_size > 1
+
+    @property
+    def rank(self) -> int:
+        """Global rank when probed (torchrun's RANK); 0 when not distributed."""
+        return _int_var(self.dist_env, "RANK", 0)
+
+    @property
+    def local_rank(self) -> int:
+        """Rank on this machine (torchrun's LOCAL_RANK): the GPU index it uses; 0 when not distributed."""
+        return _int_var(self.dist_env, "LOCAL_RANK", 0)
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job (torchrun's WORLD_SIZE); 1 when not distributed."""
+        return max(1, _int_var(self.dist_env, "WORLD_SIZE", 1))
+
+    @property
+    def local_world_size(self) -> int:
+        """Processes on this machine (torchrun's LOCAL_WORLD_SIZE); 1 when not distributed."""
+        return max(1, _int_var(self.dist_env, "LOCAL_WORLD_SIZE", 1))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict, derived properties included."""
@@ -168,7 +220,7 @@ def probe() -> Environment:
         cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
         compiler=_compiler(),
         triton=_has_triton() if device == "cuda" else False,
-        dist_env={k: os.environ[k] for k in DIST_ENV_VARS if k in os.environ},
+        dist_env=torchrun_env(),
         **gpu,
     )
 

@@ -1,9 +1,11 @@
-"""A torchboost configuration in a framework's own words: Lightning, Accelerate.
+"""A torchboost configuration in plain PyTorch's and in a framework's own words.
 
 Each technique says how its setting is spelled (``Technique.spell``); this module
-gathers those spellings for a whole configuration, or for one finding's fix, and
-writes them as ``lightning.Trainer(...)`` arguments or an ``accelerate`` config file,
-with the lines to add by hand where the framework has no flag. Only what differs from
+gathers those spellings for a whole configuration, or for one finding's fix (its
+``torchboost.toml`` lines, its plain-PyTorch lines, ``lightning.Trainer`` arguments, an
+``accelerate`` config, ``transformers.TrainingArguments`` keywords), and writes them as
+``lightning.Trainer(...)`` arguments or an ``accelerate`` config file, with the lines to
+add by hand where the framework has no flag. Only what differs from
 plain PyTorch is exported; ``"auto"`` values are decided by torchboost at run time from
 the hardware, so they are named, not guessed.
 """
@@ -11,20 +13,17 @@ the hardware, so they are named, not guessed.
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from torchboost.config import AUTO, BoostConfig, ConfigError, Overlay
+import tomli_w
+
+from torchboost.config import AUTO, BoostConfig, Overlay, section_classes
 from torchboost.techniques.registry import FrameworkSpelling, techniques
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
-__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_spellings", "lightning_text", "spell"]
+__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_words", "lightning_text", "spell"]
 
 FRAMEWORKS = ("lightning", "accelerate")
 """The frameworks ``torchboost export --to`` writes for."""
@@ -42,6 +41,8 @@ class Spelled:
     """Lines an Accelerate user adds for what neither the file nor Accelerator() takes."""
     at_run_time: tuple[str, ...] = ()
     """Settings left ``"auto"``: torchboost decides them when the script runs."""
+    torch_code: tuple[str, ...] = ()
+    """Every setting in plain PyTorch, in application order."""
 
 
 def spell(config: BoostConfig | Overlay) -> Spelled:
@@ -51,23 +52,21 @@ def spell(config: BoostConfig | Overlay) -> Spelled:
     values = changes.to_dict()
     decided = Overlay({k: v for k, v in values.items() if v != AUTO})
     effective = decided.on(plain)
-    lightning: dict[str, Any] = {}
-    accelerate: dict[str, Any] = {}
-    accelerator: dict[str, Any] = {}
+    merged = FrameworkSpelling()
     lightning_code: list[str] = []
     accelerate_code: list[str] = []
+    torch_code: list[str] = []
     for technique in techniques():
         if technique.spell is None or technique.section is None or not decided.section(technique.section):
             continue
         words = technique.spell(getattr(effective, technique.section.section))
-        lightning.update({k: v for k, v in words.lightning.items() if v is not None})
-        accelerate.update({k: v for k, v in words.accelerate.items() if v is not None})
-        accelerator.update({k: v for k, v in words.accelerator.items() if v is not None})
+        for name in ("lightning", "accelerate", "accelerator", "transformers"):
+            getattr(merged, name).update({k: v for k, v in getattr(words, name).items() if v is not None})
         lightning_code += [line for line in words.code if _needed(line, words.lightning)]
         accelerate_code += [line for line in words.code if _needed(line, {**words.accelerate, **words.accelerator})]
+        torch_code += words.code
     at_run_time = tuple(k for k, v in values.items() if v == AUTO)
-    return Spelled(FrameworkSpelling(lightning, accelerate, accelerator), tuple(lightning_code), tuple(accelerate_code),
-                   at_run_time)
+    return Spelled(merged, tuple(lightning_code), tuple(accelerate_code), at_run_time, tuple(torch_code))
 
 
 def _needed(line: str, flags: dict[str, Any]) -> bool:
@@ -117,16 +116,29 @@ def _run_time_note(spelled: Spelled) -> list[str]:
     return textwrap.wrap(text, width=79, initial_indent="# ", subsequent_indent="#   ", break_on_hyphens=False)
 
 
-def fix_spellings(fix_toml: str) -> dict[str, str]:
-    """A finding's ``torchboost.toml`` fix in Lightning's and Accelerate's words, one line
-    each; empty when the fix has no key (a change in the script) or no framework spelling."""
-    try:
-        tables = tomllib.loads(fix_toml)
-        overlay = Overlay.from_dict({f"{section}.{key}": value for section, values in tables.items()
-                                     if isinstance(values, dict) for key, value in values.items()})
-    except (tomllib.TOMLDecodeError, ConfigError):
-        return {}
-    spelled = spell(overlay)
+def toml_lines(settings: Overlay) -> str:
+    """``settings`` as ``torchboost.toml`` tables, in the file's (application) order."""
+    tables: dict[str, dict[str, Any]] = {}
+    for name, cls in section_classes().items():
+        if settings.section(cls):
+            tables[name] = settings.section(cls)
+    return tomli_w.dumps(tables).strip()
+
+
+def fix_words(fix: Overlay, advice: str = "", advice_code: str = "") -> dict[str, str]:
+    """A finding's fix in every spelling, rendered from the techniques' own: "toml" (valid
+    ``torchboost.toml``; ``advice`` as a comment), "torch" (plain PyTorch, then
+    ``advice_code``) and, where a framework has a flag, "lightning", "accelerate" and
+    "transformers" (``TrainingArguments`` keywords)."""
+    comment = "".join(f"\n# {line}" for line in advice.splitlines()) if fix else f"# no torchboost.toml key: {advice}"
+    spelled = spell(fix)
+    torch_lines = [*spelled.torch_code, *([advice_code] if advice_code else [])]
+    words = {"toml": (toml_lines(fix) + comment).strip(), "torch": "\n".join(torch_lines)}
+    words.update(_framework_words(spelled))
+    return words
+
+
+def _framework_words(spelled: Spelled) -> dict[str, str]:
     words: dict[str, str] = {}
     lightning = [f"{k}={v!r}" for k, v in spelled.words.lightning.items()]
     if lightning or spelled.lightning_code:
@@ -136,4 +148,7 @@ def fix_spellings(fix_toml: str) -> dict[str, str]:
     accelerate += [f"Accelerator({k}={v!r})" for k, v in spelled.words.accelerator.items()]
     if accelerate or spelled.accelerate_code:
         words["accelerate"] = "; ".join(accelerate + list(spelled.accelerate_code))
+    if spelled.words.transformers:
+        words["transformers"] = "TrainingArguments(" + ", ".join(
+            f"{k}={v!r}" for k, v in spelled.words.transformers.items()) + ")"
     return words

@@ -11,9 +11,17 @@ would read. It is what tune writes to ``torchboost.toml`` when the candidate win
 what is measured is what is written. Nothing else in torchboost reads the environment for
 configuration, and nothing sets this variable except a tuning trial.
 
-A Booster in the script applies the techniques itself, so it *claims* them
-(:func:`claim`); the no-code applier leaves a claimed technique alone, so nothing is
-applied twice.
+A Booster in the script applies the techniques itself, so it *claims* them; the no-code
+applier leaves a claimed technique alone, so nothing is applied twice, and the observer
+reports whether the script used a Booster. The claims are one explicit object,
+:class:`Claims`. Inside torchboost it is passed to whoever needs it where they are built:
+the observed child's bootstrap and ``torchboost run`` give the same one to the
+:class:`~torchboost.observe.apply.Applier` and the
+:class:`~torchboost.observe.recorder.StepRecorder`. The one party that cannot be handed
+it is the Booster: the user's script builds it, with no torchboost argument to carry it,
+in the same process. So there is one ``Claims`` per process, made at import, reached
+through one accessor, :func:`process_claims`, which the Booster calls and the bootstrap
+and ``torchboost run`` call once to pass it on; nothing else reads it.
 """
 
 from __future__ import annotations
@@ -25,13 +33,10 @@ from typing import Iterable
 
 from torchboost.config import BoostConfig, ConfigError
 
-__all__ = ["TRIAL_SETTINGS_ENV", "claim", "claimed", "claims", "trial_config", "write_trial_config"]
+__all__ = ["TRIAL_SETTINGS_ENV", "Claims", "process_claims", "trial_config", "write_trial_config"]
 
 TRIAL_SETTINGS_ENV = "TORCHBOOST_TRIAL_SETTINGS"
 """Names the JSON file of a trial's settings; set only by ``torchboost tune`` for its trials."""
-
-_claimed: set[str] = set()
-"""Names of the techniques a Booster in this process applies itself."""
 
 
 def trial_config() -> BoostConfig | None:
@@ -50,16 +55,31 @@ def write_trial_config(path: Path, config: BoostConfig) -> None:
     path.write_text(json.dumps(config.to_dict(), sort_keys=True), encoding="utf-8")
 
 
-def claim(techniques: Iterable[str]) -> None:
-    """Called by ``Booster.prepare`` with the techniques it applies in this process."""
-    _claimed.update(techniques)
+class Claims:
+    """The techniques a Booster applies itself, by name (see the module docstring).
+
+    Only ever grows: a Booster prepared once has applied what it claimed.
+    """
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+
+    def claim(self, techniques: Iterable[str]) -> None:
+        """Called by ``Booster.prepare`` with the techniques it applies."""
+        self._names.update(techniques)
+
+    def claimed(self, technique: str) -> bool:
+        """Whether a Booster applies ``technique`` itself."""
+        return technique in self._names
+
+    def names(self) -> frozenset[str]:
+        """Every technique claimed so far."""
+        return frozenset(self._names)
 
 
-def claimed(technique: str) -> bool:
-    """Whether a Booster in this process applies ``technique`` itself."""
-    return technique in _claimed
+_PROCESS_CLAIMS = Claims()
 
 
-def claims() -> frozenset[str]:
-    """Every technique a Booster in this process has claimed so far."""
-    return frozenset(_claimed)
+def process_claims() -> Claims:
+    """This process's one :class:`Claims` (the module docstring says who may ask for it)."""
+    return _PROCESS_CLAIMS

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
+from types import SimpleNamespace
 
 from torchboost.config import BoostConfig
-from torchboost.diagnose.facts import (
-    Facts,
-    LoaderFacts,
-    ModelFacts,
-    OptimizerFacts,
-    PrecisionFacts,
-    ProfileFacts,
-    StepRecord,
-)
+from torchboost.diagnose.rules import RULES
+from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, OptimizerFacts, ProfileFacts, StepRecord
+from torchboost.techniques.cudnn import CudnnFacts
+from torchboost.techniques.memory import MemoryFacts
+from torchboost.techniques.precision_diagnosis import PrecisionFacts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,6 +19,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 GIB = 2**30
+
+R = SimpleNamespace(**{rule.__name__: rule for rule in RULES.values()})
+"""Every rule by its function's name, wherever it is declared (a technique's module or diagnose)."""
 
 
 def steps(n=10, *, data=10.0, forward=40.0, backward=40.0, optimizer=5.0, other=5.0, start=0):
@@ -52,7 +52,9 @@ def make_facts(device="cpu", *, cores=8, cpu_bf16=True, can_compile=True, cuda_b
                            batch_size=32, num_batches=100),
         model=ModelFacts(class_name="Net", parameters=1_000_000, trainable_parameters=1_000_000,
                          param_dtypes=["torch.float32"], device=device, compiled=True),
-        precision=PrecisionFacts(autocast=True, autocast_dtype="bfloat16", cudnn_benchmark=True),
+        techniques={"precision": PrecisionFacts(autocast=True, autocast_dtype="bfloat16"),
+                    "cudnn": CudnnFacts(cudnn_benchmark=True),
+                    "memory": MemoryFacts()},
         optimizer=OptimizerFacts(class_name="AdamW", foreach=None, fused=True, supports_fused=True),
         cpu_threads=max(1, cores - 2),
         peak_memory_bytes=60 * GIB if device == "cuda" else 0,
@@ -62,13 +64,26 @@ def make_facts(device="cpu", *, cores=8, cpu_bf16=True, can_compile=True, cuda_b
 
 
 def with_(facts: Facts, **changes) -> Facts:
-    """A copy of ``facts`` with nested parts changed: ``with_(f, loader={"num_workers": 0})``."""
-    out = replace(facts)
+    """A copy of ``facts`` with nested parts changed: ``with_(f, loader={"num_workers": 0})``.
+
+    A key the named part does not have (or a name that is no field of Facts, such as
+    ``precision``) goes to the technique's facts that have it: ``model={"channels_last":
+    True}`` sets the memory technique's, ``precision={"cudnn_benchmark": False}`` cuDNN's.
+    """
+    out = replace(facts, techniques=dict(facts.techniques))
     for name, value in changes.items():
-        if isinstance(value, dict):
-            setattr(out, name, replace(getattr(facts, name), **value))
-        else:
+        if not isinstance(value, dict):
             setattr(out, name, value)
+            continue
+        part = getattr(out, name) if name in {f.name for f in fields(Facts)} else None
+        own = {k: v for k, v in value.items() if part is not None and hasattr(part, k)}
+        if own:
+            setattr(out, name, replace(part, **own))
+        for key, item in value.items():
+            if key in own:
+                continue
+            technique = next(t for t, seen in out.techniques.items() if hasattr(seen, key))
+            out.techniques[technique] = replace(out.techniques[technique], **{key: item})
     return out
 
 

@@ -73,7 +73,7 @@ def test_finding_round_trips_through_json():
 
 def test_finding_rejects_an_unknown_severity():
     with pytest.raises(ValueError, match="severity"):
-        Finding(id="x", title="t", evidence={}, fix_toml="", fix_torch="", expected_speedup=1.1,
+        Finding(id="x", title="t", evidence={}, expected_speedup=1.1,
                 formula="", severity="urgent")
 
 

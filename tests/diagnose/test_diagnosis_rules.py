@@ -6,7 +6,7 @@ import pytest
 
 from _diagnose_helpers import GIB, check_finding, make_facts, profile, steps, with_
 from torchboost.diagnose import diagnose
-from torchboost.diagnose import rules as R
+from _diagnose_helpers import R
 
 DATA_BOUND = dict(data=60.0, forward=20.0, backward=15.0, optimizer=3.0, other=2.0)
 CONV = {"has_conv2d": True, "channels_last": False}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from torchboost.diagnose import Facts, LoaderFacts, StepRecord, summarize
-from torchboost.diagnose.summary import percentile
+from torchboost.evidence.steps import percentile
 
 
 def _step(i, total, shares=(0.2, 0.3, 0.3, 0.1)):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from torchboost.diagnose.facts import Facts
+from torchboost.evidence.observed import Facts
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
 from torchboost.observe.recorder import BACKWARD, DATA, FORWARD
 

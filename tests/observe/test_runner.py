@@ -42,7 +42,7 @@ def test_steps_below_one_is_a_usage_error(tmp_path):
 
 
 def _observed(tmp_path, *, steps_seen: int, exit_code: int):
-    from torchboost.diagnose.facts import Facts
+    from torchboost.evidence.observed import Facts
     from torchboost.observe import ObservedRun
 
     return ObservedRun(facts=Facts(warmup_steps=5), exit_code=exit_code, stderr_tail="",

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 from torchboost.diagnose import Facts, Finding, LoaderFacts, ModelFacts, OptimizerFacts, StepRecord, diagnose
-from torchboost.diagnose.facts import ProfileFacts
+from torchboost.evidence.observed import ProfileFacts
 
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
 """A user string that must stay text in every format."""
@@ -48,7 +48,7 @@ def findings_for(facts: Facts) -> list[Finding]:
     """The rules' findings plus one hand-made finding carrying hostile text."""
     hostile = Finding(
         id="sync.host_device", title=f"title {HOSTILE}", evidence={"sync_ops": HOSTILE, "syncs_per_step": 2.0},
-        fix_toml="# no key", fix_torch=f"print({HOSTILE!r})", expected_speedup=1.01,
+        advice="no key", advice_code=f"print({HOSTILE!r})", expected_speedup=1.01,
         formula=f"f = {HOSTILE}", notes=[HOSTILE],
     )
     return [*diagnose(facts), hostile]

@@ -41,7 +41,7 @@ def test_a_broken_image_is_detected(tmp_path):
 
 def _long_lines(findings):
     # nanoGPT's fix lines are long: one unbroken 150-character line, as such a script has.
-    first = dataclasses.replace(findings[0], fix_torch="loader = torch.utils.data.DataLoader(train_dataset, "
+    first = dataclasses.replace(findings[0], advice_code="loader = torch.utils.data.DataLoader(train_dataset, "
                                 "batch_size=batch_size, shuffle=True, num_workers=2, pin_memory=True, "
                                 "persistent_workers=True, prefetch_factor=4)")
     return [first, *findings[1:]]

@@ -49,7 +49,7 @@ def test_report_json_has_the_documented_schema(written):
     assert report["findings"][0]["id"] == "data.workers"
     for entry in report["findings"] + report["training_changes"]:
         assert {"id", "title", "evidence", "fix", "expected_speedup", "unit", "changes_training"} <= set(entry)
-        assert {"toml", "torch"} <= set(entry["fix"]) <= {"toml", "torch", "lightning", "accelerate"}
+        assert {"toml", "torch"} <= set(entry["fix"]) <= {"toml", "torch", "lightning", "accelerate", "transformers"}
     assert "lightning" in report["findings"][0]["fix"]  # [loader] num_workers has a spelling
     assert report["facts"]["losses"][2] is None  # the NaN loss, written as null
     assert Facts.from_dict(report["facts"]).steps == facts.steps
@@ -148,10 +148,10 @@ def test_timeline_draws_one_bar_per_step():
 
 
 def _batch_change(speedup: float) -> "Finding":
-    from torchboost.diagnose.finding import Finding
+    from torchboost.evidence.findings import Finding
 
     return Finding(id="memory.headroom", title="a batch 8x larger would take less time per sample",
-                   evidence={"batch_factor": 8}, fix_toml="# no key", fix_torch="DataLoader(..., batch_size=512)",
+                   evidence={"batch_factor": 8}, advice="no key", advice_code="DataLoader(..., batch_size=512)",
                    expected_speedup=speedup, formula="per sample", changes_training=True, unit="sample")
 
 

@@ -63,7 +63,7 @@ def _facts() -> Facts:
 
 def _findings() -> list[Finding]:
     def finding(fid, title, gain):
-        return Finding(id=fid, title=title, evidence={}, fix_toml="", fix_torch="", expected_speedup=gain, formula="")
+        return Finding(id=fid, title=title, evidence={}, expected_speedup=gain, formula="")
 
     # Out of order on purpose: the report ranks them.
     return [finding("precision.slower_on_cpu", "bf16 is slower than fp32 on this CPU", 1.1),
@@ -315,3 +315,67 @@ def test_the_tune_command_prints_and_writes_this_report(tmp_path):
     assert sorted(p.name for p in options.out_dir.iterdir()) == ["report.html", "report.json", "report.md"]
     out = buf.getvalue()
     assert "1.35x faster" in out and str(options.config_path) in out
+
+
+# -- peak memory ---------------------------------------------------------------------------
+
+GiB, MiB = 2**30, 2**20
+
+
+class MemoryScript(FakeScript):
+    """The loader-bound script, peaking at 900 MiB; deeper prefetch is 20% faster but peaks
+    at 3 GiB."""
+
+    def __call__(self, settings, repeat):
+        result = super().__call__(settings, repeat)
+        result.peak_memory_bytes = 3 * GiB if settings.get("loader.prefetch_factor") == 4 else 900 * MiB
+        return result
+
+
+def memory_run(limit: int) -> TuneRun:
+    context = TuneContext(device="cpu", cpu_cores=2, can_compile=False, memory_limit_bytes=limit)
+    outcome = run_search(default_levers(), context, MemoryScript(factors={("loader.prefetch_factor", 4): 0.8}, noise=0.0),
+                         SearchOptions())
+    return TuneRun(facts=_facts(), findings=[], outcome=outcome, config=settings_to_config(outcome.settings),
+                   run_steps=None, reused_trials=0)
+
+
+def test_peak_memory_and_the_limit_are_in_report_json_and_every_format(tmp_path):
+    paths = write_tune_report(tune_summary(memory_run(2 * GiB)), tmp_path)
+    report = json.loads(paths["json"].read_text(encoding="utf-8"))
+    assert report["memory"] == {"limit_bytes": 2 * GiB, "limit_source": "given with --memory-limit",
+                                "before_peak_bytes": 900 * MiB, "after_peak_bytes": 900 * MiB}
+    assert all(w["peak_memory_bytes"] == 900 * MiB for w in report["waterfall"])
+    prefetch = next(d for d in report["decisions"] if d["change"] == "loader.prefetch_factor=4")
+    assert prefetch["status"] == "over_memory" and prefetch["peak_memory_bytes"] == 3 * GiB
+    assert prefetch["verdict"] == "deeper prefetch peaked at 3.00 GiB, over the memory limit: rejected"
+    assert "loader.prefetch_factor" not in report["settings"]
+    measured = [d for d in report["decisions"] if d["status"] not in ("skipped", "failed")]
+    assert measured and all(d["peak_memory_bytes"] for d in measured)
+
+    text = paths["md"].read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if "`loader.prefetch_factor=4`" in line)
+    assert "| **over_memory** |" in row and "| 3.00 GiB |" in row
+    kept = next(line for line in text.splitlines() if "| **kept** |" in line)
+    assert "| 900 MiB |" in kept
+    assert "Peak memory: 900 MiB before, 900 MiB after; limit 2.00 GiB (given with --memory-limit)." in text
+    assert "- **over_memory**: its peak memory was over the memory limit" in text
+
+    html = paths["html"].read_text(encoding="utf-8")
+    assert 'class="status-over_memory">over_memory<' in html and "3.00 GiB" in html
+    assert "limit 2.00 GiB (given with --memory-limit)" in html
+
+    out = _terminal(memory_run(2 * GiB), paths, tmp_path / "torchboost.toml", width=80)
+    assert re.search(r"^  over_memory\s+0\.800  3\.00 GiB  loader\.prefetch_factor=4", out, re.MULTILINE)
+    assert re.search(r"^  kept\s+\d\.\d{3}   900 MiB  ", out, re.MULTILINE)
+    assert "limit 2.00 GiB" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_under_a_higher_limit_the_same_change_is_kept_and_reported_with_its_peak():
+    """The twin: the limit above deeper prefetch's 3 GiB, and it is kept."""
+    report = build_tune_report(tune_summary(memory_run(4 * GiB)))
+    prefetch = next(d for d in report["decisions"] if d["change"] == "loader.prefetch_factor=4")
+    assert prefetch["status"] == "kept" and report["settings"]["loader.prefetch_factor"] == 4
+    assert report["waterfall"][-1]["peak_memory_bytes"] == 3 * GiB
+    assert report["memory"]["after_peak_bytes"] == 3 * GiB

@@ -77,8 +77,11 @@ def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tm
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     bf16 = next(d for d in report["decisions"] if d["settings"].get("precision.mode") == "bf16")
-    assert bf16["status"] == "incorrect"
-    assert "inf" in bf16["reason"] and "step" in bf16["reason"]
+    if bf16["status"] == "skipped":  # a CPU whose bf16 the probe measured far slower: never tried
+        assert "bf16 matmul probe ran at" in bf16["reason"] and "cannot be faster here" in bf16["reason"]
+    else:
+        assert bf16["status"] == "incorrect"
+        assert "inf" in bf16["reason"] and "step" in bf16["reason"]
     assert report["settings"].get("precision.mode") != "bf16"
     compile_ = next(d for d in report["decisions"] if d["settings"].get("compile.mode"))
     assert compile_["status"] in ("skipped", "rejected")

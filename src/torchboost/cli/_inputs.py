@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 from torchboost.observe.launch import UsageError
 
-__all__ = ["check_out_dir", "check_seconds"]
+__all__ = ["check_out_dir", "check_seconds", "parse_size", "SIZE_UNITS"]
 
 
 def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
@@ -30,3 +31,26 @@ def check_seconds(value: float, flag: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{flag} must be a finite number of seconds above 0, got {value}")
     return value
+
+
+SIZE_UNITS = {"": 1, "b": 1,
+              "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40,
+              "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+"""Bytes per unit of a size, lower case: K, M, G, T and KiB... are powers of 1024 (as
+``docker --memory`` and ``java -Xmx`` read them), KB, MB, GB, TB powers of 1000."""
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)")
+
+
+def parse_size(text: str, flag: str) -> int:
+    """A memory size in bytes: ``12GiB``, ``800MB``, ``2048M``, ``1.5G`` or a byte count
+    (units in :data:`SIZE_UNITS`, any case); UsageError otherwise (no number, an unknown
+    unit, 0 or less)."""
+    match = _SIZE.fullmatch(text.strip())
+    unit = SIZE_UNITS.get(match.group(2).lower()) if match else None
+    if match is None or unit is None:
+        raise UsageError(f"{flag} expects a size like 12GiB, 800MB, 2048M or a number of bytes, got {text!r}")
+    size = round(float(match.group(1)) * unit)
+    if size < 1:
+        raise UsageError(f"{flag} must be above 0 bytes, got {text!r}")
+    return size

@@ -7,18 +7,21 @@ settings applied from outside by the same code that applies a tuning trial's can
 full speed, to its own end, and ``torchboost run`` exits with the script's exit status.
 
 A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` itself;
-for it the model and optimizer settings stand down here, so nothing is applied twice.
+for it the model and optimizer settings stand down here, so nothing is applied twice (the
+Booster claims them in the process's :class:`~torchboost.handover.Claims`, which is given
+to the applier).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from torchboost import env as _env
+from torchboost import handover
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
 from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if launch.distributed:
         return run_job(launch, Path(args.config).resolve())
     settings, notes = settings_from_config(config, BoostConfig.written_keys(args.config))
-    if os.environ.get("RANK", "0") in ("", "0"):  # under torchrun, rank 0 speaks for the job
+    if _env.rank() == 0:  # under torchrun, rank 0 speaks for the job
         for note in notes:
             print(f"torchboost run: {note}", file=sys.stderr)
         applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
@@ -79,7 +82,7 @@ def run_applied(settings: Overlay, target: list[str]) -> int:
     behind). Returns the script's exit status, as python would give it.
     """
     entry = sys.argv[0]  # the console script, whose frames are ours in a traceback
-    applier = Applier(settings).install()
+    applier = Applier(settings, claims=handover.process_claims()).install()
     try:
         run_target(target)
     except SystemExit as exc:

@@ -1,9 +1,9 @@
 """Tune a training script step by step; keep only what is faster and still correct.
 
 ``torchboost tune [--out DIR] [--budget SECONDS] [--run-steps N] [--steps-per-trial N]
-[--resume] -- python train.py ARGS``: runs the doctor on the script, then short trials of
-it in child processes, one candidate configuration each, and writes the winner to
-``torchboost.toml`` with a report in DIR.
+[--memory-limit SIZE] [--resume] -- python train.py ARGS``: runs the doctor on the script,
+then short trials of it in child processes, one candidate configuration each, and writes
+the winner to ``torchboost.toml`` with a report in DIR.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
-from torchboost.cli._inputs import check_out_dir, check_seconds
+from torchboost.cli._inputs import check_out_dir, check_seconds, parse_size
 from torchboost.observe.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
+from torchboost.tune.memory_limit import MEMORY_MARGIN
 from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
@@ -48,6 +49,12 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
     parser.add_argument("--steps-per-trial", type=_steps_or_auto, default=None, metavar="N|auto",
                         help="measured steps per trial, after warm-up (default auto: about "
                              f"{TRIAL_WINDOW_S:g} s of the script's steps, at least {MIN_TRIAL_STEPS})")
+    parser.add_argument("--memory-limit", default=None, metavar="SIZE",
+                        help="reject any change whose peak memory (the CUDA allocator's peak on a GPU, the training "
+                             "process's peak RSS otherwise) is over SIZE, and try the memory levers when the script "
+                             "itself is over it: 12GiB, 800MB, 2048M or a number of bytes (K, M, G, KiB, MiB, GiB: "
+                             f"powers of 1024; KB, MB, GB: of 1000). Default: {MEMORY_MARGIN * 100:.0f}%% of the GPU's "
+                             f"memory on CUDA, {MEMORY_MARGIN * 100:.0f}%% of the RAM on a CPU")
     parser.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up steps per trial (default 5)")
     parser.add_argument("--resume", action="store_true", help="reuse the finished trials in DIR/journal.jsonl")
     parser.add_argument("--stall-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -72,6 +79,8 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
     """TuneOptions from parsed arguments; raises UsageError for values out of range."""
     check_seconds(args.budget, "--budget")
     check_seconds(args.stall_timeout, "--stall-timeout")
+    # A bad size is said before check_out_dir creates the report folder.
+    memory_limit = parse_size(args.memory_limit, "--memory-limit") if args.memory_limit is not None else None
     check_out_dir(args.out)
     if args.steps_per_trial is not None and args.steps_per_trial < 3:
         raise UsageError(f"--steps-per-trial must be at least 3, got {args.steps_per_trial}")
@@ -84,7 +93,7 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
     return TuneOptions(out_dir=Path(args.out), config_path=Path(config), budget_s=args.budget,
                        run_steps=args.run_steps, steps_per_trial=args.steps_per_trial,
                        warmup=args.warmup, resume=args.resume, verify_pairs=args.verify_pairs,
-                       stall_timeout_s=args.stall_timeout)
+                       stall_timeout_s=args.stall_timeout, memory_limit_bytes=memory_limit)
 
 
 def tune_with_progress(command: list[str], options: TuneOptions, console: Console,
@@ -101,7 +110,8 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
                 progress.update(task, description=f"trial: {describe_settings(settings)} (#{repeat + 1})")
 
         def on_decision(decision: Decision) -> None:
-            mark = {"kept": "[green]kept[/]", "incorrect": "[red]incorrect[/]", "failed": "[red]failed[/]"}
+            mark = {"kept": "[green]kept[/]", "incorrect": "[red]incorrect[/]", "failed": "[red]failed[/]",
+                    "over_memory": "[red]over_memory[/]"}
             status = mark.get(decision.status, f"[yellow]{decision.status}[/]")
             progress.console.print(f"  {status} {describe_settings(decision.settings)}: {decision.reason}",
                                    highlight=False)

@@ -2,24 +2,16 @@
 
 Public names::
 
-    Facts, StepRecord, ...   what the observer saw (torchboost.diagnose.facts)
+    Facts, StepRecord, ...   what the observer saw (torchboost.evidence.observed)
     diagnose(facts)          ranked list of Finding
     summarize(facts)         Summary: step-time statistics and breakdown
     RULES                    finding id -> rule function
 """
 
-from torchboost.diagnose.facts import (
-    Facts,
-    LoaderFacts,
-    ModelFacts,
-    OptimizerFacts,
-    PrecisionFacts,
-    ProfileFacts,
-    StepRecord,
-)
-from torchboost.diagnose.finding import Finding
+from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, OptimizerFacts, ProfileFacts, StepRecord
+from torchboost.evidence.findings import Finding
 from torchboost.diagnose.rules import RULES, diagnose, thresholds
-from torchboost.diagnose.summary import Summary, summarize
+from torchboost.evidence.steps import Summary, summarize
 
 __all__ = [
     "Facts",
@@ -27,7 +19,6 @@ __all__ = [
     "LoaderFacts",
     "ModelFacts",
     "OptimizerFacts",
-    "PrecisionFacts",
     "ProfileFacts",
     "RULES",
     "StepRecord",

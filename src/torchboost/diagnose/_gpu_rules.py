@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchboost.diagnose._shared import r, view
-from torchboost.diagnose.facts import Facts
-from torchboost.diagnose.finding import Finding
+from torchboost.config import AUTO, Overlay
+from torchboost.evidence.rulekit import r, view
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.findings import Finding
+from torchboost.techniques.compile_settings import CompileConfig
+from torchboost.techniques.loader_settings import LoaderConfig
 
 __all__ = ["gpu_collectives", "gpu_idle", "gpu_pageable_copies", "gpu_small_kernels", "gpu_syncs"]
 
@@ -47,14 +50,12 @@ def gpu_idle(facts: Facts, *, idle_pct: float = 30.0, data_pct: float = 30.0) ->
         return Finding(
             id="gpu.idle", title=f"The GPU idles {gpu['idle_pct']:.0f}% of the time, waiting for data "
                                  f"({waiting:.0f}% of the step); load batches in worker processes",
-            evidence=evidence, fix_toml='[loader]\nnum_workers = "auto"\npin_memory = true',
-            fix_torch="DataLoader(dataset, ..., num_workers=4, pin_memory=True, persistent_workers=True)",
+            evidence=evidence, fix=Overlay.of(LoaderConfig, num_workers=AUTO, pin_memory=True),
             expected_speedup=speedup, formula=_idle_formula(gpu, speedup))
     return Finding(
         id="gpu.idle", title=f"The GPU idles {gpu['idle_pct']:.0f}% of the time while the host launches "
                              "work (launch-bound); compile the model to launch fewer, larger kernels",
-        evidence=evidence, fix_toml='[compile]\nmode = "default"',
-        fix_torch="model = torch.compile(model)  # mode=\"reduce-overhead\" adds CUDA graphs: measure it",
+        evidence=evidence, fix=Overlay.of(CompileConfig, mode="default"),
         expected_speedup=speedup, formula=_idle_formula(gpu, speedup),
         notes=["torchboost tune measures compile's gain against its compile time; reduce-overhead "
                "(CUDA graphs) only as a measured candidate."])
@@ -75,8 +76,8 @@ def gpu_syncs(facts: Facts, *, syncs_per_step: float = 1.0, idle_pct: float = 10
         id="gpu.syncs", title=f"The host waits for the GPU {per_step:.0f} times per step ({ops}); keep values "
                               "on the device",
         evidence={"syncs_per_step": r(per_step, 1), "sync_ops": ops, "gpu_idle_pct": r(gpu["idle_pct"], 1)},
-        fix_toml="# no torchboost.toml key: the syncs are in the training script",
-        fix_torch="running_loss += loss.detach()  # no .item() every step\nx = x.to(device, non_blocking=True)",
+        advice="the syncs are in the training script: keep values on the device",
+        advice_code="running_loss += loss.detach()  # no .item() every step\nx = x.to(device, non_blocking=True)",
         expected_speedup=speedup,
         formula=f"1 / (1 - r x idle) = 1 / (1 - {RECOVERABLE / 2} x {gpu['idle_pct'] / 100:.3f}) = {speedup:.3f}; "
                 "each sync empties the device's queue; r: a quarter of the idle time given back (assumed)")
@@ -96,8 +97,7 @@ def gpu_pageable_copies(facts: Facts, *, copies_per_step: float = 1.0) -> Findin
                                         f"({gpu['h2d_pageable_bytes'] / 2**20:.1f} MiB); pin the loader's memory",
         evidence={"h2d_pageable_count": gpu["h2d_pageable_count"], "h2d_pageable_bytes": gpu["h2d_pageable_bytes"],
                   "memcpy_pct": r(share, 1)},
-        fix_toml="[loader]\npin_memory = true", fix_torch="DataLoader(..., pin_memory=True)\n"
-                                                       "x = x.to(device, non_blocking=True)",
+        fix=Overlay.of(LoaderConfig, pin_memory=True),
         expected_speedup=speedup,
         formula=f"1 / (1 - m) = {speedup:.3f}; m = {share / 100:.3f} share of the span in memory copies (at most "
                 "this overlaps compute once pinned)")
@@ -115,7 +115,7 @@ def gpu_small_kernels(facts: Facts, *, small_kernel_pct: float = 50.0, idle_pct:
                                       "10 µs: fuse them with torch.compile",
         evidence={"small_kernel_pct": r(gpu["small_kernel_pct"], 1), "kernels": gpu["kernels"],
                   "gpu_idle_pct": r(gpu["idle_pct"], 1)},
-        fix_toml='[compile]\nmode = "default"', fix_torch="model = torch.compile(model)",
+        fix=Overlay.of(CompileConfig, mode="default"),
         expected_speedup=speedup, formula=_idle_formula(gpu, speedup))
 
 
@@ -135,8 +135,8 @@ def gpu_collectives(facts: Facts, *, collective_pct: float = 10.0, overlap_pct: 
         id="gpu.collectives", title=f"Collectives take {share:.0f}% of the GPU's time and only "
                                     f"{gpu['collective_overlap_pct']:.0f}% of it overlaps compute",
         evidence={"collective_pct": r(share, 1), "collective_overlap_pct": r(gpu["collective_overlap_pct"], 1)},
-        fix_toml="# no torchboost.toml key: DistributedDataParallel's buckets and the model's order decide it",
-        fix_torch="DistributedDataParallel(model, bucket_cap_mb=25, gradient_as_bucket_view=True)",
+        advice="DistributedDataParallel's buckets and the model's order decide it",
+        advice_code="DistributedDataParallel(model, bucket_cap_mb=25, gradient_as_bucket_view=True)",
         expected_speedup=speedup,
         formula=f"1 / (1 - r x c x (1 - o)) = {speedup:.3f}; c = {share / 100:.3f} collective share, "
                 f"o = {gpu['collective_overlap_pct'] / 100:.3f} overlapped, r = {RECOVERABLE} (assumed)",

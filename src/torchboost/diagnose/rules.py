@@ -1,6 +1,6 @@
 """Diagnosis rules: one function per finding, all registered in :data:`RULES`.
 
-A rule reads :class:`~torchboost.diagnose.facts.Facts` (plain data; nothing runs) and
+A rule reads :class:`~torchboost.evidence.observed.Facts` (plain data; nothing runs) and
 returns a :class:`Finding` or None. Rules never recommend what is already on. Thresholds
 are keyword parameters with their unit in the name (``data_wait_pct=20.0``); pass any of
 them to :func:`diagnose` to override the default for every rule that takes it.
@@ -15,52 +15,35 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from torchboost.diagnose._compute_rules import (
-    compile_enable,
-    cudnn_benchmark,
-    memory_channels_last,
-    optimizer_fused,
-    precision_lower,
-    precision_slower_on_cpu,
-)
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
-from torchboost.diagnose._input_rules import (
-    data_persistent_workers,
-    data_pin_memory,
-    data_workers,
-    memory_headroom,
-    sync_host_device,
-    threads_oversubscribed,
-)
-from torchboost.diagnose.facts import Facts
-from torchboost.diagnose.finding import Finding
-from torchboost.diagnose.summary import Summary, summarize
+from torchboost.diagnose._input_rules import memory_headroom, sync_host_device
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.steps import Summary, summarize
+from torchboost.techniques.registry import techniques
 
 __all__ = ["RULES", "Finding", "Rule", "Summary", "diagnose", "summarize", "thresholds"]
 
 Rule = Callable[..., "Finding | None"]
 """``rule(facts, *, <threshold>=<default>, ...) -> Finding | None``."""
 
-RULES: dict[str, Rule] = {
-    "data.workers": data_workers,
-    "data.pin_memory": data_pin_memory,
-    "data.persistent_workers": data_persistent_workers,
-    "precision.lower": precision_lower,
-    "precision.slower_on_cpu": precision_slower_on_cpu,
-    "compile.enable": compile_enable,
+_OWN: dict[str, Rule] = {
     "sync.host_device": sync_host_device,
-    "optimizer.fused": optimizer_fused,
     "memory.headroom": memory_headroom,
-    "threads.oversubscribed": threads_oversubscribed,
-    "cudnn.benchmark": cudnn_benchmark,
-    "memory.channels_last": memory_channels_last,
     "gpu.idle": gpu_idle,
     "gpu.syncs": gpu_syncs,
     "gpu.pageable_copies": gpu_pageable_copies,
     "gpu.small_kernels": gpu_small_kernels,
     "gpu.collectives": gpu_collectives,
 }
-"""Stable finding id -> rule. The one place finding ids are defined."""
+"""The diagnoses that belong to no technique: the script's own code, memory, the GPU's timeline."""
+
+RULES: dict[str, Rule] = {
+    **{rule.id: rule.check for technique in techniques() for rule in technique.rules},
+    **_OWN,
+}
+"""Stable finding id -> rule: each technique's own (declared in its module, in application order),
+then those above."""
 
 
 def _keyword_defaults(rule: Rule) -> dict[str, Any]:

@@ -3,10 +3,11 @@
 Used by ``torchboost tune`` trials and ``torchboost run``. The settings are an
 :class:`~torchboost.config.Overlay`; what each technique does with its fields is its
 descriptor's :class:`~torchboost.techniques.registry.NoCode` hooks, and this module owns
-the patching that reaches them, in one place, restored by :meth:`Applier.uninstall`:
+the patching that reaches them, restored by :meth:`Applier.uninstall`:
 
 * process-wide switches (threads, TF32) are set at install;
-* ``DataLoader.__init__`` is wrapped so loaders are built with the new arguments (workers
+* ``DataLoader.__init__`` is wrapped (by :mod:`torchboost.observe.loader_patch`, the one
+  module that patches the DataLoader) so loaders are built with the new arguments (workers
   are not raised for an IterableDataset that does not shard by worker: each would yield
   the whole stream; the loader technique says so on stderr);
 * the root module (the first module with trainable parameters called, with gradients on,
@@ -16,25 +17,27 @@ the patching that reaches them, in one place, restored by :meth:`Applier.uninsta
   techniques (fused or foreach kernels, switched in place).
 
 When the script itself prepares a :class:`torchboost.Booster`, the Booster applies the
-configuration and claims its techniques (:mod:`torchboost.handover`); the model and
-optimizer hooks here then stand down, so nothing is applied twice.
+configuration and claims its techniques in the :class:`~torchboost.handover.Claims` the
+applier is given; the model and optimizer hooks here then stand down, so nothing is
+applied twice. A filter a technique attaches to a library's logger meanwhile is taken
+off at ``uninstall`` (:mod:`torchboost.observe.log_filters`).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import weakref
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Collection, Mapping
 
 import torch
 import torch.optim.optimizer as _optim
-import torch.utils.data.dataloader as _dl
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
-from torchboost import handover
 from torchboost.config import BoostConfig, Overlay
+from torchboost.handover import Claims
+from torchboost.observe.loader_patch import LoaderPatch, rewritten_arguments
+from torchboost.observe.log_filters import LoggerFilters
 from torchboost.techniques.registry import NoCode, Technique, techniques
 
 __all__ = ["Applier", "changed_settings", "nocode_settings", "settings_from_config"]
@@ -100,15 +103,22 @@ def _trainable(module: nn.Module) -> bool:
 
 
 class Applier:
-    """Installs the patches for ``settings``; ``uninstall`` restores everything."""
+    """Installs the patches for ``settings``; ``uninstall`` restores everything.
 
-    def __init__(self, settings: Mapping[str, Any]):
+    ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`);
+    ``torchboost run`` and the observed child pass the process's. By default a ``Claims``
+    of its own: no Booster, so every setting is applied from here.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], *, claims: Claims | None = None):
         _, refused = nocode_settings(settings)
         if refused:
             raise ValueError("; ".join(refused))
         self.settings = Overlay(settings)
         self._hooks = _hooks(self.settings)
-        self._originals: list[tuple[Any, str, Any]] = []
+        self._claims = claims if claims is not None else Claims()
+        self._loader_patch: LoaderPatch | None = None
+        self._log_filters = LoggerFilters()
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []
         self._root: weakref.ref | None = None
@@ -120,11 +130,14 @@ class Applier:
 
     def install(self) -> "Applier":
         """Apply process-wide settings now and patch for the rest."""
+        self._log_filters.start()
         for _, hooks, values in self._hooks:
             if hooks.at_start is not None:
                 hooks.at_start(values, self.notes)
-        if any(hooks.loader_arguments is not None for _, hooks, _ in self._hooks):
-            self._patch(_dl.DataLoader, "__init__", self._wrap_loader_init)
+        rewrites = [functools.partial(hooks.loader_arguments, values) for _, hooks, values in self._hooks
+                    if hooks.loader_arguments is not None]
+        if rewrites:
+            self._loader_patch = rewritten_arguments(rewrites).install()
         if any(hooks.at_root is not None and hooks.wants_root(values) for _, hooks, values in self._hooks):
             # Global hooks send every module call through PyTorch's slower hook path: they
             # are removed as soon as the root module has been found and boosted.
@@ -142,37 +155,15 @@ class Applier:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for owner, name, original in reversed(self._originals):
-            setattr(owner, name, original)
-        self._originals.clear()
-
-    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        original = getattr(owner, name)
-        self._originals.append((owner, name, original))
-        setattr(owner, name, make(original))
+        if self._loader_patch is not None:
+            self._loader_patch.uninstall()
+            self._loader_patch = None
+        self._log_filters.release()
 
     def _booster_in_charge(self, technique: Technique | None = None) -> bool:
         if technique is None:
-            return any(handover.claimed(t.name) for t, _, _ in self._hooks)
-        return handover.claimed(technique.name)
-
-    # -- loader --------------------------------------------------------------------------
-
-    def _wrap_loader_init(self, original: Callable) -> Callable:
-        signature = inspect.signature(original)
-        rewrites = [(hooks.loader_arguments, values) for _, hooks, values in self._hooks
-                    if hooks.loader_arguments is not None]
-
-        @functools.wraps(original)
-        def __init__(loader_self: Any, *args: Any, **kwargs: Any) -> None:
-            bound = signature.bind(loader_self, *args, **kwargs)
-            arguments = dict(bound.arguments)
-            arguments.pop("self", None)
-            for rewrite, values in rewrites:
-                rewrite(values, arguments)
-            return original(loader_self, **arguments)
-
-        return __init__
+            return any(self._claims.claimed(t.name) for t, _, _ in self._hooks)
+        return self._claims.claimed(technique.name)
 
     # -- model ---------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import traceback
 import types
 from typing import Sequence
 
+from torchboost import env as _env
 from torchboost import handover
 from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.instrument import Instrumentation
@@ -42,12 +43,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(argv) < 3 or argv[1] != "--" or (argv[2] == "-m" and len(argv) < 4):
         print(_USAGE, file=sys.stderr)
         return 2
-    # Under torchrun every rank runs this; each writes its own files (RANK is torchrun's).
-    spec = ObserveSpec.read(argv[0]).for_rank(int(os.environ.get("RANK", "0") or 0))
-    recorder = StepRecorder(spec)
+    # Under torchrun every rank runs this; each writes its own files.
+    spec = ObserveSpec.read(argv[0]).for_rank(_env.rank())
+    # One Claims for the process: a Booster in the script claims there what it applies;
+    # the applier then stands down for it and the recorder reports that a Booster ran.
+    claims = handover.process_claims()
+    recorder = StepRecorder(spec, claims=claims)
     # Our parent: torchboost (from the spec: it may already be gone, and then getppid() is
-    # init's), or under torchrun the agent that started this rank (LOCAL_RANK is torchrun's).
-    parent = os.getppid() if "LOCAL_RANK" in os.environ or spec.parent_pid is None else spec.parent_pid
+    # init's), or under torchrun the agent that started this rank.
+    parent = os.getppid() if _env.is_torchrun_rank() or spec.parent_pid is None else spec.parent_pid
     polls_parent = not die_with_parent(parent)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"),
                              parent_pid=parent if polls_parent else None).start()
@@ -55,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # left to the Booster, which reads the same hand-over; the rest is applied from outside.
     trial = handover.trial_config()
     applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
-    applier = Applier(applicable).install() if applicable else None
+    applier = Applier(applicable, claims=claims).install() if applicable else None
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0
     signal.signal(signal.SIGTERM, _terminate)  # a stop passed on by torchboost: write the facts first
@@ -79,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if applier is not None:
             applier.uninstall()
             recorder.applied = list(applier.notes)
-        recorder.profile.close()
+        recorder.stages.profile.close()
         try:
             recorder.write_facts(exit_code)
         except Exception as exc:  # noqa: BLE001 - keep the script's own exit status

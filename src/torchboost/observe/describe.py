@@ -13,13 +13,14 @@ from typing import Any
 import torch
 import torch.optim.optimizer as _optim
 
-from torchboost.diagnose.facts import LoaderFacts, ModelFacts, OptimizerFacts, PrecisionFacts
+from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
+from torchboost.techniques.registry import ProbeContext, techniques
 
 __all__ = [
     "describe_loader",
     "describe_model",
     "describe_optimizer",
-    "precision_settings",
+    "probe_techniques",
     "peak_rss_bytes",
     "find_grad_scaler",
 ]
@@ -51,14 +52,11 @@ def describe_loader(loader: torch.utils.data.DataLoader) -> LoaderFacts:
 
 
 def describe_model(module: torch.nn.Module) -> ModelFacts:
-    """Size, dtypes, device and layout of a root module."""
+    """Size, dtypes and device of a root module (what a technique reads of it is its own
+    probe's: :func:`probe_techniques`)."""
     inner = getattr(module, "_orig_mod", module)  # torch.compile's OptimizedModule wraps it
     params = list(inner.parameters())
     devices = sorted({str(p.device) for p in params}) or ["cpu"]
-    conv_weights = [m.weight for m in inner.modules() if isinstance(m, torch.nn.Conv2d)]
-    channels_last = bool(conv_weights) and all(
-        w.is_contiguous(memory_format=torch.channels_last) for w in conv_weights
-    ) and any(not w.is_contiguous() for w in conv_weights)  # 1x1 weights are both: not evidence
     return ModelFacts(
         class_name=type(inner).__name__,
         parameters=sum(p.numel() for p in params),
@@ -66,15 +64,19 @@ def describe_model(module: torch.nn.Module) -> ModelFacts:
         param_dtypes=sorted({str(p.dtype).removeprefix("torch.") for p in params}),
         device=devices[0],
         compiled=inner is not module or _is_compiled(module),
-        has_conv2d=bool(conv_weights),
-        channels_last=channels_last,
+        has_conv2d=any(isinstance(m, torch.nn.Conv2d) for m in inner.modules()),
     )
 
 
 def _is_compiled(module: torch.nn.Module) -> bool:
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # absent: nothing was compiled
     optimized = getattr(eval_frame, "OptimizedModule", None)
     return optimized is not None and isinstance(module, optimized)
+
+
+def probe_techniques(ctx: ProbeContext) -> dict[str, Any]:
+    """Each technique's own facts, read by its probe from the live objects, by technique name."""
+    return {t.name: t.probe(ctx) for t in techniques() if t.probe is not None}
 
 
 def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") -> OptimizerFacts:
@@ -91,19 +93,6 @@ def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") ->
         foreach=merged.get("foreach"),
         fused=merged.get("fused"),
         supports_fused=accepts_fused and device.split(":")[0] in supported(),
-    )
-
-
-def precision_settings(autocast_dtype: str | None, grad_scaler: bool) -> PrecisionFacts:
-    """Numeric settings now in effect, with what the forward hook saw of autocast."""
-    matmul = torch.backends.cuda.matmul
-    tf32 = bool(getattr(matmul, "allow_tf32", False)) or torch.get_float32_matmul_precision() != "highest"
-    return PrecisionFacts(
-        autocast=autocast_dtype is not None,
-        autocast_dtype=autocast_dtype,
-        grad_scaler=grad_scaler,
-        tf32_matmul=tf32,
-        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
     )
 
 

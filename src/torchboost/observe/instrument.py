@@ -5,7 +5,9 @@ What is touched, and why each is the least invasive way to see that phase:
 * ``torch.utils.data.DataLoader.__iter__`` - learn which loader feeds the loop and its
   settings (once per epoch);
 * ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` - time spent waiting
-  for each batch (both single- and multi-process iterators inherit it);
+  for each batch (both single- and multi-process iterators inherit it); these two are
+  patched through :mod:`torchboost.observe.loader_patch`, the one module that patches
+  the DataLoader;
 * ``torch.autograd.backward`` - backward time and the loss (``Tensor.backward`` calls
   it through the module attribute, so one patch covers both spellings);
 * global module forward pre/post hooks (public API) - forward time of outermost calls
@@ -21,7 +23,9 @@ What is touched, and why each is the least invasive way to see that phase:
 
 Hooks only read ``time.perf_counter`` and add to the recorder; they never synchronise
 the device. Inside code being compiled by ``torch.compile`` they do nothing, so they do
-not break graphs.
+not break graphs. A filter torchboost attaches to a library's logger while recording
+(compile's on dynamo's) is removed on ``uninstall``
+(:class:`~torchboost.observe.log_filters.LoggerFilters`).
 """
 
 from __future__ import annotations
@@ -34,18 +38,16 @@ from typing import Any, Callable
 
 import torch
 import torch.optim.optimizer as _optim
-import torch.utils.data.dataloader as _dl
 from torch.nn.modules import module as _nn_module
 
-from torchboost.observe.recorder import BACKWARD, FORWARD, OPTIMIZER, StepRecorder
+from torchboost.observe.loader_patch import ITERATION_ATTRIBUTES, LoaderPatch, timed_iteration
+from torchboost.observe.log_filters import LoggerFilters
+from torchboost.observe.phases import BACKWARD, FORWARD, OPTIMIZER
+from torchboost.observe.recorder import StepRecorder
 
 __all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
 
-PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
-    (_dl.DataLoader, "__iter__"),
-    (_dl._BaseDataLoaderIter, "__next__"),
-    (torch.autograd, "backward"),
-)
+PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (*ITERATION_ATTRIBUTES, (torch.autograd, "backward"))
 """(owner, attribute) pairs replaced while installed and restored by ``uninstall``."""
 
 _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
@@ -63,8 +65,12 @@ class Instrumentation:
     def __init__(self, recorder: StepRecorder, *, clock: Callable[[], float] = time.perf_counter) -> None:
         self.recorder = recorder
         self._clock = clock
-        self._originals: list[tuple[Any, str, Any]] = []
+        self._backward: Any = None  # torch.autograd.backward as it was before install
+        self._loader_patch: LoaderPatch | None = None
+        self._log_filters = LoggerFilters()
         self._handles: list[Any] = []
+        self._narrowed = False
+        self._warning_filter: Any = None
         self._fwd_depth = 0
         self._fwd_t0 = 0.0
         self._bwd_depth = 0
@@ -85,13 +91,11 @@ class Instrumentation:
         if Instrumentation._active is not None:
             raise RuntimeError("torchboost instrumentation is already installed in this process")
         Instrumentation._active = self
-        wrappers = (self._wrap_iter, self._wrap_next, self._wrap_backward)
-        for (owner, name), wrap in zip(PATCHED_ATTRIBUTES, wrappers):
-            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-            self._originals.append((owner, name, original))
-            setattr(owner, name, wrap(original))
+        self._log_filters.start()
+        self._loader_patch = timed_iteration(self.recorder, self._clock).install()
+        self._backward = torch.autograd.backward
+        torch.autograd.backward = self._wrap_backward(self._backward)
         self._narrowed = False
-        self._warning_filter: Any = None
         self._handles = [  # the two global forward hooks first: _narrow_to_roots swaps them
             _nn_module.register_module_forward_pre_hook(self._forward_pre),
             _nn_module.register_module_forward_hook(self._forward_post, always_call=True),
@@ -111,9 +115,13 @@ class Instrumentation:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        for owner, name, original in reversed(self._originals):
-            setattr(owner, name, original)
-        self._originals = []
+        if self._backward is not None:
+            torch.autograd.backward = self._backward
+            self._backward = None
+        if self._loader_patch is not None:
+            self._loader_patch.uninstall()
+            self._loader_patch = None
+        self._log_filters.release()
         if self._warning_filter in warnings.filters:
             warnings.filters.remove(self._warning_filter)
             # Let cached "ignore" decisions go, as warnings.filterwarnings itself does.
@@ -140,30 +148,6 @@ class Instrumentation:
             self._handles.append(module.register_forward_hook(self._forward_post, always_call=True))
 
     # -- wrappers --------------------------------------------------------------------------
-    def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        recorder = self.recorder
-
-        @functools.wraps(original)
-        def __iter__(loader: Any) -> Any:
-            iterator = original(loader)
-            recorder.loader_iter(loader, iterator)
-            return iterator
-
-        return __iter__
-
-    def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        recorder, clock = self.recorder, self._clock
-
-        @functools.wraps(original)
-        def __next__(iterator: Any) -> Any:
-            recorder.data_begin()
-            start = clock()
-            batch = original(iterator)
-            recorder.loader_batch(iterator, (clock() - start) * 1000.0)
-            return batch
-
-        return __next__
-
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         recorder, clock = self.recorder, self._clock
 

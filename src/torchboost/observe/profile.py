@@ -2,7 +2,7 @@
 
 The window spans a few steps (warm-up then active, via ``torch.profiler.schedule``);
 only the active steps reach the op table and the Chrome trace, which keeps the trace
-small. Its results are plain :class:`~torchboost.diagnose.facts.ProfileFacts`.
+small. Its results are plain :class:`~torchboost.evidence.observed.ProfileFacts`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from torchboost._intervals import covered, overlap
-from torchboost.diagnose.facts import ProfileFacts
+from torchboost.evidence.observed import ProfileFacts
 from torchboost.diagnose.gpu import gpu_facts
 
 __all__ = ["ProfileWindow", "SYNC_OPS", "collective_time", "summarize_events"]

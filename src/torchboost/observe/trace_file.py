@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from torchboost._intervals import covered
-from torchboost.diagnose.facts import Facts, StepRecord
+from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.diagnose.gpu import gpu_facts
 from torchboost.observe.launch import UsageError
 

@@ -24,7 +24,8 @@ import sys
 import threading
 from typing import Any
 
-from torchboost.observe.recorder import BACKWARD, DATA, FORWARD, OPTIMIZER, StepRecorder
+from torchboost.observe.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
+from torchboost.observe.recorder import StepRecorder
 
 __all__ = ["STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
 
@@ -32,6 +33,9 @@ STALL_EXIT = 124
 """Exit status of a run ended for stalling (what ``timeout`` uses)."""
 STALL_FACTOR = 20
 """A step this many times the median is a stall even past the fixed timeout."""
+BOOKKEEPING_LIMIT_S = 120.0
+"""The bound on torchboost's own work at a step boundary (the profiler's start, the end of
+warm-up's probes): never the script's stall, but it must still end."""
 _PR_SET_PDEATHSIG = 1
 
 _DOING = {DATA: "waiting for data (the DataLoader)", FORWARD: "in the forward pass",
@@ -68,26 +72,29 @@ class StallWatchdog:
 
     def limit_s(self) -> float:
         """The stall limit now: the timeout, or 20 median steps when that is longer."""
-        steps = [s.total_ms for s in self.recorder.steps] or list(self.recorder.warmup_ms[1:])
+        timing = self.recorder.timing
+        steps = [s.total_ms for s in timing.steps] or list(timing.warmup_ms[1:])
         median_s = statistics.median(steps) / 1000.0 if steps else 0.0
-        return max(self.timeout_s, STALL_FACTOR * median_s)
+        own = BOOKKEEPING_LIMIT_S if timing.bookkeeping else 0.0
+        return max(self.timeout_s, STALL_FACTOR * median_s, own)
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 os._exit(128 + signal.SIGKILL)  # the parent is gone: end as its kill would have
-            since = self.recorder.clock() - self.recorder.last_boundary
+            since = self.recorder.clock() - self.recorder.timing.last_boundary
             if since > self.limit_s():
                 self._stalled(since)
 
     def _stalled(self, since: float) -> None:
         recorder = self.recorder
-        what = doing(recorder.current, recorder.steps_seen)
+        at_step = recorder.timing.boundaries
+        what = doing(recorder.current, at_step)
         recorder.ended = "stalled"
         recorder.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(self.limit_s(), 1),
-                          "at_step": recorder.steps_seen}
+                          "at_step": at_step}
         print(f"torchboost: no training step for {since:.0f} s, the script {what} at step "
-              f"{recorder.steps_seen}; ending it (limit {self.limit_s():.0f} s, --stall-timeout to change)",
+              f"{at_step}; ending it (limit {self.limit_s():.0f} s, --stall-timeout to change)",
               file=sys.stderr, flush=True)
         try:
             recorder.write_facts(STALL_EXIT)

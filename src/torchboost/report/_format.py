@@ -24,6 +24,18 @@ def speedup(value: float) -> str:
     return f"x{value:.2f}"
 
 
+def memory_change(ratio: float | None) -> str:
+    """Peak memory before / after as the change a reader sees: "-38%"."""
+    if not ratio:
+        return "unknown"
+    return f"{(1 / ratio - 1) * 100:+.0f}%"
+
+
+def time_cost(speedup_value: float) -> str:
+    """A time ratio below 1 as the step's change: "+25%"."""
+    return f"{(1 / speedup_value - 1) * 100:+.0f}%" if speedup_value > 0 else "unknown"
+
+
 def command(parts: list[str]) -> str:
     """The command line as a shell would read it."""
     return shlex.join(parts) if parts else "(unknown)"

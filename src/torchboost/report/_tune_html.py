@@ -22,7 +22,7 @@ _KEPT_COLOR = "#54a24b"
 
 def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
     """Bars of ms per step (mean of the measured steps): the baseline, then each kept technique, with the A/B pair-ratio
-    spread as error bars and the speedup vs baseline written on each bar; PNG bytes.
+    spread as error bars and the speedup vs baseline (and the peak memory, when measured) written on each bar; PNG bytes.
 
     ``waterfall`` is report.json's list. matplotlib is drawn on a bare Agg figure here only.
     """
@@ -45,7 +45,8 @@ def waterfall_png(waterfall: Sequence[dict[str, Any]]) -> bytes:
                           [max(0.0, w["step_ms_range"][1] - w["ms_per_step"]) for _, w in kept]],
                     fmt="none", ecolor="#333333", capsize=6)
     for i, w in enumerate(waterfall):
-        ax.text(i, w["step_ms_range"][1], f"{w['ms_per_step']:.1f} ms\n{w['speedup']:.2f}x",
+        peak = f"\n{words.memory(w['peak_memory_bytes'])}" if w.get("peak_memory_bytes") else ""
+        ax.text(i, w["step_ms_range"][1], f"{w['ms_per_step']:.1f} ms\n{w['speedup']:.2f}x{peak}",
                 ha="center", va="bottom", fontsize=9)
     ax.set_title(f"{waterfall[-1]['speedup']:.2f}x faster than the baseline", fontsize=10)
     ax.set_xticks(x)
@@ -74,9 +75,10 @@ def render_tune_html(report: dict[str, Any]) -> str:
         report=report,
         command=fmt.command(report["command"]),
         headline=before_after(report),
-        waterfall=[{**w, "speedup_text": words.vs_baseline(w["speedup"]), "spread_text": words.spread(w)}
-                   for w in report["waterfall"]],
-        decisions=[{**d, "speed": words.speed(d["ratio"]),
+        waterfall=[{**w, "speedup_text": words.vs_baseline(w["speedup"]), "spread_text": words.spread(w),
+                    "memory_text": words.memory(w["peak_memory_bytes"])} for w in report["waterfall"]],
+        memory_line=words.memory_line(report),
+        decisions=[{**d, "speed": words.speed(d["ratio"]), "memory_text": words.memory(d["peak_memory_bytes"]),
                     "ratio_text": "" if d["ratio"] is None else f"{d['ratio']:.3f}"}
                    for d in report["decisions"]],
         statuses=list(STATUS_MEANINGS.items()),

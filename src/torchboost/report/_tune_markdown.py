@@ -11,7 +11,8 @@ from torchboost.report.markdown import _cell, _fence
 __all__ = ["render_tune_markdown", "STATUS_MEANINGS", "before_after", "TOP_FINDINGS"]
 
 STATUS_MEANINGS = {
-    "kept": "confirmed faster beyond the noise floor, repaid over the planned run, still correct: in torchboost.toml",
+    "kept": "confirmed faster beyond the noise floor, repaid over the planned run, still correct (a memory lever: "
+            "brought the peak under the memory limit, whatever its time cost): in torchboost.toml",
     "slower": "confirmed slower, measured in pairs against the configuration kept so far",
     "not_beyond_noise": "faster, but by less than the noise floor or the least gain asked for",
     "not_repaid": "faster per step, but its fixed cost (compile, start-up) is not repaid over the planned run",
@@ -19,7 +20,8 @@ STATUS_MEANINGS = {
     "unconfirmed": "the budget ran out before a confirming pair",
     "incorrect": "faster or not, it changed the training loss beyond tolerance",
     "failed": "the script crashed or timed out with it",
-    "skipped": "not tried: the evidence said it could not pay off",
+    "skipped": "not tried: the evidence said it could not pay off (a memory lever: nothing was over the memory limit)",
+    "over_memory": "its peak memory was over the memory limit: however fast, it would not fit the run",
 }
 """What each decision status means, in the words every format uses."""
 
@@ -52,22 +54,23 @@ def before_after(report: dict[str, Any]) -> str:
 
 
 def _waterfall(report: dict[str, Any]) -> list[str]:
-    lines = ["| step | change | ms / step | samples / s | vs baseline | pair-ratio spread |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = ["| step | change | ms / step | samples / s | peak memory | vs baseline | pair-ratio spread |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for w in report["waterfall"]:
         spread = words.spread(w)
         lines.append(f"| {_cell(w['label'])} | {_cell(w['change'])} | {w['ms_per_step']:.2f} | "
-                     f"{_num(w['samples_per_s'], '.0f')} | {words.vs_baseline(w['speedup'])} | {spread} |")
+                     f"{_num(w['samples_per_s'], '.0f')} | {words.memory(w['peak_memory_bytes'])} | "
+                     f"{words.vs_baseline(w['speedup'])} | {spread} |")
     return lines
 
 
 def _decisions(report: dict[str, Any]) -> list[str]:
-    lines = ["| # | technique | change | status | ratio | speed | break-even | reason |",
-             "|---:|---|---|---|---:|---|---|---|"]
+    lines = ["| # | technique | change | status | ratio | speed | peak memory | break-even | reason |",
+             "|---:|---|---|---|---:|---|---:|---|---|"]
     for i, d in enumerate(report["decisions"], 1):
         lines.append(f"| {i} | {_cell(d['technique'])} | `{_cell(d['change'])}` | **{d['status']}** | "
-                     f"{_num(d['ratio'], '.3f')} | {words.speed(d['ratio'])} | {_cell(d['break_even'] or '–')} | "
-                     f"{_text(d['reason'])} |")
+                     f"{_num(d['ratio'], '.3f')} | {words.speed(d['ratio'])} | {words.memory(d['peak_memory_bytes'])} | "
+                     f"{_cell(d['break_even'] or '–')} | {_text(d['reason'])} |")
     return lines
 
 
@@ -78,6 +81,9 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
     lines += [f"- **{_cell(line)}**" for line in report["precision"]]
     lines += ["", "## Waterfall: from your script as it is to the tuned configuration", ""]
     lines += _waterfall(report) if report["waterfall"] else ["No step was measured."]
+    memory = words.memory_line(report)
+    if memory is not None:
+        lines += ["", f"{memory[0].upper()}{memory[1:]}."]
     lines += ["", "A ratio is the candidate's time per step (mean of its measured steps) over the configuration before it "
               "(below 1 is faster); the spread is the largest minus the smallest of the A/B pair ratios "
               "that confirmed it.",

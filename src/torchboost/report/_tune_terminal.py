@@ -20,7 +20,7 @@ __all__ = ["print_tune"]
 
 _STATUS_STYLES = {"kept": "bold green", "slower": "bold yellow", "not_beyond_noise": "yellow",
                   "not_repaid": "yellow", "screened_out": "dim", "unconfirmed": "yellow", "incorrect": "bold red",
-                  "failed": "bold red", "skipped": "dim"}
+                  "failed": "bold red", "skipped": "dim", "over_memory": "bold red"}
 _TOP_FINDINGS = 3
 
 
@@ -50,6 +50,9 @@ def _headline(report: dict[str, Any]) -> Text:
 
 
 _STATUS_WIDTH = max(len(status) for status in _STATUS_STYLES)
+_MEMORY_WIDTH = len("1.14 GiB")
+"""Peak memory is right-aligned in this many columns: most peaks fit, and a candidate's
+line keeps to 80 columns up to its change."""
 
 
 def _waterfall_lines(report: dict[str, Any], console: Console) -> None:
@@ -57,18 +60,22 @@ def _waterfall_lines(report: dict[str, Any], console: Console) -> None:
     for w in report["waterfall"]:
         rate = "" if w["samples_per_s"] is None else f"  {w['samples_per_s']:.0f} samples/s"
         spread = f"  (pair-ratio spread {words.spread(w)})" if w["ratios"] else ""
-        label = f"+ {w['change']}" if w["ratios"] else "baseline: your script as it is"
+        label = f"+ {w['change']}" if w["ratios"] else "baseline: your script as is"
+        peak = f"  {words.memory(w['peak_memory_bytes']):>{_MEMORY_WIDTH}}" if w["peak_memory_bytes"] else ""
         console.print(Text.assemble(f"  {w['ms_per_step']:7.2f} ms/step  ",
                                     (f"{words.vs_baseline(w['speedup'])}", "bold" if w["ratios"] else ""),
-                                    f"{rate}  ", label, (spread, "dim")))
+                                    f"{peak}{rate}  ", label, (spread, "dim")))
+    memory = words.memory_line(report)
+    if memory is not None:
+        console.print(Text(f"  {memory[0].upper()}{memory[1:]}", style="dim"))
 
 
 def _decision_lines(report: dict[str, Any], console: Console) -> None:
-    # One candidate a line: status, ratio, the whole change, then its reason. Rich wraps
+    # One candidate a line: status, ratio, peak memory, the whole change, then its reason. Rich wraps
     # only at spaces, so a setting name or value is never split; the full table with
     # every column is in report.md and report.html.
-    console.print(Text("Every candidate (ratio = new step time / previous; below 1 is faster; "
-                       "report.md has the full table and what each verdict means):", style="bold"))
+    console.print(Text("Every candidate (ratio = new step time / previous, below 1 is faster; then its peak "
+                       "memory; report.md has the full table and what each verdict means):", style="bold"))
     screened = [d for d in report["decisions"] if d["status"] == "screened_out"]
     if screened:
         console.print(Text.assemble("  ", (f"{'screened_out':<{_STATUS_WIDTH}}", _STATUS_STYLES["screened_out"]),
@@ -78,8 +85,10 @@ def _decision_lines(report: dict[str, Any], console: Console) -> None:
         if d["status"] == "screened_out":
             continue
         ratio = "   n/a" if d["ratio"] is None else f"{d['ratio']:6.3f}"
+        peak = words.memory(d["peak_memory_bytes"])
         console.print(Text.assemble("  ", (f"{d['status']:<{_STATUS_WIDTH}}", _STATUS_STYLES.get(d["status"], "")),
-                                    f" {ratio}  ", (d["change"], "bold"), ("  " + d["reason"], "dim")))
+                                    f" {ratio}  {peak:>{_MEMORY_WIDTH}}  ", (d["change"], "bold"),
+                                    ("  " + d["reason"], "dim")))
 
 
 def _print_context(report: dict[str, Any], console: Console) -> None:

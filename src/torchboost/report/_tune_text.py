@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from torchboost._units import bytes_text
+
 _SAME_SPEED = 0.005
 """Ratios within this of 1 read as "the same speed"."""
 
@@ -31,6 +33,26 @@ def speed(ratio: float | None) -> str:
     if abs(ratio - 1.0) < _SAME_SPEED:
         return "the same speed"
     return f"{times(1.0 / ratio)} faster" if ratio < 1 else f"{times(ratio)} slower"
+
+
+def memory(n: int | None) -> str:
+    """Bytes, compactly ("812 MiB", "12.40 GiB"), in the same form as the search's reasons
+    (:func:`torchboost._units.bytes_text`), so a reason and its table cell agree; "–" when
+    not measured."""
+    return bytes_text(n, "–")
+
+
+def memory_line(report: dict[str, Any]) -> str | None:
+    """The memory limit and the peak before and after, in one line; None when neither a
+    limit nor a peak is known. ``report``: a report.json document."""
+    mem = report.get("memory") or {}
+    before, after, limit = mem.get("before_peak_bytes"), mem.get("after_peak_bytes"), mem.get("limit_bytes")
+    if not (before or after or limit):
+        return None
+    peaks = f"peak memory: {memory(before)} before, {memory(after)} after"
+    if not limit:
+        return f"{peaks}; no limit: {mem.get('limit_source') or 'unknown'}"
+    return f"{peaks}; limit {memory(limit)} ({mem.get('limit_source') or 'given'})"
 
 
 def steps(n: float) -> str:
@@ -73,6 +95,8 @@ def verdict(entry: dict[str, Any]) -> str:
         return f"{who} made the script fail: rejected"
     if status == "skipped":
         return f"{who} was not tried: skipped"
+    if status == "over_memory":
+        return f"{who} peaked at {memory(entry['peak_memory_bytes'])}, over the memory limit: rejected"
     said = speed(entry["ratio"])
     outcome = "kept" if status == "kept" else "rejected"
     if said == "not measured":
@@ -81,6 +105,8 @@ def verdict(entry: dict[str, Any]) -> str:
         return f"{who} was {said} per step here, but its fixed cost is not repaid over the run: {outcome}"
     if status == "not_beyond_noise":
         return f"{who} was {said} here, not beyond noise: {outcome}"
+    if status == "kept" and entry.get("memory_lever"):
+        return f"{who} brought peak memory under the limit ({memory(entry['peak_memory_bytes'])}), {said}: kept"
     if status == "screened_out":
         return f"{who} was {said} here, but another of its candidates was faster: {outcome}"
     return f"{who} was {said} here: {outcome}"

@@ -16,14 +16,18 @@
     samples_per_s      float | null   null when the batch size is unknown
     findings           [ {id, title, severity ("high"|"medium"|"low"),
                           evidence {name: number | str},
-                          fix {toml: str, torch: str, lightning?: str, accelerate?: str},
+                          fix {toml: str, torch: str, lightning?: str, accelerate?: str, transformers?: str},
                           expected_speedup: float, unit ("step"|"sample"),
-                          changes_training: false, formula: str, notes: [str]} ]
+                          changes_training: false, memory_ratio: null, formula: str,
+                          notes: [str]} ]
                        the numerically neutral speedups, ranked by expected_speedup,
                        largest first (per step: the same samples per step)
     training_changes   [ the same fields, changes_training: true ]   fixes that change
                        what is trained (a larger batch): listed apart, never ranked with
                        the findings; their figure is per sample (unit "sample")
+    memory_fixes       [ the same fields, memory_ratio: float ]   fixes that trade time for
+                       memory (peak before / after = memory_ratio; expected_speedup is the
+                       time cost, below 1): listed apart, the way to fit in memory
     notes              [str]   how the run ended and what that means for the figures
     gpu                null | GpuFacts (torchboost.diagnose.gpu): busy_pct, idle_pct,
                        compute_pct, non_compute_pct, kernel/memcpy/memset ms, kernels,
@@ -35,7 +39,7 @@
     ranks              [ {rank, step_time_ms, phase_ms, collective_ms_per_step,
                           collective_overlap_pct} ]   each rank of a job ([] alone)
     trace              str | null   profiler trace file, relative to the report folder
-    facts              object  torchboost.diagnose.facts.Facts.to_dict(): everything observed
+    facts              object  torchboost.evidence.observed.Facts.to_dict(): everything observed
 
 Non-finite numbers (a NaN loss) are written as null, so any JSON parser reads the file.
 """
@@ -49,15 +53,14 @@ from typing import Any
 
 from rich.console import Console
 
-from torchboost import __version__
+from torchboost._version import __version__
 from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
 from torchboost.report.markdown import render_markdown
 from torchboost.report.terminal import print_report
-from torchboost.diagnose.facts import Facts
-from torchboost.diagnose.finding import Finding
-from torchboost.diagnose.summary import Summary, summarize
-from torchboost.frameworks import fix_spellings
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.steps import Summary, summarize
 
 __all__ = ["SCHEMA_VERSION", "build_report", "run_notes", "write_doctor_report", "print_doctor_report"]
 
@@ -148,10 +151,11 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
         "title": finding.title,
         "severity": finding.severity,
         "evidence": dict(finding.evidence),
-        "fix": {"toml": finding.fix_toml, "torch": finding.fix_torch, **fix_spellings(finding.fix_toml)},
+        "fix": finding.words(),
         "expected_speedup": finding.expected_speedup,
         "unit": finding.unit,
         "changes_training": finding.changes_training,
+        "memory_ratio": finding.memory_ratio,
         "formula": finding.formula,
         "notes": list(finding.notes),
     }
@@ -209,8 +213,9 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "breakdown_pct": dict(summary.breakdown_pct),
         "phase_ms": dict(summary.phase_ms),
         "samples_per_s": summary.samples_per_s,
-        "findings": [_finding_entry(f) for f in findings if not f.changes_training],
+        "findings": [_finding_entry(f) for f in findings if not f.changes_training and f.memory_ratio is None],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
+        "memory_fixes": [_finding_entry(f) for f in findings if f.memory_ratio is not None and not f.changes_training],
         "notes": _job_note(job) + run_notes(facts, summary, findings),
         "job": job,
         "gpu": facts.gpu,

@@ -7,7 +7,7 @@ import base64
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.diagnose.facts import PHASES, StepRecord
+from torchboost.evidence.observed import PHASES, StepRecord
 from torchboost.report import _format as fmt
 from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
 
@@ -57,6 +57,8 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
         ],
         findings=[_finding(f) for f in report["findings"]],
         training_changes=[_finding(f) for f in report.get("training_changes", [])],
+        memory_fixes=[{**_finding(f), "memory": fmt.memory_change(f["memory_ratio"]),
+                       "cost": fmt.time_cost(f["expected_speedup"])} for f in report.get("memory_fixes", [])],
         hot_ops=fmt.hottest_ops(report),
         environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
         breakdown_src=data_uri(breakdown_png(report["breakdown_pct"])),

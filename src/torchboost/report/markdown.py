@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchboost.diagnose.facts import PHASES
+from torchboost.evidence.observed import PHASES
 from torchboost.report import _format as fmt
 
 __all__ = ["render_markdown"]
+
+
+_FRAMEWORK_LABELS = (("lightning", "Lightning"), ("accelerate", "Accelerate"), ("transformers", "the Hugging Face Trainer"))
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -41,8 +44,7 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
         "",
         _fence(f["fix"]["torch"], "python"),
         "",
-        *(f"In {name.capitalize()}: `{_cell(f['fix'][name])}`\n" for name in ("lightning", "accelerate")
-          if f["fix"].get(name)),
+        *(f"In {label}: `{_cell(f['fix'][name])}`\n" for name, label in _FRAMEWORK_LABELS if f["fix"].get(name)),
         f"How the speedup was estimated: {_cell(f['formula'])}",
         "",
     ]
@@ -87,6 +89,13 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "Not ranked with the speedups above: these change the optimisation, and their figure "
                   "is per sample, not per step. tune does not try them.", ""]
         for i, f in enumerate(report["training_changes"], 1):
+            lines += _finding(i, f)
+    if report.get("memory_fixes"):
+        lines += ["## To fit in memory", "",
+                  "Not ranked with the speedups above: each lowers the peak memory and costs time.", ""]
+        for i, f in enumerate(report["memory_fixes"], 1):
+            lines += [f"- `{f['id']}`: peak memory {fmt.memory_change(f['memory_ratio'])}, step time "
+                      f"{fmt.time_cost(f['expected_speedup'])}", ""]
             lines += _finding(i, f)
     lines += ["## Notes", ""]
     lines += [f"- {_cell(n)}" for n in report["notes"]]

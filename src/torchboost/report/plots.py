@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import Mapping, Sequence
 
-from torchboost.diagnose.facts import PHASES, StepRecord
+from torchboost.evidence.observed import PHASES, StepRecord
 
 __all__ = ["breakdown_png", "robust_top", "timeline_png", "PHASE_COLORS"]
 

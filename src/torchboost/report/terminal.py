@@ -15,7 +15,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from torchboost.diagnose.facts import PHASES
+from torchboost.evidence.observed import PHASES
 from torchboost.report import _format as fmt
 from torchboost.report.plots import PHASE_COLORS
 
@@ -61,13 +61,25 @@ def _changes_table(findings: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _memory_table(findings: list[dict[str, Any]]) -> Table:
+    table = Table(title="To fit in memory (each costs time; not ranked with the speedups)", title_justify="left")
+    table.add_column("id", style="bold")
+    table.add_column("finding")
+    table.add_column("peak memory", justify="right")
+    table.add_column("step time", justify="right")
+    for f in findings:
+        table.add_row(Text(f["id"]), Text(f["title"]), fmt.memory_change(f["memory_ratio"]),
+                      fmt.time_cost(f["expected_speedup"]))
+    return table
+
+
 def _top_panel(f: dict[str, Any]) -> Panel:
     body = Table.grid(padding=(0, 1))
     body.add_row(Text("evidence:", style="bold"),
                  Text(", ".join(f"{k}={fmt.evidence_value(k, v)}" for k, v in f["evidence"].items())))
     body.add_row(Text("toml:", style="bold"), Syntax(f["fix"]["toml"], "toml", theme="ansi_dark", word_wrap=True))
     body.add_row(Text("PyTorch:", style="bold"), Syntax(f["fix"]["torch"], "python", theme="ansi_dark", word_wrap=True))
-    for framework in ("lightning", "accelerate"):
+    for framework in ("lightning", "accelerate", "transformers"):
         if f["fix"].get(framework):
             body.add_row(Text(f"{framework}:", style="bold"), Text(f["fix"][framework]))
     body.add_row(Text("estimate:", style="bold"), Text(f["formula"]))
@@ -91,6 +103,8 @@ def print_report(report: dict[str, Any], console: Console, paths: dict[str, Path
         console.print(Text("No finding."))
     if report.get("training_changes"):
         console.print(_changes_table(report["training_changes"]))
+    if report.get("memory_fixes"):
+        console.print(_memory_table(report["memory_fixes"]))
     for note in report["notes"]:
         console.print(Text(f"• {note}"))
     for kind, path in paths.items():

@@ -22,21 +22,34 @@ is baseline step time / this step time (above 1 is faster)::
     search_speedup     float   before / after time per step, as the search measured it
     verdict            str     what the end-to-end check decided, in words ("" when unchecked)
     samples_per_step   int | null   batch size, when the trials saw it
+    memory             {limit_bytes, limit_source, before_peak_bytes, after_peak_bytes}
+                       the peak memory a kept configuration had to stay under (null: none
+                       known), how it was decided in words ("90% of the GPU's 80.00 GiB",
+                       "given with --memory-limit"), and the peaks of the before and after
+                       configurations, bytes (null: not measured); a peak is the CUDA
+                       allocator's on a GPU, the training process's peak RSS otherwise
     settings           {dotted toml key: value}   what the tuned configuration changes
     waterfall          [ {label, change, settings, ms_per_step, samples_per_s, speedup,
-                          spread, ratios: [float], step_ms_range: [low, high]} ]
+                          spread, ratios: [float], step_ms_range: [low, high],
+                          peak_memory_bytes: int | null} ]
                        the baseline, then one entry per kept technique, in the order kept;
                        settings are cumulative; spread is max - min of the A/B pair ratios
                        that confirmed the step (0 for the baseline); step_ms_range is
                        ms_per_step scaled by the smallest and largest of those ratios
-                       over their median (the plot's error bar)
+                       over their median (the plot's error bar); peak_memory_bytes: the
+                       highest peak of the step's trials (null: not measured)
     decisions          [ {lever, technique, settings, change, status, reason, ratio,
-                          ratios, ms_per_step, break_even_steps, break_even, verdict} ]
-                       every candidate in the order decided; status "kept" | "slower" |
+                          ratios, ms_per_step, break_even_steps, peak_memory_bytes,
+                          break_even, verdict} ]
+                       every candidate in the order decided; status "kept" (a memory
+                       lever: it brought the peak under the memory limit) | "slower" |
                        "not_beyond_noise" | "not_repaid" (its fixed cost is not repaid over
                        the planned run) | "screened_out" (another candidate of the lever was
                        faster) | "unconfirmed" (the budget ran out) | "incorrect" (loss
-                       parity failed) | "failed" (crashed) | "skipped" (not worth trying);
+                       parity failed) | "failed" (crashed) | "skipped" (not worth trying;
+                       a memory lever when nothing is over the memory limit) |
+                       "over_memory" (its peak memory was over the memory limit);
+                       peak_memory_bytes: the highest peak of its trials (null: none);
                        break_even_steps / break_even: the steps after which its fixed cost
                        (compile time, start-up) is repaid (a number, and words: null /
                        "never ..." when it is not faster); verdict: one line in words
@@ -84,7 +97,7 @@ from typing import Any
 from rich.console import Console
 
 from torchboost._io import atomic_write_bytes
-from torchboost import __version__
+from torchboost._version import __version__
 from torchboost.report._tune_html import render_tune_html
 from torchboost.report._tune_markdown import render_tune_markdown
 from torchboost.report._tune_terminal import print_tune
@@ -98,7 +111,7 @@ TUNE_SCHEMA_VERSION = 1
 
 
 _DECISION_KEYS = ("lever", "technique", "settings", "change", "status", "reason", "ratio", "ratios",
-                  "ms_per_step", "break_even_steps")
+                  "ms_per_step", "break_even_steps", "peak_memory_bytes")
 """A summary decision's keys that report.json keeps as they are, in its order."""
 
 
@@ -156,6 +169,7 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "speedup": summary["speedup"],
         "search_speedup": summary["search_speedup"],
         "samples_per_step": summary["samples_per_step"],
+        "memory": summary.get("memory") or _NO_MEMORY,
         "settings": summary["settings"],
         "waterfall": summary["waterfall"],
         "decisions": decisions,
@@ -175,6 +189,9 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "notes": _notes(summary),
     })
 
+
+_NO_MEMORY = {"limit_bytes": None, "limit_source": "", "before_peak_bytes": None, "after_peak_bytes": None}
+"""A summary from before memory was reported: nothing known."""
 
 _BOOSTER_STEP = "torchboost.Booster() in your training loop reads it from the working directory"
 

@@ -21,8 +21,7 @@ clipping, ``unscale_`` and any inspection between backward and step see the true
 gradient. In fp16 the division acts on scaled gradients; it is linear and keeps inf/NaN,
 so the scaler's overflow check is unchanged.
 
-Automatic micro-batching (``Booster.train_step``) lives in
-:mod:`torchboost.techniques.microbatch`, re-exported here.
+Automatic micro-batching (``Booster.train_step``): :mod:`torchboost.techniques.microbatch`.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from typing import Any, Callable, ClassVar, Iterator
 import torch
 from torch import nn
 
-from torchboost.config import AUTO, ConfigError, IntOrWord, Overlay, check_int_or_word, register_section
+from torchboost.config import AUTO, ConfigError, IntOrWord, Overlay, check_int_or_word
 from torchboost.techniques.registry import FrameworkSpelling, Preparation, ResolveContext, Resolution, Technique
 from torchboost.techniques.microbatch import (
     MicroBatcher,
@@ -59,7 +58,6 @@ __all__ = [
 # -- configuration ------------------------------------------------------------------------
 
 
-@register_section
 @dataclass(frozen=True, kw_only=True)
 class AccumulationConfig:
     """Gradient accumulation and automatic micro-batching.
@@ -69,7 +67,6 @@ class AccumulationConfig:
     """
 
     section: ClassVar[str] = "accumulation"
-    order: ClassVar[int] = 70
 
     steps: int = 1
     """Micro-batches (loader batches) per optimizer step (>= 1)."""
@@ -366,7 +363,7 @@ def _batch_size(loader: Any) -> int | None:
 
 def _resolve(ctx: ResolveContext) -> Resolution:
     acc = resolve_accumulation(ctx.config.accumulation, batch_size=_batch_size(ctx.loader),
-                               world_size=max(1, int(ctx.env.dist_env.get("WORLD_SIZE", "1"))))
+                               world_size=ctx.env.world_size)
     values = Overlay.of(AccumulationConfig, steps=acc.steps, effective_batch_size=acc.effective_batch_size,
                         micro_batch_size=acc.micro_batch_size)
     return Resolution(values, acc.reasons, detail=acc)
@@ -384,14 +381,17 @@ def _apply(prep: Preparation) -> None:
 
 
 def _spell(section: AccumulationConfig) -> FrameworkSpelling:
-    return FrameworkSpelling(lightning={"accumulate_grad_batches": section.steps},
-                             accelerator={"gradient_accumulation_steps": section.steps})
+    k = section.steps
+    return FrameworkSpelling(lightning={"accumulate_grad_batches": k}, accelerator={"gradient_accumulation_steps": k},
+                             transformers={"gradient_accumulation_steps": k},
+                             code=(f"(loss / {k}).backward()  # and optimizer.step() + zero_grad() every {k} batches",))
 
 
 TECHNIQUE = Technique(
     name="accumulation",
     title="gradient accumulation",
-    order=70,
+    after=('loader',),
+    placed="the accumulation window needs the prepared loader's length to step on its last batch",
     section=AccumulationConfig,
     resolve=_resolve,
     apply=_apply,

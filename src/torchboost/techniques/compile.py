@@ -34,10 +34,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from torchboost.config import Overlay, check_choice, register_section
+from torchboost.config import Overlay, check_choice
 from torchboost.env import Environment
+from torchboost.techniques.compile_diagnosis import compile_enable
+from torchboost.techniques.compile_settings import CompileConfig
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
 
 __all__ = [
@@ -49,32 +51,6 @@ __all__ = [
     "remove_compile",
     "resolve_compile",
 ]
-
-
-@register_section
-@dataclass(frozen=True, kw_only=True)
-class CompileConfig:
-    """torch.compile of the model."""
-
-    section: ClassVar[str] = "compile"
-    order: ClassVar[int] = 20
-    MODES: ClassVar[tuple[str, ...]] = ("off", "default", "reduce-overhead", "max-autotune")
-    SCOPES: ClassVar[tuple[str, ...]] = ("model", "regional")
-
-    mode: str = "off"
-    """off | default | reduce-overhead | max-autotune (torch.compile's ``mode``)."""
-    scope: str = "model"
-    """model (compile the whole model) | regional (compile each block of a repeated
-    ModuleList/Sequential; shorter compile, falls back to the whole model)."""
-
-    def __post_init__(self) -> None:
-        check_choice("compile.mode", self.mode, self.MODES)
-        check_choice("compile.scope", self.scope, self.SCOPES)
-
-    @classmethod
-    def off(cls) -> "CompileConfig":
-        """No compile: plain PyTorch."""
-        return cls(mode="off")
 
 
 class CompileWarning(UserWarning):
@@ -362,14 +338,18 @@ def _spell(section: CompileConfig) -> FrameworkSpelling:
     if section.mode == "off":
         return FrameworkSpelling()
     mode = "" if section.mode == "default" else f', mode="{section.mode}"'
+    code = (("for block in repeated_blocks: block.compile(" + mode[2:] + ")  # e.g. each transformer layer",)
+            if section.scope == "regional" else (f"model = torch.compile(model{mode})",))
+    transformers = {"torch_compile": True, **({"torch_compile_mode": section.mode} if mode else {})}
     return FrameworkSpelling(accelerate={"dynamo_config": {"dynamo_backend": "INDUCTOR", "dynamo_mode": section.mode}},
-                             code=(f"model = torch.compile(model{mode})",))
+                             transformers=transformers, code=code)
 
 
 TECHNIQUE = Technique(
     name="compile",
     title="torch.compile",
-    order=40,
+    after=('memory',),
+    placed='compile traces the model in its final layout, and before the DDP wrap (compiling the DDP-wrapped model breaks the graph at every bucket)',
     section=CompileConfig,
     resolve=_resolve,
     apply=_apply,
@@ -377,4 +357,5 @@ TECHNIQUE = Technique(
     levers=(Lever("compile", "torch.compile", Parity.EXACT, _propose, ("compile.enable",), priority=50,
                   is_compile=True),),
     spell=_spell,
+    rules=(Rule("compile.enable", compile_enable),),
 )

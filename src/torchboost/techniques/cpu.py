@@ -20,8 +20,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchboost.config import AUTO, KEEP, IntOrWord, check_int_or_word, register_section
-from torchboost.techniques.registry import FrameworkSpelling, NoCode, Preparation, Technique
+from torchboost.config import AUTO, KEEP, IntOrWord, Overlay, check_int_or_word
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.rulekit import r, view
+from torchboost.techniques.loader_settings import LoaderConfig
+from torchboost.techniques.registry import FrameworkSpelling, NoCode, Preparation, Rule, Technique
 
 __all__ = ["CpuConfig", "apply_threads", "auto_threads", "resolve_threads"]
 
@@ -30,13 +34,11 @@ MAX_THREADS = max(64, 8 * (os.cpu_count() or 1))
 """The most intra-op threads a file may ask for (8 per core, at least 64: see MAX_WORKERS)."""
 
 
-@register_section
 @dataclass(frozen=True, kw_only=True)
 class CpuConfig:
     """Host CPU settings."""
 
     section: ClassVar[str] = "cpu"
-    order: ClassVar[int] = 60
 
     threads: IntOrWord = AUTO
     """auto (leaves cores for loader workers) | keep | intra-op threads (>= 1)."""
@@ -154,12 +156,58 @@ def _spell(section: CpuConfig) -> FrameworkSpelling:
     return FrameworkSpelling(code=(f"torch.set_num_threads({threads})",) if threads is not None else ())
 
 
+# -- its diagnosis ------------------------------------------------------------------------
+
+def threads_oversubscribed(facts: Facts, *, oversubscription_ratio: float = 1.0) -> Finding | None:
+    """On a CPU run, intra-op threads plus loader workers exceed the cores by more than
+    ``oversubscription_ratio``: threads preempt each other and parallel regions stall."""
+    v = view(facts)
+    if v.device != "cpu" or v.cores < 1 or v.step_ms <= 0:
+        return None
+    workers = facts.loader.num_workers if facts.loader else 0
+    threads = facts.cpu_threads
+    ratio = (threads + workers) / v.cores
+    if ratio <= oversubscription_ratio:
+        return None
+    new_workers = workers if workers < v.cores else v.cores // 2
+    new_threads = max(1, v.cores - new_workers)
+    if (new_threads, new_workers) == (threads, workers):
+        return None
+    compute = v.compute_share + v.share["optimizer"]
+    slowdown = min(2.0, ratio)
+    speedup = 1.0 / ((1.0 - compute) + compute / slowdown)
+    if speedup <= 1.0:
+        return None
+    fix = Overlay.of(CpuConfig, threads=new_threads)
+    if new_workers != workers:
+        fix |= Overlay.of(LoaderConfig, num_workers=new_workers)
+    return Finding(
+        id="threads.oversubscribed",
+        title=f"{threads} intra-op threads + {workers} loader workers on {v.cores} cores; "
+              f"use {new_threads} threads",
+        evidence={
+            "cpu_threads": threads,
+            "num_workers": workers,
+            "cpu_cores": v.cores,
+            "oversubscription_ratio": r(ratio, 2),
+            "compute_pct": r(compute * 100, 1),
+        },
+        fix=fix,
+        expected_speedup=speedup,
+        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {compute:.3f} forward+backward+optimizer "
+                f"share, s = min(2, (threads + workers) / cores) = {slowdown:.2f} "
+                "(parallel regions slowed in proportion to oversubscription; assumed, capped at 2x)",
+        notes=["Measure: the right split between threads and workers depends on the model and the data."],
+    )
+
+
 TECHNIQUE = Technique(
     name="cpu",
     title="CPU threads",
-    order=10,
+    placed='a process-wide switch: the intra-op thread count is set before any tensor work, so every later step runs with it',
     section=CpuConfig,
     apply=_apply,
     nocode=NoCode(at_start=_nocode_start),
     spell=_spell,
+    rules=(Rule("threads.oversubscribed", threads_oversubscribed),),
 )

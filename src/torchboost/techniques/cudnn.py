@@ -22,9 +22,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
-from torchboost.config import AUTO, KEEP, BoolOrWord, Overlay, check_bool_or_word, register_section
+from torchboost.config import AUTO, KEEP, BoolOrWord, Overlay, check_bool_or_word
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.rulekit import amdahl, cuda_conv_compute_share, r
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
 
 __all__ = ["CudnnConfig", "apply_benchmark", "fixed_shapes", "resolve_benchmark"]
@@ -34,13 +37,11 @@ SAMPLES_COMPARED = 2
 """Samples of the dataset whose shapes are compared to tell whether they are fixed."""
 
 
-@register_section
 @dataclass(frozen=True, kw_only=True)
 class CudnnConfig:
     """cuDNN settings."""
 
     section: ClassVar[str] = "cudnn"
-    order: ClassVar[int] = 80
 
     benchmark: BoolOrWord = AUTO
     """auto (on CUDA for convolutions with fixed input shapes, else as torch has it) | keep |
@@ -138,10 +139,50 @@ def _spell(section: CudnnConfig) -> FrameworkSpelling:
                              code=(f"torch.backends.cudnn.benchmark = {section.benchmark}",))
 
 
+# -- its facts and diagnosis ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CudnnFacts:
+    """cuDNN's autotuner as the script left it."""
+
+    technique: ClassVar[str] = "cudnn"
+
+    cudnn_benchmark: bool = False
+    """``torch.backends.cudnn.benchmark`` at the end of the warm-up."""
+
+
+def _probe(ctx: ProbeContext) -> CudnnFacts:
+    return CudnnFacts(cudnn_benchmark=bool(torch.backends.cudnn.benchmark))
+
+
+_CUDNN_BENCHMARK_FACTOR = 1.15  # autotuned vs heuristic conv algorithms (assumed)
+
+
+def cudnn_benchmark(facts: Facts, *, compute_pct: float = 50.0) -> Finding | None:
+    """A conv net on CUDA with forward+backward at least ``compute_pct`` percent of the step and
+    cuDNN's autotuner off: it picks conv algorithms by heuristic instead of by timing them."""
+    f = cuda_conv_compute_share(facts, compute_pct)
+    if f is None or facts.seen(CudnnFacts).cudnn_benchmark:
+        return None
+    speedup = amdahl(f, _CUDNN_BENCHMARK_FACTOR)
+    return Finding(
+        id="cudnn.benchmark",
+        title="Convolutions use cuDNN's heuristic algorithm choice; let it benchmark them",
+        evidence={"compute_pct": r(f * 100, 1), "has_conv2d": "true", "cudnn_benchmark": "false"},
+        fix=Overlay.of(CudnnConfig, benchmark=True),
+        expected_speedup=speedup,
+        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, "
+                f"s = {_CUDNN_BENCHMARK_FACTOR} (assumed)",
+        notes=["Pays off when input shapes are fixed; each new shape is benchmarked again "
+               "and the first steps are slower."],
+    )
+
+
 TECHNIQUE = Technique(
     name="cudnn",
     title="cuDNN autotuner",
-    order=15,
+    after=('cpu',),
+    placed='a process-wide switch, set with the others before the model is touched',
     section=CudnnConfig,
     resolve=_resolve,
     apply=_apply,
@@ -149,4 +190,7 @@ TECHNIQUE = Technique(
     levers=(Lever("cudnn", "cuDNN autotuner (cudnn.benchmark)", Parity.EXACT, _propose, ("cudnn.benchmark",),
                   priority=95),),
     spell=_spell,
+    facts=CudnnFacts,
+    probe=_probe,
+    rules=(Rule("cudnn.benchmark", cudnn_benchmark),),
 )

@@ -152,7 +152,7 @@ def make_distributed(env: Environment, device: torch.device) -> SingleProcess:
     gloo otherwise) unless it is initialised already; on CUDA it also makes ``device``
     the current device, as nccl expects.
     """
-    world = int(env.dist_env.get("WORLD_SIZE", "1"))
+    world = env.world_size
     if world <= 1:
         return SingleProcess()
     if not dist.is_available():
@@ -183,7 +183,8 @@ def _apply(prep: Preparation) -> None:
 TECHNIQUE = Technique(
     name="distributed",
     title="several processes (torchrun + DDP)",
-    order=50,
+    after=('compile',),
+    placed='DDP wraps the compiled model and gives the loader its DistributedSampler before the loader is rebuilt',
     setup=_setup,
     apply=_apply,
     nocode_refusal="torchrun starts the processes; the Booster wraps the model in DDP",

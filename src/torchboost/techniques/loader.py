@@ -25,11 +25,12 @@ from torchboost.config import AUTO, KEEP, Overlay
 from torchboost.techniques.batches import DeviceLoader, map_tensors, move_to_device
 from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader_auto import auto_num_workers, resolve_host
+from torchboost.techniques.loader_diagnosis import data_persistent_workers, data_pin_memory, data_workers
 from torchboost.techniques.loader_settings import (LOADER_FIELDS, LoaderConfig, LoaderSettings, rebuild_loader,
                                                   shards_by_worker)
 from torchboost.techniques.resumable import ResumableLoader
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
 from torchboost.techniques.worker_ipc import with_sharing
 
@@ -160,14 +161,19 @@ def _spell(section: LoaderConfig) -> FrameworkSpelling:
     args = [f"{key}={value!r}" for key, value in
             ((key, getattr(section, key)) for key in LOADER_FIELDS if key != "sharing_strategy")
             if value not in (AUTO, KEEP)]
-    code = (f"DataLoader(dataset, ..., {', '.join(args)})",) if args else ()
-    return FrameworkSpelling(code=code)
+    code = (f"loader = DataLoader(dataset, ..., {', '.join(args)})",) if args else ()
+    if section.pin_memory is True:  # pinned pages pay only when the copy does not block
+        code += ("x = x.to(device, non_blocking=True)",)
+    transformers = {f"dataloader_{key}": getattr(section, key) for key in LOADER_FIELDS
+                    if key != "sharing_strategy" and getattr(section, key) not in (AUTO, KEEP)}
+    return FrameworkSpelling(transformers=transformers, code=code)
 
 
 TECHNIQUE = Technique(
     name="loader",
     title="DataLoader workers, pinned memory, prefetch",
-    order=60,
+    after=('distributed',),
+    placed='the loader is rebuilt (workers, pinning, prefetch) once the process group has sharded it',
     section=LoaderConfig,
     resolve=_resolve,
     apply=_apply,
@@ -183,4 +189,6 @@ TECHNIQUE = Technique(
               fallback_parity=Parity.STATISTICAL),
     ),
     spell=_spell,
+    rules=(Rule("data.workers", data_workers), Rule("data.pin_memory", data_pin_memory),
+           Rule("data.persistent_workers", data_persistent_workers)),
 )

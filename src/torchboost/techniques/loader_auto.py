@@ -87,10 +87,7 @@ def auto_num_workers(
 
 
 def _local_processes(env: Environment) -> int:
-    try:
-        return max(1, int(env.dist_env.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+    return env.local_world_size
 
 
 def resolve_host(

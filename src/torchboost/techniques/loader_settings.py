@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord, register_section
+from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord
 from torchboost.config import check_bool_or_word, check_choice, check_int_or_word
 from torchboost.techniques.worker_ipc import sharing_of, with_sharing
 
@@ -27,13 +27,11 @@ LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_fa
 """The ``[loader]`` fields, in the order of :class:`LoaderSettings`."""
 
 
-@register_section
 @dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     """DataLoader settings; ``keep`` leaves the user's value as it is."""
 
     section: ClassVar[str] = "loader"
-    order: ClassVar[int] = 30
     SHARING: ClassVar[tuple[str, ...]] = ("auto", "keep", "file_descriptor", "file_system")
 
     num_workers: IntOrWord = AUTO

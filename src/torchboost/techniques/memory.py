@@ -15,22 +15,24 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from torchboost.config import AUTO, BoolOrWord, Overlay, check_bool_or_word, register_section
+from torchboost.config import AUTO, BoolOrWord, Overlay, check_bool_or_word
 from torchboost.techniques.batches import map_tensors
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.rulekit import amdahl, cuda_conv_compute_share, dtype_name, r
+from torchboost.techniques.precision_diagnosis import PrecisionFacts, reduced_precision
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+    FrameworkSpelling, Lever, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
 
 __all__ = ["MemoryConfig", "apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
 
 
-@register_section
 @dataclass(frozen=True, kw_only=True)
 class MemoryConfig:
     """Memory layout."""
 
     section: ClassVar[str] = "memory"
-    order: ClassVar[int] = 50
 
     channels_last: BoolOrWord = AUTO
     """auto (on only for 4-D convolutions on CUDA with reduced precision) | true | false."""
@@ -117,6 +119,8 @@ def _apply(prep: Preparation) -> None:
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # Only through the Booster (the inputs are converted too), and on any device: on a
     # 2-core CPU the vision workload's tune kept it at 1.06x (benchmarks/RESULTS.md).
+    if ctx.seen(MemoryFacts).channels_last:  # the script converted the model itself
+        return []
     return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.uses_booster and ctx.has_conv2d else []
 
 
@@ -127,10 +131,55 @@ def _spell(section: MemoryConfig) -> FrameworkSpelling:
                                    "x = x.contiguous(memory_format=torch.channels_last)  # each input batch"))
 
 
+# -- its facts and diagnosis ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """The model's memory format as the script built it."""
+
+    technique: ClassVar[str] = "memory"
+
+    channels_last: bool = False
+    """The conv weights are already in channels_last memory format."""
+
+
+def _probe(ctx: ProbeContext) -> MemoryFacts:
+    if ctx.model is None:
+        return MemoryFacts()
+    weights = [m.weight for m in ctx.model.modules() if isinstance(m, nn.Conv2d)]
+    layout = [w.is_contiguous(memory_format=torch.channels_last) for w in weights]
+    # 1x1 weights are contiguous in both formats: only a weight that is not NCHW is evidence.
+    return MemoryFacts(channels_last=bool(weights) and all(layout) and any(not w.is_contiguous() for w in weights))
+
+
+_CHANNELS_LAST_FACTOR = 1.2  # NHWC convs in reduced precision skip layout transposes (assumed)
+
+
+def memory_channels_last(facts: Facts, *, compute_pct: float = 50.0) -> Finding | None:
+    """A conv net on CUDA in reduced precision with NCHW weights: tensor-core conv kernels want
+    NHWC (channels_last) and otherwise transpose. Fires at ``compute_pct`` percent forward+backward."""
+    f = cuda_conv_compute_share(facts, compute_pct)
+    if f is None or facts.seen(MemoryFacts).channels_last or not reduced_precision(facts):
+        return None
+    speedup = amdahl(f, _CHANNELS_LAST_FACTOR)
+    return Finding(
+        id="memory.channels_last",
+        title="Convolutions in reduced precision run on NCHW tensors; use channels_last",
+        evidence={"compute_pct": r(f * 100, 1), "has_conv2d": "true", "channels_last": "false",
+                  "autocast_dtype": dtype_name(facts.seen(PrecisionFacts).autocast_dtype) or "none"},
+        fix=Overlay.of(MemoryConfig, channels_last=True),
+        expected_speedup=speedup,
+        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, "
+                f"s = {_CHANNELS_LAST_FACTOR} (assumed)",
+        notes=["Only 4-D inputs change layout; check the gain, some layers prefer NCHW."],
+    )
+
+
 TECHNIQUE = Technique(
     name="memory",
     title="channels_last memory format",
-    order=30,
+    after=('precision',),
+    placed="channels_last converts the model's weights before anything traces or wraps them",
     section=MemoryConfig,
     resolve=_resolve,
     apply=_apply,
@@ -138,4 +187,7 @@ TECHNIQUE = Technique(
     levers=(Lever("channels_last", "channels_last memory format", Parity.EXACT, _propose, ("memory.channels_last",),
                   priority=90),),
     spell=_spell,
+    facts=MemoryFacts,
+    probe=_probe,
+    rules=(Rule("memory.channels_last", memory_channels_last),),
 )

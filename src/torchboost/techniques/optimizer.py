@@ -20,10 +20,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from torchboost.config import AUTO, Overlay, check_choice, register_section
+from torchboost.config import AUTO, Overlay, check_choice
 from torchboost.prepared import BoostedOptimizer
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.rulekit import amdahl, r, view
 from torchboost.techniques.registry import (
-    Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
 
 __all__ = [
@@ -41,13 +44,11 @@ IMPLEMENTATIONS = ("default", "foreach", "fused")
 """The concrete implementations; "auto" resolves to one of these."""
 
 
-@register_section
 @dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
     """Optimizer implementation."""
 
     section: ClassVar[str] = "optimizer"
-    order: ClassVar[int] = 40
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("auto", "default", "foreach", "fused")
 
     implementation: str = AUTO
@@ -296,14 +297,63 @@ def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(OptimizerConfig, implementation="fused"), Overlay.of(OptimizerConfig, implementation="foreach")]
 
 
+def _spell(section: OptimizerConfig) -> FrameworkSpelling:
+    if section.implementation not in ("fused", "foreach"):
+        return FrameworkSpelling()
+    code = (f"optimizer = torch.optim.AdamW(model.parameters(), ..., {section.implementation}=True)"
+            "  # Adam, SGD, ... take it too",)
+    # The Trainer builds AdamW itself; its fused kernel has a name of its own.
+    transformers = {"optim": "adamw_torch_fused"} if section.implementation == "fused" else {}
+    return FrameworkSpelling(transformers=transformers, code=code)
+
+
+# -- its diagnosis ------------------------------------------------------------------------
+
+_FUSED_OVER_FOREACH = 1.5  # fused optimizer vs the foreach one (assumed)
+_FUSED_OVER_LOOP = 3.0  # fused optimizer vs the per-parameter loop (assumed)
+
+
+def optimizer_fused(facts: Facts, *, optimizer_pct: float = 5.0) -> Finding | None:
+    """The optimizer step takes at least ``optimizer_pct`` percent of the step and the optimizer
+    supports ``fused=True`` on this device but does not use it."""
+    opt, v = facts.optimizer, view(facts)
+    if opt is None or not opt.supports_fused or opt.fused or v.share["optimizer"] * 100 < optimizer_pct:
+        return None
+    # foreach=None means the default: foreach on CUDA, the per-parameter loop on CPU.
+    foreach = opt.foreach if opt.foreach is not None else v.device == "cuda"
+    factor = _FUSED_OVER_FOREACH if foreach else _FUSED_OVER_LOOP
+    f = v.share["optimizer"]
+    speedup = amdahl(f, factor)
+    name = opt.class_name or "AdamW"
+    return Finding(
+        id="optimizer.fused",
+        title=f"{name} steps {'with foreach kernels' if foreach else 'parameter by parameter'} "
+              f"({f * 100:.0f}% of the step); use the fused implementation",
+        evidence={
+            "optimizer_pct": r(f * 100, 1),
+            "optimizer_ms_per_step": r(v.ms["optimizer"]),
+            "optimizer": name,
+            "implementation": "foreach" if foreach else "for-loop",
+        },
+        fix=Overlay.of(OptimizerConfig, implementation="fused"),
+        expected_speedup=speedup,
+        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} optimizer share, "
+                f"s = {factor} fused over {'foreach' if foreach else 'for-loop'} (assumed)",
+        notes=["Same update maths; fused kernels round slightly differently at the last bit."],
+    )
+
+
 TECHNIQUE = Technique(
     name="optimizer",
     title="optimizer implementation",
-    order=80,
+    after=('accumulation',),
+    placed="last: the optimizer is rebuilt for the final parameters, and its step wraps precision's scaler and accumulation's window",
     section=OptimizerConfig,
     resolve=_resolve,
     apply=_apply,
     nocode=NoCode(at_first_step=_nocode_first_step),
     levers=(Lever("optimizer", "fused/foreach optimizer", Parity.EXACT, _propose, ("optimizer.fused",),
                   priority=60),),
+    spell=_spell,
+    rules=(Rule("optimizer.fused", optimizer_fused),),
 )

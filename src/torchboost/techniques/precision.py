@@ -48,12 +48,15 @@ import torch
 from torch import nn
 
 from torchboost import env as _envmod
-from torchboost.config import AUTO, ConfigError, Overlay, check_choice, register_section
+from torchboost.config import AUTO, ConfigError, Overlay, check_choice
 from torchboost.techniques.precision_policy import (
     AutocastPrecision, Fp16Precision, Precision, Tf32Precision, make_precision,
 )
+from torchboost.techniques.precision_diagnosis import (PrecisionFacts, precision_lower, precision_slower_on_cpu,
+                                                       probe_precision)
+from torchboost.techniques.precision_settings import PrecisionConfig
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
 
 __all__ = [
@@ -71,28 +74,6 @@ __all__ = [
 CPU_BF16_MIN_SPEEDUP = 1.2
 """bf16/fp32 matmul speed ratio (fp32 time / bf16 time, unitless) a CPU must reach for
 ``auto`` to pick bf16. Below it the rounding cost of bf16 buys too little."""
-
-
-@register_section
-@dataclass(frozen=True, kw_only=True)
-class PrecisionConfig:
-    """Numeric precision of forward and backward."""
-
-    section: ClassVar[str] = "precision"
-    order: ClassVar[int] = 10
-    MODES: ClassVar[tuple[str, ...]] = ("auto", "fp32", "tf32", "bf16", "fp16")
-
-    mode: str = AUTO
-    """auto | fp32 (no change) | tf32 (matmul precision "high") | bf16 autocast |
-    fp16 autocast with a GradScaler."""
-
-    def __post_init__(self) -> None:
-        check_choice("precision.mode", self.mode, self.MODES)
-
-    @classmethod
-    def off(cls) -> "PrecisionConfig":
-        """fp32: plain PyTorch."""
-        return cls(mode="fp32")
 
 
 _FP16_MIN_CAPABILITY = (7, 0)  # first GPUs with fp16 tensor cores (Volta)
@@ -266,16 +247,30 @@ _LIGHTNING = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16"
 _ACCELERATE = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
+_TRANSFORMERS = {"fp32": {"bf16": False, "fp16": False}, "tf32": {"tf32": True}, "bf16": {"bf16": True},
+                 "fp16": {"fp16": True}}
+_FORWARD = "    loss = criterion(model(x), y)"
+_TORCH = {
+    "fp32": ("with torch.autocast(device.type, enabled=False):  # fp32, no autocast", _FORWARD),
+    "tf32": ('torch.set_float32_matmul_precision("high")',),
+    "bf16": ("with torch.autocast(device.type, dtype=torch.bfloat16):", _FORWARD),
+    "fp16": ("with torch.autocast(device.type, dtype=torch.float16):", _FORWARD,
+             "scaler = torch.amp.GradScaler(device.type)  # fp16 needs loss scaling",
+             "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"),
+}
+
+
 def _spell(section: PrecisionConfig) -> FrameworkSpelling:
-    code = ('torch.set_float32_matmul_precision("high")',) if section.mode == "tf32" else ()
     return FrameworkSpelling(lightning={"precision": _LIGHTNING.get(section.mode)},
-                             accelerate={"mixed_precision": _ACCELERATE.get(section.mode)}, code=code)
+                             accelerate={"mixed_precision": _ACCELERATE.get(section.mode)},
+                             transformers=_TRANSFORMERS.get(section.mode, {}), code=_TORCH.get(section.mode, ()))
 
 
 TECHNIQUE = Technique(
     name="precision",
     title="mixed precision",
-    order=20,
+    after=('cudnn',),
+    placed='the last process-wide switch (TF32) and the precision object the step uses; channels_last\'s "auto" reads the precision resolved here',
     section=PrecisionConfig,
     resolve=_resolve,
     apply=_apply,
@@ -288,4 +283,7 @@ TECHNIQUE = Technique(
               subject=_subject),
     ),
     spell=_spell,
+    facts=PrecisionFacts,
+    probe=probe_precision,
+    rules=(Rule("precision.lower", precision_lower), Rule("precision.slower_on_cpu", precision_slower_on_cpu)),
 )

@@ -12,17 +12,21 @@ module (and its tests).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 from torch import nn
 
 import torchboost.techniques as _package
-from torchboost.config import BoostConfig, Overlay
+from torchboost.config import BoostConfig, Overlay, register_section
+from torchboost.evidence.observed import register_facts, seen_in
+
+T = TypeVar("T")
 
 __all__ = [
     "FrameworkSpelling",
@@ -30,10 +34,13 @@ __all__ = [
     "NoCode",
     "Parity",
     "Preparation",
+    "ProbeContext",
     "ResolveContext",
     "Resolution",
+    "Rule",
     "Technique",
     "TuneContext",
+    "application_order",
     "techniques",
 ]
 
@@ -75,6 +82,18 @@ class TuneContext:
     """The platform offers torch's file_system sharing strategy for worker batches."""
     cpu_bf16_speedup: float | None = None
     """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown)."""
+    memory_limit_bytes: int | None = None
+    """The peak memory a kept configuration must stay under, bytes (``--memory-limit``; by
+    default 90% of the GPU's memory, or of the RAM on a CPU); None: no limit known."""
+    peak_memory_bytes: int = 0
+    """The baseline's peak memory as the doctor saw it, bytes (the CUDA allocator's peak on
+    a GPU, the training process's peak RSS otherwise); 0: not measured."""
+    techniques: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Each technique's own facts as the doctor saw them (``Facts.techniques``)."""
+
+    def seen(self, kind: type[T]) -> T:
+        """A technique's facts (``kind`` names its technique); its defaults when not seen."""
+        return seen_in(self.techniques, kind)
 
 
 @dataclass(frozen=True)
@@ -102,6 +121,10 @@ class Lever:
     """What a reader calls a candidate ("bf16"); None: the lever's title."""
     hopeless: Callable[[TuneContext], str | None] | None = None
     """Evidence, in words, that the lever cannot pay here: it is then skipped, untried."""
+    for_memory: bool = False
+    """A memory lever: it trades time for memory; tried only when the incumbent's peak is
+    over the memory limit, and kept when it brings the peak under the limit, whatever its
+    time cost (which is shown)."""
 
     def propose(self, incumbent: Mapping[str, Any], ctx: TuneContext) -> list[Overlay]:
         """The candidate changes on top of ``incumbent`` (the settings kept so far)."""
@@ -192,8 +215,40 @@ class FrameworkSpelling:
     """Keys of an ``accelerate`` config file (``accelerate launch --config_file``)."""
     accelerator: dict[str, Any] = field(default_factory=dict)
     """``accelerate.Accelerator(...)`` keyword arguments the config file has no key for."""
+    transformers: dict[str, Any] = field(default_factory=dict)
+    """``transformers.TrainingArguments`` keyword arguments (Hugging Face's Trainer)."""
     code: tuple[str, ...] = ()
-    """Lines a user adds where neither framework has a flag."""
+    """The same setting in plain PyTorch: the lines a user writes in their own loop (a
+    framework user needs them only where the framework has no flag for it)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One diagnosis a technique makes: ``check(facts, *, <threshold>=<default>) -> Finding | None``.
+
+    Thresholds are the check's keyword parameters, with their unit in the name
+    (``compute_pct=50.0``); the finding it returns has ``id``.
+    """
+
+    id: str
+    check: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What the observer hands a technique's probe, once, at the end of the warm-up."""
+
+    model: nn.Module | None
+    """The root module (the outermost trainable module the loop calls), if one was seen."""
+    optimizer: torch.optim.Optimizer | None
+    loader: Any
+    """The DataLoader iterated most, or None."""
+    device: str
+    """"cpu", "cuda" or "mps": the model's device, else the process's."""
+    autocast_dtype: str | None = None
+    """"bfloat16" / "float16" when the forward ran under autocast, else None."""
+    grad_scaler: bool = False
+    """A GradScaler drove the optimizer step."""
 
 
 @dataclass(frozen=True)
@@ -202,10 +257,17 @@ class Technique:
 
     name: str
     title: str
-    order: int
-    """Application order in ``Booster.prepare``, lowest first; each module says why."""
+    after: tuple[str, ...] = ()
+    """Techniques applied before this one in ``Booster.prepare`` (their names): with
+    :attr:`placed`, its place in the one application order the registry derives."""
+    before: tuple[str, ...] = ()
+    """Techniques applied after this one (their names), for a newcomer that must come
+    ahead of an existing technique without editing it."""
+    placed: str = ""
+    """Why it comes where it does, in words (shown with the order)."""
     section: type | None = None
-    """Its ``torchboost.toml`` table (a class registered with ``register_section``)."""
+    """Its ``torchboost.toml`` table (a frozen dataclass with ``section`` and ``off()``);
+    the file's tables follow the application order."""
     resolve: Callable[[ResolveContext], Resolution] | None = None
     """``"auto"`` -> concrete values, with reasons; None: the section is taken as written."""
     setup: Callable[[Preparation], None] | None = None
@@ -218,7 +280,17 @@ class Technique:
     levers: tuple[Lever, ...] = ()
     """Tuner candidates."""
     spell: Callable[[Any], FrameworkSpelling] | None = None
-    """The concrete section in Lightning's and Accelerate's words; None: not spelled yet."""
+    """The concrete section in plain PyTorch's, Lightning's, Accelerate's and Hugging
+    Face's words; None: not spelled yet."""
+    facts: type | None = None
+    """Its own facts: a frozen dataclass with ``technique: ClassVar[str]`` (this name),
+    stored in ``Facts.techniques`` and ``report.json``; read with ``facts.seen(Kind)``."""
+    probe: Callable[[ProbeContext], Any] | None = None
+    """Reads :attr:`facts` from the live objects, once per observed run."""
+    rules: tuple[Rule, ...] = ()
+    """Its diagnoses; their ids rank its levers (:attr:`Lever.finding_ids`)."""
+    order: int = -1
+    """Its position in the application order, from 1 (set by :func:`techniques`)."""
 
     @property
     def finding_ids(self) -> tuple[str, ...]:
@@ -229,8 +301,35 @@ class Technique:
 _REGISTRY: list[Technique] = []
 
 
+def _ordered(found: list[Technique]) -> list[Technique]:
+    """Each technique after those it names in ``after`` and before those in ``before``; ties by
+    name, so the order is stable."""
+    by_name = {t.name: t for t in found}
+    needs: dict[str, set[str]] = {t.name: set(t.after) for t in found}
+    for t in found:
+        unknown = [name for name in (*t.after, *t.before) if name not in by_name]
+        if unknown:
+            raise RuntimeError(f"technique {t.name!r} is placed against unknown technique(s) {unknown}")
+        for later in t.before:
+            needs[later].add(t.name)
+    placed: list[Technique] = []
+    waiting = sorted(found, key=lambda t: t.name)
+    while waiting:
+        done = {p.name for p in placed}
+        ready = next((t for t in waiting if needs[t.name] <= done), None)
+        if ready is None:
+            raise RuntimeError(f"the techniques' 'after' form a cycle among {[t.name for t in waiting]}")
+        placed.append(ready)
+        waiting.remove(ready)
+    return [dataclasses.replace(t, order=i) for i, t in enumerate(placed, start=1)]
+
+
 def techniques() -> list[Technique]:
-    """Every technique module's descriptor, in application order (loaded once)."""
+    """Every technique module's descriptor, in application order (loaded once).
+
+    The order is derived from each technique's ``after`` alone; the config sections are
+    registered in the same order, so ``torchboost.toml``'s tables follow it.
+    """
     if not _REGISTRY:
         found = []
         for info in pkgutil.iter_modules(_package.__path__):
@@ -241,5 +340,16 @@ def techniques() -> list[Technique]:
         names = [t.name for t in found]
         if len(set(names)) != len(names):
             raise RuntimeError(f"two technique modules share a name: {sorted(names)}")
-        _REGISTRY.extend(sorted(found, key=lambda t: (t.order, t.name)))
+        ordered = _ordered(found)
+        for technique in ordered:
+            if technique.section is not None:
+                register_section(technique.section)
+            if technique.facts is not None:
+                register_facts(technique.facts)
+        _REGISTRY.extend(ordered)
     return list(_REGISTRY)
+
+
+def application_order() -> list[tuple[str, str]]:
+    """``(name, why it comes there)`` for every technique, in the order the Booster applies them."""
+    return [(t.name, t.placed) for t in techniques()]

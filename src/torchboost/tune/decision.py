@@ -37,7 +37,11 @@ class Status(str, enum.Enum):
     """The trial crashed or timed out."""
     SKIPPED = "skipped"
     """Not tried: the evidence said it could not pay (a compile the run cannot repay, bf16
-    whose matmul the probe measured far slower than fp32)."""
+    whose matmul the probe measured far slower than fp32), or a memory lever when nothing
+    is over the memory limit."""
+    OVER_MEMORY = "over_memory"
+    """Its peak memory was over the memory limit (``--memory-limit``; by default 90% of the
+    GPU's memory, or of the RAM on a CPU): however fast, it would not fit the run."""
 
     def __str__(self) -> str:
         return self.value
@@ -65,9 +69,14 @@ class Decision:
     """The lever lowers numeric precision (its parity is REDUCED)."""
     amortised: bool = False
     """The lever is compile: its compile time must be repaid (break-even applies)."""
+    peak_memory_bytes: int | None = None
+    """The highest peak memory its trials measured, bytes (None: not measured)."""
+    memory_lever: bool = False
+    """The lever trades time for memory: tried only while the peak is over the limit."""
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        self.peak_memory_bytes = self.peak_memory_bytes or None  # a trial's 0 means not measured
 
 
 @dataclass
@@ -84,6 +93,8 @@ class WaterfallStep:
     search does not leak into it, as it would into a ratio of far-apart medians."""
     spread: float
     """Max minus min of the pair ratios that confirmed it (0 for the baseline)."""
+    peak_memory_bytes: int | None = None
+    """The highest peak memory this configuration's trials measured, bytes (None: not measured)."""
 
 
 @dataclass
@@ -104,6 +115,8 @@ class TuneOutcome:
     aa_ratios: list[float] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What makes the figures less trustworthy (a busy machine, a wide noise floor)."""
+    memory_limit_bytes: int | None = None
+    """The peak memory a kept configuration had to stay under, bytes (None: no limit known)."""
 
     @property
     def speedup(self) -> float:

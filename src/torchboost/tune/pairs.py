@@ -70,6 +70,8 @@ class Pairs:
     count: int = 0
     """Fresh pairs measured (the screening ratio is not one)."""
     failure: tuple[Status, str] | None = None
+    peak_memory_bytes: int = 0
+    """The highest peak memory of the candidate's runs (screening included), bytes; 0: not measured."""
 
     def add(self, incumbent_ms: float, candidate_ms: float, incumbent_fixed: float = 0.0,
             candidate_fixed: float = 0.0) -> None:

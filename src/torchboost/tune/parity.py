@@ -23,9 +23,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from torchboost.techniques.registry import Parity
+from torchboost.techniques.registry import Lever, Parity
 
-__all__ = ["ParityVerdict", "check_parity", "EXACT", "REDUCED", "STATISTICAL"]
+__all__ = ["ParityVerdict", "check_parity", "judge", "EXACT", "REDUCED", "STATISTICAL"]
 
 EXACT = Parity.EXACT
 REDUCED = Parity.REDUCED
@@ -106,3 +106,19 @@ def check_parity(
         f"mean of the last {n_last} losses {cand_last:.4g} vs baseline {base_last:.4g} "
         f"({100 * last_rel:.2f}%, limit {100 * reduced_rtol:.0f}%)",
     )
+
+
+def judge(lever: Lever, losses: list[float], baseline: list[float], reference: list[float]) -> ParityVerdict:
+    """Loss parity of a candidate's ``losses``: against the incumbent's (``reference``) with
+    the lever's own check, and, once the incumbent differs from the baseline, against the
+    baseline's trend (no NaN, no divergence). Not closeness to the baseline: a kept loader
+    change may legitimately reorder later epochs (persistent workers draw no new seed), and
+    then every later candidate trains on that order, like the incumbent it is held to."""
+    verdict = check_parity(reference, losses, kind=lever.parity)
+    if not verdict.ok and lever.fallback_parity is not None:
+        verdict = check_parity(reference, losses, kind=lever.fallback_parity)
+    if verdict.ok and reference is not baseline:
+        trend = check_parity(baseline, losses, kind=STATISTICAL)
+        if not trend.ok:
+            return trend
+    return verdict

@@ -6,11 +6,12 @@ dicts, lists, strings and numbers, so the report renders it without knowing the 
 - the keys of ``report.json`` (its schema is documented in :mod:`torchboost.report.tune_report`)
   from ``command`` to ``config``, in that order, except the report's own ``precision``;
   ``schema_version``, ``kind``, ``torchboost_version`` and ``notes`` are the report's too;
-- each decision with the keys of a ``report.json`` decision up to ``break_even_steps``
+- each decision with the keys of a ``report.json`` decision up to ``peak_memory_bytes``
   (not the phrases ``break_even`` and ``verdict``), plus the words and facts the report
   phrases them from: ``subject`` (what a reader calls the candidate: "bf16", or the
-  technique's title), ``reduced_precision`` (the lever lowers numeric precision) and
-  ``amortised`` (the lever is compile: its compile time must be repaid);
+  technique's title), ``reduced_precision`` (the lever lowers numeric precision),
+  ``amortised`` (the lever is compile: its compile time must be repaid) and
+  ``memory_lever`` (the lever trades time for memory);
 - ``verdict``: what the end-to-end check decided, in words (the headline's source);
 - ``next_step``: ``{"how": "run" | "booster" | "lightning" | "accelerate", "text"}``, how
   this script takes the configuration up.
@@ -27,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchboost.tune.memory_limit import limit_source
 from torchboost.tune.tuner import TuneRun, toml_header
 from torchboost.tune.search import Decision, Status, WaterfallStep
 from torchboost.tune.trial_result import describe_settings
@@ -53,9 +55,11 @@ def _decision(d: Decision) -> dict[str, Any]:
         "ratios": list(d.ratios),
         "ms_per_step": d.ms_per_step,
         "break_even_steps": d.break_even_steps,
+        "peak_memory_bytes": d.peak_memory_bytes,
         "subject": d.subject or technique,
         "reduced_precision": d.reduced_precision,
         "amortised": d.amortised,
+        "memory_lever": d.memory_lever,
     }
 
 
@@ -77,7 +81,19 @@ def _waterfall_entry(step: WaterfallStep, kept: Decision | None, samples_per_ste
         "spread": step.spread,
         "ratios": ratios,
         "step_ms_range": [low, high],
+        "peak_memory_bytes": step.peak_memory_bytes or None,
     }
+
+
+def _memory(run: TuneRun) -> dict[str, Any]:
+    """The memory limit, how it was decided, and the peak before and after (bytes; None: not measured)."""
+    outcome = run.outcome
+    limit = outcome.memory_limit_bytes
+    env = (run.facts.env if run.facts is not None else None) or {}
+    before = outcome.waterfall[0].peak_memory_bytes if outcome.waterfall else outcome.baseline.peak_memory_bytes
+    after = outcome.waterfall[-1].peak_memory_bytes if outcome.waterfall else None
+    return {"limit_bytes": limit, "limit_source": limit_source(limit, env),
+            "before_peak_bytes": before or None, "after_peak_bytes": after or None}
 
 
 def _config(run: TuneRun, config_path: Path | None) -> dict[str, Any]:
@@ -102,7 +118,8 @@ def _headline_speedup(run: TuneRun) -> float:
 def _findings(findings: list[Any]) -> list[dict[str, Any]]:
     # Fixes that change what is trained (a larger batch) are not tune's business: it never
     # measures them, so they are not listed beside the speedups it did measure.
-    ranked = sorted((f for f in findings if not getattr(f, "changes_training", False)),
+    ranked = sorted((f for f in findings if not getattr(f, "changes_training", False)
+                     and getattr(f, "memory_ratio", None) is None),
                     key=lambda f: -float(f.expected_speedup))
     return [{"id": f.id, "title": f.title, "severity": getattr(f, "severity", ""),
              "expected_speedup": f.expected_speedup} for f in ranked]
@@ -152,6 +169,7 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
         "speedup": _headline_speedup(run),
         "search_speedup": outcome.speedup,
         "samples_per_step": per_step,
+        "memory": _memory(run),
         "settings": dict(run.settings),
         "waterfall": waterfall,
         "decisions": [_decision(d) for d in outcome.decisions],

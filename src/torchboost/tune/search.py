@@ -13,6 +13,10 @@ For each lever, largest expected gain first:
 3. keep it when the median ratio beats ``min_gain``, and (for compile) when the compile
    time pays for itself over the planned run; otherwise revert.
 
+Memory levers come first, and only while the baseline peaks over the memory limit
+(:mod:`torchboost.tune.memory_limit`): the first that brings the peak under it is kept,
+whatever its time cost. Any candidate that peaks over the limit is rejected (``over_memory``).
+
 Last, an interaction pass: the runners-up of a coupled lever (loader workers x threads),
 each combined with the exact levers that were correct but not kept alone, screened and
 confirmed the same way. Two changes can pay only together.
@@ -23,15 +27,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from torchboost.config import Overlay
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever
 from torchboost.tune.levers import Lever, TuneContext
+from torchboost.tune.memory_limit import MemoryGate
 from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
-from torchboost.tune.parity import REDUCED, STATISTICAL, ParityVerdict, check_parity
+from torchboost.tune.parity import REDUCED, judge
+from torchboost.tune.search_options import SearchOptions
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
@@ -40,64 +45,11 @@ __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep"
 Settings = Overlay
 
 
-@dataclass(frozen=True)
-class SearchOptions:
-    """Knobs of the search; gains are fractions (0.03 = 3% faster)."""
-
-    budget_s: float = 600.0
-    """Stop starting new trials after this many seconds; keep the best so far."""
-    min_gain: float = 0.03
-    """A lever is kept only when it makes the step at least this much faster."""
-    max_repeats: int = 3
-    """Most fresh A/B pairs measured to confirm one lever (at least one always is)."""
-    clear_pairs: int = 2
-    """Stop confirming once this many pairs in a row agree on the verdict."""
-    run_steps: int | None = None
-    """Planned length of the real run in steps, for amortising compile time."""
-    compile_min_s: float = 10.0
-    """The least a first compile costs (seconds); on a 2-core CPU even a tiny model's
-    first compile takes tens of seconds."""
-    compile_max_gain: float = 0.5
-    """The largest share of a step compile is assumed to save, for the pre-check."""
-    interaction_margin: float = 0.2
-    """A coupled lever's runner-up within this fraction of the kept choice's screening
-    time (one trial each: noisy) is tried again with the exact levers that gained too
-    little to be kept on their own."""
-    interaction_hosts: int = 1
-    """At most this many runners-up per coupled lever in the interaction pass."""
-    noise_repeats: int = 3
-    """Extra runs of the baseline (A/A) that measure the noise floor; 0 trusts ``min_gain``."""
-    noisy: float = 0.15
-    """A noise floor above this (15%) makes every verdict unreliable, and the outcome says so."""
-    early_stop: float = 2.0
-    """A screened candidate whose first steps are this many times slower than the incumbent's
-    stops early and is recorded as slower (when the measure can stop a trial)."""
-    busy_pct: float = 25.0
-    """Other processes' CPU load (percent of the machine) above the baseline's by more than
-    this during a pair: the pair is measured again, and the decision says so if it stays."""
-
-
-def _judge(lever: Lever, result: TrialResult, baseline: TrialResult, reference: list[float]) -> ParityVerdict:
-    """Loss parity of a candidate: against the incumbent's losses with the lever's own
-    check, and, once the incumbent differs from the baseline, against the baseline's trend
-    (no NaN, no divergence). Not closeness to the baseline: a kept loader change may
-    legitimately reorder later epochs (persistent workers draw no new seed), and then
-    every later candidate trains on that order, like the incumbent it is held to."""
-    verdict = check_parity(reference, result.losses, kind=lever.parity)
-    if not verdict.ok and lever.fallback_parity is not None:
-        verdict = check_parity(reference, result.losses, kind=lever.fallback_parity)
-    if verdict.ok and reference is not baseline.losses:
-        trend = check_parity(baseline.losses, result.losses, kind=STATISTICAL)
-        if not trend.ok:
-            return trend
-    return verdict
-
-
 class _Search:
     """One search: the incumbent kept so far, and every decision made on the way there."""
 
     def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float],
-                 on_decision: Callable[[Decision], None] | None):
+                 on_decision: Callable[[Decision], None] | None, memory_limit: int | None = None):
         self.options = options
         self.run = Runner(measure, options.budget_s, clock)
         self.on_decision = on_decision
@@ -110,6 +62,7 @@ class _Search:
         self.fixed_noise = 0.0
         """How much the baseline's time outside its steps varied between its A/A runs, seconds."""
         self.baseline = self.run(Overlay())
+        self.memory = MemoryGate(memory_limit, self.baseline.peak_memory_bytes)
         self.incumbent: Settings = Overlay()
         self.incumbent_ms = self.baseline.ms_per_step
         self.incumbent_fixed = self.baseline.fixed_s
@@ -143,6 +96,7 @@ class _Search:
             if not again.ok:
                 break
             self.aa_ratios.append(again.ms_per_step / previous.ms_per_step)
+            self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
             fixed.append(again.fixed_s)
             previous = again
         # The typical departure of one A/A ratio (the median, not the worst: one outlier on a
@@ -162,21 +116,26 @@ class _Search:
                                error=error)
         return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
                            self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.noise,
-                           aa_ratios=list(self.aa_ratios), warnings=list(self.warnings))
+                           aa_ratios=list(self.aa_ratios), warnings=list(self.warnings),
+                           memory_limit_bytes=self.memory.limit)
 
     def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
         """A decision on one candidate of ``lever``, in the words a report needs."""
         decision = Decision(lever.id, change, status, reason, **measured, title=lever.title,
                             subject=lever.subject(change) if lever.subject is not None else lever.title,
-                            reduced_precision=lever.parity == REDUCED, amortised=lever.is_compile)
+                            reduced_precision=lever.parity == REDUCED, amortised=lever.is_compile,
+                            memory_lever=lever.for_memory)
         self.decisions.append(decision)
         if self.on_decision is not None:
             self.on_decision(decision)
 
     def pull_levers(self, levers: list[Lever], context: TuneContext) -> None:
-        """Each lever in turn, then the interaction pass."""
-        self.waterfall.append(WaterfallStep("baseline", Overlay(), self.incumbent_ms, 1.0, 0.0))
+        """The memory levers, then each other lever in turn, then the interaction pass."""
+        self.waterfall.append(WaterfallStep("baseline", Overlay(), self.incumbent_ms, 1.0, 0.0, self.memory.peak))
+        self.fit_memory([lever for lever in levers if lever.for_memory], context)
         for lever in levers:
+            if lever.for_memory:
+                continue
             if self.run.out_of_budget():
                 self.stopped = True
                 break
@@ -189,6 +148,41 @@ class _Search:
         interaction = interaction_lever(levers, self.decisions, self.screened, self.incumbent, self.options)
         if interaction is not None and not self.stopped and not self.run.out_of_budget():
             self.pull(interaction, interaction.propose(self.incumbent, context))
+
+    def fit_memory(self, levers: list[Lever], context: TuneContext) -> None:
+        """Memory levers, before any other. While the incumbent peaks over the limit, their
+        proposals in turn until one brings it under; otherwise each is skipped, untried."""
+        for lever in levers:
+            proposals = lever.propose(self.incumbent, context)
+            hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
+            if proposals and not self.memory.incumbent_over():
+                self.record(lever, proposals[0], Status.SKIPPED, self.memory.nothing_over())
+            elif hopeless is not None:
+                self.record(lever, proposals[0], Status.SKIPPED, hopeless)
+            else:
+                for change in proposals:
+                    survivors = self.screen(lever, [change])
+                    if self.stopped or (survivors and self.bring_under(lever, survivors[0])):
+                        break
+        if self.memory.incumbent_over():
+            self.warnings.append(self.memory.still_over())
+
+    def bring_under(self, lever: Lever, best: Screened) -> bool:
+        """A memory lever under the limit: its time cost measured in pairs, then kept however
+        slow (the reason says the cost). False when it failed, broke parity or went over the
+        limit when measured again."""
+        pairs = self.confirm(lever, best)
+        if pairs.failure is not None:
+            status, why = pairs.failure
+            self.record(lever, best.change, status, why, ratio=pairs.ratios[0], ratios=pairs.ratios,
+                        ms_per_step=best.ms, peak_memory_bytes=pairs.peak_memory_bytes)
+            return False
+        ratio, candidate_ms = statistics.median(pairs.ratios), statistics.median(pairs.candidate_ms)
+        reason = self.memory.brought_under(pairs.peak_memory_bytes, ratio, len(pairs.ratios))
+        self.keep(lever, best, pairs, candidate_ms)
+        self.record(lever, best.change, Status.KEPT, reason, ratio=ratio, ratios=pairs.ratios,
+                    ms_per_step=candidate_ms, peak_memory_bytes=pairs.peak_memory_bytes)
+        return True
 
     def cannot_pay_off(self, lever: Lever, proposals: list[Settings]) -> bool:
         """A compile that cannot repay even its least cost over the planned run: skipped, untried."""
@@ -217,38 +211,49 @@ class _Search:
                 self.record(lever, other.change, Status.SCREENED_OUT,
                             f"{other.ms:.1f} ms/step in screening, against {best.ms:.1f} ms for "
                             f"{describe_settings(best.change)}",
-                            ratio=other.ms / self.incumbent_ms, ms_per_step=other.ms)
+                            ratio=other.ms / self.incumbent_ms, ms_per_step=other.ms,
+                            peak_memory_bytes=other.result.peak_memory_bytes)
         pairs = self.confirm(lever, best)
         if pairs.failure is not None or pairs.count == 0:
             status, why = pairs.failure or (Status.UNCONFIRMED, "the budget ran out before a confirming pair")
             self.record(lever, best.change, status, why, ratio=pairs.ratios[0], ratios=pairs.ratios,
-                        ms_per_step=best.ms)
+                        ms_per_step=best.ms, peak_memory_bytes=pairs.peak_memory_bytes)
             if pairs.failure is None:
                 self.stopped = True
             return
         self.decide(lever, best, pairs)
 
     def screen(self, lever: Lever, proposals: list[Settings]) -> list[Screened]:
-        """Measure each proposal once on top of the incumbent; record those that fail or
-        break parity, and return the rest."""
+        """Measure each proposal once on top of the incumbent; record those that fail, break
+        parity or peak over the memory limit, and return the rest. A memory lever runs in
+        full: its time cost is not a reason to stop it."""
         survivors: list[Screened] = []
         for change in proposals:
             if self.run.out_of_budget():
                 self.stopped = True
                 break
-            result = self.run(self.incumbent | change, slower_than_ms=self.options.early_stop * self.incumbent_ms)
+            slower_than_ms = None if lever.for_memory else self.options.early_stop * self.incumbent_ms
+            result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)
+            peak = result.peak_memory_bytes
             if result.ok and result.stopped_early:
                 self.record(lever, change, Status.SLOWER,
                             f"stopped after {len(result.step_ms)} steps: {result.ms_per_step:.1f} ms/step, over "
                             f"{self.options.early_stop:g}x the {self.incumbent_ms:.1f} ms of the configuration kept so far",
-                            ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step)
+                            ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step,
+                            peak_memory_bytes=peak)
                 continue
             if not result.ok:
-                self.record(lever, change, Status.FAILED, result.error or "the trial failed")
+                self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
                 continue
-            verdict = _judge(lever, result, self.baseline, self.reference)
+            verdict = judge(lever, result.losses, self.baseline.losses, self.reference)
             if not verdict.ok:
-                self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step)
+                self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step,
+                            peak_memory_bytes=peak)
+                continue
+            over = self.memory.over(peak, lever.for_memory)
+            if over is not None:
+                self.record(lever, change, Status.OVER_MEMORY, over, ratio=result.ms_per_step / self.incumbent_ms,
+                            ms_per_step=result.ms_per_step, peak_memory_bytes=peak)
                 continue
             survivors.append(Screened(result.ms_per_step, change, result))
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
@@ -260,13 +265,15 @@ class _Search:
         while other processes loaded the machine is measured once more."""
         candidate = self.incumbent | best.change
         pairs = Pairs([best.ms / self.incumbent_ms], [self.incumbent_ms], [best.ms],
-                       incumbent_fixed=[self.incumbent_fixed], candidate_fixed=[best.result.fixed_s])
+                       incumbent_fixed=[self.incumbent_fixed], candidate_fixed=[best.result.fixed_s],
+                       peak_memory_bytes=best.result.peak_memory_bytes)
         retried = False
         while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
             if pairs.settled(self.options.clear_pairs, self.threshold):
                 break
             a = self.run(self.incumbent)
             b = self.run(candidate)
+            pairs.peak_memory_bytes = max(pairs.peak_memory_bytes, b.peak_memory_bytes)
             pairs.failure = self.pair_failure(lever, a, b)
             if pairs.failure is not None:
                 break
@@ -293,9 +300,12 @@ class _Search:
             return Status.FAILED, f"failed when measured again: {b.error}"
         if not a.ok:
             return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
-        verdict = _judge(lever, b, self.baseline, self.reference)
+        verdict = judge(lever, b.losses, self.baseline.losses, self.reference)
         if not verdict.ok:
             return Status.INCORRECT, f"incorrect when measured again: {verdict.detail}"
+        over = self.memory.over(b.peak_memory_bytes, lever.for_memory)
+        if over is not None:
+            return Status.OVER_MEMORY, f"over the memory limit when measured again: {over}"
         return None
 
     def decide(self, lever: Lever, best: Screened, pairs: Pairs) -> None:
@@ -316,7 +326,7 @@ class _Search:
         if status is Status.KEPT:
             self.keep(lever, best, pairs, candidate_ms)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
-                    break_even_steps=break_even)
+                    break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes)
 
     def repaid(self, lever: Lever, best: Screened, pairs: Pairs,
                candidate_ms: float) -> tuple[Status, str, float | None]:
@@ -347,9 +357,10 @@ class _Search:
         self.incumbent_ms = candidate_ms
         self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
         self.reference = best.result.losses
+        self.memory.peak = pairs.peak_memory_bytes
         speedup = self.waterfall[-1].speedup / statistics.median(ratios)
-        self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent,
-                                            self.baseline.ms_per_step / speedup, speedup, max(ratios) - min(ratios)))
+        self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent, self.baseline.ms_per_step / speedup,
+                                            speedup, max(ratios) - min(ratios), self.memory.peak))
 
 
 def run_search(
@@ -362,7 +373,7 @@ def run_search(
     on_decision: Callable[[Decision], None] | None = None,
 ) -> TuneOutcome:
     """Measure the baseline, then try each lever in order; see the module docstring."""
-    search = _Search(measure, options, clock, on_decision)
+    search = _Search(measure, options, clock, on_decision, context.memory_limit_bytes)
     error = search.baseline_error()
     if error is None:
         search.measure_noise()

@@ -18,12 +18,13 @@ from typing import Any, Callable, Sequence
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.diagnose import diagnose
-from torchboost.diagnose.facts import Facts
+from torchboost.evidence.observed import Facts
 from torchboost.observe.launch import parse_launch
 from torchboost.observe.supervise import run_observed
 from torchboost.techniques.worker_ipc import available as sharing_available
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
+from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
 from torchboost.tune.trial_result import TrialResult, describe_settings
@@ -57,6 +58,9 @@ class TuneOptions:
     figures are the search's per-step ones)."""
     verify_budget_s: float | None = None
     """Seconds the end-to-end check may take; None: half the budget, at least 60."""
+    memory_limit_bytes: int | None = None
+    """Peak memory a kept configuration must stay under, bytes; None: 90% of the device's
+    memory, as the doctor saw it (:func:`torchboost.tune.memory_limit.default_memory_limit`)."""
 
 
 @dataclass
@@ -122,9 +126,12 @@ def context_from_facts(facts: Facts) -> TuneContext:
         has_loader=loader is not None,
         has_optimizer=facts.optimizer is not None,
         uses_booster=bool(getattr(facts, "uses_booster", False)),
-        has_conv2d=bool(facts.model and facts.model.has_conv2d and not facts.model.channels_last),
+        has_conv2d=bool(facts.model and facts.model.has_conv2d),
         file_system_sharing=sharing_available("file_system"),
         cpu_bf16_speedup=getattr(facts, "cpu_bf16_speedup", None),
+        memory_limit_bytes=default_memory_limit(env),
+        peak_memory_bytes=int(facts.peak_memory_bytes or 0),
+        techniques=dict(facts.techniques),
     )
 
 
@@ -318,6 +325,8 @@ def tune_script(
             return _failed_run(facts, failed, base)
     findings = diagnose(facts) if facts is not None and facts.steps else []
     context = context_from_facts(facts) if facts is not None else TuneContext()
+    if options.memory_limit_bytes is not None:  # --memory-limit replaces the device's default
+        context = dataclasses.replace(context, memory_limit_bytes=options.memory_limit_bytes)
     levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})
     run_steps, run_steps_source = _planned_run(options, facts)
     options = _trial_length(options, facts, run_steps)

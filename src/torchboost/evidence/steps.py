@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from torchboost.diagnose.facts import PHASES, Facts, StepRecord
+from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
 __all__ = ["Summary", "summarize", "measured_steps", "percentile"]
 

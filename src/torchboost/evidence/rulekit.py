@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchboost.diagnose.facts import Facts, ProfileFacts
-from torchboost.diagnose.summary import summarize
+from torchboost.evidence.observed import Facts, ProfileFacts
+from torchboost.evidence.steps import summarize
 
 REDUCED_DTYPES = ("bfloat16", "float16")
 
@@ -85,6 +85,16 @@ def matmul_share(profile: ProfileFacts | None) -> float | None:
         if str(op.get("name", "")).startswith(_MATMUL_OPS)
     )
     return mm / total
+
+
+def cuda_conv_compute_share(facts: Facts, compute_pct: float) -> float | None:
+    """Forward+backward's share (0..1) of a conv net's step on CUDA, when it is at least
+    ``compute_pct`` percent; None otherwise (the conv rules' common ground)."""
+    v, model = view(facts), facts.model
+    if v.device != "cuda" or model is None or not model.has_conv2d:
+        return None
+    f = v.compute_share
+    return f if f * 100 >= compute_pct else None
 
 
 def r(value: float, digits: int = 3) -> float:

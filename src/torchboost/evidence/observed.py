@@ -9,20 +9,48 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "Facts",
     "LoaderFacts",
     "ModelFacts",
     "OptimizerFacts",
-    "PrecisionFacts",
     "ProfileFacts",
     "StepRecord",
+    "register_facts",
+    "seen_in",
 ]
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 """The parts of a training step, in order; ``breakdown_pct`` has one entry per phase."""
+
+
+_FACT_KINDS: dict[str, type] = {}
+"""Each technique's facts class by technique name (registered by the technique registry)."""
+
+
+def register_facts(kind: type) -> type:
+    """Record ``kind`` (a frozen dataclass with ``technique: ClassVar[str]``) so that
+    :meth:`Facts.from_dict` rebuilds its JSON as that class."""
+    if not dataclasses.is_dataclass(kind) or not isinstance(getattr(kind, "technique", None), str):
+        raise TypeError(f"{kind.__name__}: a technique's facts are a dataclass with `technique: ClassVar[str]`")
+    if kind.technique in {f.name for f in dataclasses.fields(Facts)}:  # type: ignore[attr-defined]
+        raise TypeError(f"{kind.__name__}: technique facts named {kind.technique!r} would hide Facts' own field")
+    _FACT_KINDS[kind.technique] = kind  # type: ignore[attr-defined]
+    return kind
+
+
+def seen_in(by_technique: Mapping[str, Any], kind: type[T]) -> T:
+    """The facts of ``kind`` (a technique's facts class, whose ``technique`` names it) in
+    ``by_technique``: the object, or rebuilt from its JSON dict; defaults when absent."""
+    value = by_technique.get(kind.technique)  # type: ignore[attr-defined]
+    if isinstance(value, kind):
+        return value
+    names = {f.name for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
+    return kind(**{k: v for k, v in (value or {}).items() if k in names})
 
 
 @dataclass
@@ -69,22 +97,8 @@ class ModelFacts:
     param_dtypes: list[str] = field(default_factory=list)
     device: str = "cpu"
     compiled: bool = False
+    """The root module is a ``torch.compile`` wrapper (the script compiles it itself)."""
     has_conv2d: bool = False
-    channels_last: bool = False
-    """The conv weights are already in channels_last memory format."""
-
-
-@dataclass
-class PrecisionFacts:
-    """Numeric settings in effect during forward."""
-
-    autocast: bool = False
-    autocast_dtype: str | None = None
-    """"bfloat16" / "float16" when autocast was on, else None."""
-    grad_scaler: bool = False
-    tf32_matmul: bool = False
-    """torch.backends.cuda.matmul.allow_tf32 or float32 matmul precision below "highest"."""
-    cudnn_benchmark: bool = False
 
 
 @dataclass
@@ -129,7 +143,10 @@ class Facts:
     """"optimizer" (optimizer step hooks) or "backward" (no optimizer object seen)."""
     loader: LoaderFacts | None = None
     model: ModelFacts | None = None
-    precision: PrecisionFacts = field(default_factory=PrecisionFacts)
+    techniques: dict[str, Any] = field(default_factory=dict)
+    """Each technique's own facts (what its probe read of the live objects: autocast,
+    channels_last...), by technique name; read them with :meth:`seen`, or as
+    ``facts.precision``; in the JSON each is a key of its own, the technique's name."""
     optimizer: OptimizerFacts | None = None
     profile: ProfileFacts | None = None
     cpu_threads: int = 1
@@ -190,9 +207,23 @@ class Facts:
     K under gradient accumulation over K micro-batches; None when steps are counted by
     backward."""
 
+    def __getattr__(self, name: str) -> Any:
+        # ``facts.precision``: a technique's facts by its name, as in the JSON.
+        kind = _FACT_KINDS.get(name)
+        if kind is None or name.startswith("_"):
+            raise AttributeError(f"Facts has no field or technique facts {name!r}")
+        return seen_in(self.__dict__.get("techniques") or {}, kind)
+
+    def seen(self, kind: type[T]) -> T:
+        """The facts of ``kind``, a technique's facts class (its ``technique`` names it);
+        its defaults (nothing seen) when that technique's probe did not run."""
+        return seen_in(self.techniques, kind)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able nested dicts."""
-        return dataclasses.asdict(self)
+        """JSON-able nested dicts; each technique's facts under the technique's own name."""
+        data = dataclasses.asdict(self)
+        by_technique = data.pop("techniques")
+        return {**data, **by_technique}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Facts":
@@ -206,12 +237,12 @@ class Facts:
         nested = {
             "loader": LoaderFacts,
             "model": ModelFacts,
-            "precision": PrecisionFacts,
             "optimizer": OptimizerFacts,
             "profile": ProfileFacts,
         }
         names = {f.name for f in dataclasses.fields(cls)}
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"techniques": {key: build(_FACT_KINDS[key], value) for key, value in data.items()
+                                                 if key in _FACT_KINDS and key not in names}}
         for key, value in data.items():
             if key not in names:
                 continue

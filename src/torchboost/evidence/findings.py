@@ -1,0 +1,116 @@
+"""Finding: one diagnosis, with its evidence, its fix and the gain expected from it.
+
+A finding's fix is a partial configuration (:class:`~torchboost.config.Overlay`), never
+text: its ``torchboost.toml`` lines, its plain-PyTorch lines and its Lightning,
+Accelerate and Hugging Face spellings are rendered from that value by the techniques'
+own spellings (:func:`torchboost.frameworks.fix_words`), so each is written once, in
+the technique's module. What no setting can change (the batch size, an ``.item()`` in
+the loop) is ``advice``: one sentence, and the script's lines in ``advice_code``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from torchboost.config import Overlay
+
+__all__ = ["Finding", "Evidence", "severity_for"]
+
+Evidence = dict[str, Union[float, int, str]]
+"""The numbers (and a few words) a finding rests on, keyed by name with units in the name."""
+
+SEVERITIES = ("high", "medium", "low")
+UNITS = ("step", "sample")
+
+
+def severity_for(expected_speedup: float) -> str:
+    """"high" from a 1.25x expected speedup, "medium" from 1.05x, else "low"."""
+    if expected_speedup >= 1.25:
+        return "high"
+    if expected_speedup >= 1.05:
+        return "medium"
+    return "low"
+
+
+@dataclass
+class Finding:
+    """What bounds the step, why we think so, and what to change.
+
+    ``expected_speedup`` is the estimated ratio old step time / new step time (above 1
+    is faster) for this change alone, computed by ``formula`` from ``evidence``.
+    """
+
+    id: str
+    """Stable identifier, e.g. "data.workers"; one per rule in ``RULES``."""
+    title: str
+    """One line, in words a PyTorch user would use."""
+    evidence: Evidence
+    """The numbers the finding rests on (units in the keys: ``_ms``, ``_pct``, ``_bytes``)."""
+    expected_speedup: float
+    """Estimated step-time ratio before / after the fix (> 1 is faster)."""
+    formula: str
+    """How ``expected_speedup`` was computed, with the inputs' values."""
+    fix: Overlay = field(default_factory=Overlay)
+    """The settings that apply the fix; empty when no ``torchboost.toml`` key does."""
+    advice: str = ""
+    """What to change in the script that no setting changes, in words (shown as a TOML
+    comment: ``# no torchboost.toml key: ...`` when ``fix`` is empty)."""
+    advice_code: str = ""
+    """That change in the script's own lines, plain PyTorch."""
+    severity: str = ""
+    """"high" | "medium" | "low"; derived from ``expected_speedup`` when left empty."""
+    notes: list[str] = field(default_factory=list)
+    """Caveats: assumptions, costs, what to check after applying the fix."""
+    changes_training: bool = False
+    """The fix changes what is trained (batch size, learning rate...), not only how fast:
+    such findings are listed apart from the neutral speedups, never ranked with them."""
+    unit: str = "step"
+    """What ``expected_speedup`` is a ratio of: "step" (time per optimizer step, the same
+    samples per step) or "sample" (time per training sample, when the step's size changes)."""
+    memory_ratio: float | None = None
+    """For a fix that trades time for memory: the expected peak memory before / after
+    (above 1 is less memory); ``expected_speedup`` is then its time cost (below 1). Such
+    findings are listed apart, as the way to fit in memory, never ranked as speedups."""
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            self.severity = severity_for(self.expected_speedup)
+        if self.unit not in UNITS:
+            raise ValueError(f"Finding.unit: expected one of {', '.join(UNITS)}; got {self.unit!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"Finding.severity: expected one of {', '.join(SEVERITIES)}; got {self.severity!r}")
+
+    @property
+    def fix_toml(self) -> str:
+        """The fix as a ``torchboost.toml`` fragment (comments only when no key applies it)."""
+        return self.words()["toml"]
+
+    @property
+    def fix_torch(self) -> str:
+        """The same change written in plain PyTorch."""
+        return self.words()["torch"]
+
+    def words(self) -> dict[str, str]:
+        """The fix in every spelling: "toml", "torch" and, where the frameworks have one,
+        "lightning", "accelerate", "transformers"."""
+        from torchboost.frameworks import fix_words  # the spellings live with the techniques
+
+        return fix_words(self.fix, self.advice, self.advice_code)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict: the fields as named here (``fix`` by dotted names) and the
+        rendered ``fix_toml`` and ``fix_torch``."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(evidence=dict(self.evidence), notes=list(self.notes), fix=self.fix.to_dict(),
+                    fix_toml=self.fix_toml, fix_torch=self.fix_torch)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Finding":
+        """Inverse of :meth:`to_dict`; unknown keys (the rendered spellings) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["fix"] = Overlay.from_dict(kwargs.get("fix") or {})
+        return cls(**kwargs)

@@ -1,0 +1,102 @@
+"""The one place the observed run's :class:`Facts` are built, and its live objects described.
+
+:func:`build_facts` describes the script's model and optimizer (``describe_model``,
+``describe_optimizer``), asks each technique's probe for its own facts
+(``probe_techniques``: autocast, compiled, channels_last...), and puts them with
+everything the recorder's parts measured into one ``Facts``. What a technique needs to
+know of the script's live objects is its probe's to read, not this module's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchboost import env as _env
+from torchboost.evidence.observed import Facts, ModelFacts
+from torchboost.observe import describe
+from torchboost.techniques.registry import ProbeContext
+
+if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
+    from torchboost.observe.recorder import StepRecorder
+
+__all__ = ["build_facts", "uses_cuda"]
+
+
+def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
+    """The script trains on CUDA: its model is there, or (model unknown yet) it started CUDA.
+
+    Never ``torch.cuda.is_available()``: the observer must not be the one to start CUDA,
+    and our probe at the end of warm-up may have; that does not make a CPU run a GPU one.
+    """
+    if model is not None:
+        return model.device.startswith("cuda")
+    return torch.cuda.is_initialized() and not probe_started_cuda
+
+
+def _described(recorder: StepRecorder, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """The model, the optimizer and each technique's own facts (its probe's), from the live
+    objects when there is nothing earlier or ``fresh``; else ``earlier``'s."""
+    seen = recorder.seen
+    model = earlier.model if earlier is not None else None
+    optimizer = earlier.optimizer if earlier is not None else None
+    by_technique = dict(earlier.techniques) if earlier is not None else {}
+    if model is not None and not fresh:
+        return model, optimizer, by_technique
+    try:
+        module = seen.model()
+        if module is not None:
+            model = describe.describe_model(module)
+        device = model.device if model else "cpu"
+        live = seen.primary_optimizer()
+        if live is not None:
+            optimizer = describe.describe_optimizer(live, device)
+        context = ProbeContext(model=module, optimizer=live, loader=None, device=device.split(":")[0],
+                               autocast_dtype=seen.autocast_dtype(device),
+                               grad_scaler=recorder.losses.scaler is not None)
+        by_technique = describe.probe_techniques(context)
+    except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
+        recorder.errors.append(f"build_facts: {type(exc).__name__}: {exc}")
+    return model, optimizer, by_technique
+
+
+def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: bool = False) -> Facts:
+    """Everything ``recorder`` has seen so far, as :class:`Facts` (converts pending losses: may sync).
+
+    The model and optimizer are described from the live objects when ``earlier`` (facts
+    built before) has no model yet, or when ``fresh``; otherwise ``earlier``'s descriptions
+    are kept, since the script's objects may be gone by the end of the run. The recorder
+    builds with ``fresh`` at the end of warm-up, when the script has set them up.
+    """
+    seen, timing, spec = recorder.seen, recorder.timing, recorder.spec
+    model, optimizer, by_technique = _described(recorder, earlier, fresh)
+    settings = seen.settings
+    loader = seen.main_loader()
+    cuda = uses_cuda(model, seen.probe_started_cuda)
+    return Facts(
+        # What the script is and the machine it ran on.
+        env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),
+        frameworks=describe.frameworks(), uses_booster=recorder.uses_booster, applied=list(recorder.applied),
+        # Its objects and settings.
+        loader=loader,
+        model=model,
+        optimizer=optimizer,
+        techniques=by_technique,
+        cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
+        # What was measured.
+        steps=list(timing.steps), warmup_steps=spec.warmup, step_source=recorder.step_source,
+        warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
+        planned_steps=loader.num_batches if loader is not None else None,
+        target_steps=None if spec.full else spec.steps,
+        micro_steps_per_step=timing.micro_median() if recorder.step_source == "optimizer" else None,
+        losses=recorder.losses.values(), warmup_losses=recorder.losses.warmup_values(),
+        profile=recorder.stages.profile.facts, gpu=recorder.stages.profile.gpu,
+        profile_error=recorder.stages.profile.error,
+        peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
+        device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
+        peak_rss_bytes=describe.peak_rss_bytes(),
+        # How it ended.
+        ended=recorder.ended, stopped_slow=timing.stopped_slow, stall=recorder.stall, signal=recorder.signal,
+        observer_errors=list(recorder.errors),
+    )

@@ -1,0 +1,61 @@
+"""The loss of each step, as the script computed it, kept as tensors until the facts are written.
+
+The loss is the scalar ``backward`` was called on, detached; under a ``GradScaler`` it is
+divided by the scale so the numbers are the script's own. Tensors are converted to floats
+only when the facts are built: converting one per step would sync the device per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchboost.observe.phases import RECORDED, WARMUP
+
+__all__ = ["LossCapture"]
+
+
+class LossCapture:
+    """The pending loss of the step in flight, and the losses of closed steps by kind."""
+
+    def __init__(self) -> None:
+        self.scaler: Any = None
+        """The ``GradScaler`` driving the primary optimizer, when the script uses one."""
+        self._pending: torch.Tensor | None = None
+        self._recorded: list[torch.Tensor] = []
+        self._values: list[float] = []
+        self._warmup: list[torch.Tensor] = []
+
+    def backward_on(self, tensor: Any) -> None:
+        """``backward`` was called on ``tensor``; a scalar is taken as the step's loss."""
+        if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
+            loss = tensor.detach()
+            scale = getattr(self.scaler, "_scale", None)  # GradScaler multiplies the loss
+            self._pending = loss / scale if isinstance(scale, torch.Tensor) else loss
+
+    def close_step(self, kind: str | None) -> None:
+        """Keep the step's loss with the steps of ``kind`` (see :meth:`StepTiming.close_step`)."""
+        if self._pending is not None:
+            if kind == RECORDED:
+                self._recorded.append(self._pending)
+            elif kind == WARMUP:
+                # Warm-up losses let a tuning trial compare runs from step 0.
+                self._warmup.append(self._pending)
+        self._pending = None
+
+    def restart(self) -> None:
+        """Forget the losses of closed steps (step counting restarts)."""
+        self._recorded.clear()
+        self._warmup.clear()
+
+    def values(self) -> list[float]:
+        """The recorded steps' losses as floats (converts the pending tensors: may sync)."""
+        if self._recorded:
+            self._values.extend(float(t) for t in self._recorded)
+            self._recorded.clear()
+        return list(self._values)
+
+    def warmup_values(self) -> list[float]:
+        """The warm-up steps' losses as floats (may sync)."""
+        return [float(t) for t in self._warmup]

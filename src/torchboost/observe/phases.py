@@ -1,0 +1,30 @@
+"""The names the observer's parts share: a step's phases, what a closed step was, how a run stops.
+
+Kept apart from :mod:`torchboost.observe.recorder` so that its parts (step timing, loss
+capture) and the hooks can use them without importing the recorder itself.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "PHASE_MARKS", "RECORDED", "WARMUP", "SLOW_CHECK_STEPS",
+           "StopObserving"]
+
+DATA, FORWARD, BACKWARD, OPTIMIZER = range(4)
+"""Phase indices into a step's accumulators (see ``torchboost.evidence.observed.PHASES``)."""
+
+PHASE_MARKS = ("torchboost: data wait", "torchboost: forward", "torchboost: backward", "torchboost: optimizer")
+"""The trace's mark for each phase: constant strings, so none is built per phase on the hot path."""
+
+RECORDED, WARMUP = "recorded", "warm-up"
+"""What a closed step was kept as (a step of neither kind is not kept)."""
+
+SLOW_CHECK_STEPS = 5
+"""Recorded steps after which a tuning trial may be stopped as far too slow."""
+
+
+class StopObserving(BaseException):
+    """Ends the observed script at a step boundary once enough steps were seen.
+
+    A BaseException so the script's ``finally`` blocks run and its ``except Exception``
+    does not swallow it.
+    """

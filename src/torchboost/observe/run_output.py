@@ -1,0 +1,91 @@
+"""The observed run's facts as built so far, and what it writes as it goes: progress, ``facts.json``.
+
+The facts are built by :func:`~torchboost.observe.facts_builder.build_facts`; the first
+build with the script's objects alive (the end of warm-up) is kept, so the descriptions
+of the model and optimizer outlive them. The progress line is rewritten at each stage change and at most every 0.2 s; the facts
+are rewritten at the first recorded step, then at most every ``spec.flush_interval_s``,
+never while the profiler runs (the write would be profiled), and at the end of the
+recorded steps, so a run that crashes later keeps what was seen.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Callable
+
+from torchboost import env as _env
+from torchboost._io import atomic_write_bytes
+from torchboost.evidence.observed import Facts
+from torchboost.observe.facts_builder import build_facts, uses_cuda
+from torchboost.observe.progress_file import ProgressFile, stage_of
+from torchboost.observe.spec import ObserveSpec
+
+if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
+    from torchboost.observe.recorder import StepRecorder
+
+__all__ = ["RunOutput"]
+
+_PROGRESS_INTERVAL_S = 0.2
+
+
+class RunOutput:
+    """Builds and writes the facts of one observed run, and its progress line."""
+
+    def __init__(self, spec: ObserveSpec, clock: Callable[[], float]) -> None:
+        self._spec = spec
+        self._clock = clock
+        self._progress: ProgressFile | None = None
+        self._last_flush = float("-inf")  # the first recorded step is flushed at once
+        self._last_progress = float("-inf")
+        self._described: Facts | None = None  # facts built while the script's objects lived
+        self.bf16_speedup: float | None = None
+        """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
+
+    def uses_cuda(self, probe_started_cuda: bool) -> bool:
+        """The script trains on CUDA (see :func:`~torchboost.observe.facts_builder.uses_cuda`)."""
+        return uses_cuda(self._described.model if self._described else None, probe_started_cuda)
+
+    def at_warmup_end(self, recorder: StepRecorder) -> None:
+        """Probe the settings and describe the script's objects while they are set up and alive."""
+        recorder.seen.snapshot_settings()
+        self._described = build_facts(recorder, self._described, fresh=True)
+
+    def facts(self, recorder: StepRecorder) -> Facts:
+        """Everything ``recorder`` has seen so far (converts pending losses: may sync)."""
+        if self._described is None or self._described.model is None:
+            recorder.guarded(recorder.seen.snapshot_settings)
+        facts = build_facts(recorder, self._described)
+        if self._described is None or self._described.model is None:
+            self._described = facts
+        return facts
+
+    def write_facts(self, recorder: StepRecorder, exit_code: int | None) -> Facts:
+        """Rewrite facts.json atomically; returns what was written (see ``StepRecorder.write_facts``)."""
+        facts = self.facts(recorder)
+        if exit_code is not None:
+            facts.exit_code = exit_code
+            if facts.model is not None and facts.model.device == "cpu":
+                recorder.guarded(self._measure_bf16)
+        facts.cpu_bf16_speedup = self.bf16_speedup
+        atomic_write_bytes(self._spec.facts_path, json.dumps(facts.to_dict(), indent=1).encode())
+        self._last_flush = self._clock()
+        return facts
+
+    def after_boundary(self, done: int, *, has_steps: bool, profiling: bool, write_facts: Callable[[], object]) -> None:
+        """After the ``done``-th step boundary: update the progress line, flush the facts when due."""
+        spec = self._spec
+        now = self._clock()
+        recorded_end = spec.warmup + spec.steps
+        profiled_end = recorded_end + spec.profile_steps
+        transition = done in (spec.warmup, recorded_end, profiled_end)
+        if spec.progress_path and (transition or now - self._last_progress >= _PROGRESS_INTERVAL_S):
+            if self._progress is None:
+                self._progress = ProgressFile(spec.progress_path)
+            self._progress.write(stage_of(done, spec))
+            self._last_progress = now
+        if has_steps and not profiling and (done == recorded_end or now - self._last_flush >= spec.flush_interval_s):
+            write_facts()
+
+    def _measure_bf16(self) -> None:
+        # ~0.1 s: only at the end, outside every recorded step.
+        self.bf16_speedup = float(_env.measure_cpu_bf16_speedup())

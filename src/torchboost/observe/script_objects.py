@@ -1,0 +1,108 @@
+"""The script's objects the hooks saw: its DataLoaders, root modules, primary optimizer, autocast.
+
+Modules and optimizers are held by weak reference: observing must not keep the script's
+model alive. What the facts need of them is described while they live
+(:func:`torchboost.observe.facts_builder.build_facts`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from torchboost import env as _env
+from torchboost.evidence.observed import LoaderFacts
+from torchboost.observe import describe
+
+__all__ = ["ScriptObjects"]
+
+
+class ScriptObjects:
+    """What the hooks saw of the script's own objects, and its settings at the end of warm-up."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._loaders: dict[int, list[Any]] = {}  # id(loader) -> [LoaderFacts, batches]
+        self._iter_loader: dict[int, int] = {}  # id(iterator) -> id(loader)
+        self._roots: dict[int, list[Any]] = {}  # id(module) -> [weakref, outermost calls]
+        self._primary: Any = None  # weakref to the optimizer whose step ends a step
+        self._autocast: dict[str, str] = {}  # device type -> dtype seen on during forward
+        self.first_forward_at: float | None = None
+        """Clock at the first outermost forward."""
+        self.settings: dict[str, Any] = {}
+        """``{"env": Environment.to_dict(), "cpu_threads": n}`` from :meth:`snapshot_settings`."""
+        self.probe_started_cuda = False
+        """Our own environment probe, not the script, started CUDA."""
+
+    # -- fed by the hooks ----------------------------------------------------------------
+    def loader_iter(self, loader: Any, iterator: Any) -> None:
+        """``loader`` made ``iterator``; describes the loader (may raise: the caller records it)."""
+        self._iter_loader[id(iterator)] = id(loader)
+        entry = self._loaders.setdefault(id(loader), [LoaderFacts(), 0])
+        entry[0] = describe.describe_loader(loader)
+
+    def loader_batch(self, iterator: Any) -> None:
+        """``iterator`` gave a batch."""
+        entry = self._loaders.get(self._iter_loader.get(id(iterator), -1))
+        if entry is not None:
+            entry[1] += 1
+
+    def forward(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
+        """An outermost call of ``module`` starts; notes autocast as it is on now."""
+        if self.first_forward_at is None:
+            self.first_forward_at = self._clock()
+        entry = self._roots.get(id(module))
+        if entry is None:
+            self._roots[id(module)] = [weakref.ref(module), 1]
+        else:
+            entry[1] += 1
+        for device_type in autocast_devices:
+            if torch.is_autocast_enabled(device_type):
+                self._autocast[device_type] = str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+
+    def adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer``'s steps are the step boundaries from now on."""
+        self._primary = weakref.ref(optimizer)
+
+    # -- read by the recorder and the facts ------------------------------------------------
+    @property
+    def has_primary(self) -> bool:
+        """An optimizer was adopted (its steps, not backward calls, are the boundaries)."""
+        return self._primary is not None
+
+    def is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``optimizer`` is the one whose steps are the boundaries."""
+        return self._primary is not None and self._primary() is optimizer
+
+    def primary_optimizer(self) -> torch.optim.Optimizer | None:
+        """The adopted optimizer, while it lives."""
+        return self._primary() if self._primary is not None else None
+
+    def roots(self) -> list[torch.nn.Module]:
+        """Live modules seen called outermost (the model, a loss module, ...)."""
+        return [m for m in (entry[0]() for entry in self._roots.values()) if m is not None]
+
+    def model(self) -> torch.nn.Module | None:
+        """The model: of the live roots, one with parameters called most (a loss module has none)."""
+        roots = [(entry[0](), entry[1]) for entry in self._roots.values()]
+        roots = [(m, calls) for m, calls in roots if m is not None]
+        if not roots:
+            return None
+        return max(roots, key=lambda r: (any(True for _ in r[0].parameters()), r[1]))[0]
+
+    def main_loader(self) -> LoaderFacts | None:
+        """The loader that gave the most batches: the one feeding the loop."""
+        return max(self._loaders.values(), key=lambda e: e[1])[0] if self._loaders else None
+
+    def autocast_dtype(self, device: str) -> str | None:
+        """The autocast dtype seen on ``device`` (else on any device), or None."""
+        return self._autocast.get(device.split(":")[0]) or next(iter(self._autocast.values()), None)
+
+    def snapshot_settings(self) -> None:
+        """Probe the machine and the thread count: at the end of warm-up, when the script has
+        set itself up (CUDA_VISIBLE_DEVICES, threads), so probing cannot disturb that setup."""
+        cuda_before = torch.cuda.is_initialized()
+        self.settings = {"env": _env.probe().to_dict(), "cpu_threads": torch.get_num_threads()}
+        self.probe_started_cuda |= not cuda_before and torch.cuda.is_initialized()

@@ -1,0 +1,49 @@
+"""Where an observed run is after each step boundary: warm-up, recorded steps, profiled steps, over.
+
+A run warms up for ``spec.warmup`` steps, records ``spec.steps``, then profiles
+``spec.profile_steps`` in the :class:`~torchboost.observe.profile.ProfileWindow` this part
+drives, and is over (unless ``spec.full``: then it records to the script's own end).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torchboost.observe.profile import ProfileWindow
+from torchboost.observe.spec import ObserveSpec
+
+__all__ = ["RunStages"]
+
+
+class RunStages:
+    """The run's course by step boundaries, and the profiler window it drives."""
+
+    def __init__(self, spec: ObserveSpec) -> None:
+        self._spec = spec
+        self.profile = self._window()
+        """The profiler window of this run (replaced when step counting restarts)."""
+
+    def warmup_ends(self, done: int) -> bool:
+        """The ``done``-th boundary ends warm-up (the first one when there is none)."""
+        return done == max(self._spec.warmup, 1)
+
+    def advance(self, done: int, uses_cuda: Callable[[], bool]) -> bool:
+        """Drive the profiler after the ``done``-th boundary; True when observation is over."""
+        spec = self._spec
+        recorded_end = spec.warmup + spec.steps
+        if done == recorded_end and spec.profile_steps:
+            self.profile.cuda = uses_cuda()
+            self.profile.start()
+        elif self.profile.running:
+            self.profile.step()
+        self.profile.annotate(f"torchboost: step {done}")  # the report's step numbers
+        return not spec.full and done >= recorded_end + spec.profile_steps
+
+    def restart(self) -> None:
+        """Step counting restarts: a profiler window of the old count is closed, a new one waits."""
+        self.profile.close()
+        self.profile = self._window()
+
+    def _window(self) -> ProfileWindow:
+        spec = self._spec
+        return ProfileWindow(spec.trace_path, warmup=spec.profile_warmup, active=spec.profile_active)

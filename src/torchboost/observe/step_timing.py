@@ -1,0 +1,140 @@
+"""A step's phase times and its boundaries: what each closed step was, and when to stop early.
+
+Host times come from the recorder's clock; on CUDA the phases are timed with CUDA events
+(:class:`~torchboost.observe.cuda_phases.CudaPhases`) and :meth:`StepTiming.close_step`
+calls ``torch.cuda.synchronize()``, the one sync per step (see
+:mod:`torchboost.observe.recorder`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+import torch
+
+from torchboost.evidence.observed import StepRecord
+from torchboost.observe.cuda_phases import CudaPhases
+from torchboost.observe.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
+from torchboost.observe.spec import ObserveSpec
+
+__all__ = ["StepTiming"]
+
+
+class StepTiming:
+    """Accumulates the phases of the step in flight; closes it into a record at a boundary."""
+
+    def __init__(self, spec: ObserveSpec, clock: Callable[[], float]) -> None:
+        self._spec = spec
+        self._clock = clock
+        self.acc = [0.0, 0.0, 0.0, 0.0]
+        """Milliseconds spent per phase in the current step; the hooks add to it."""
+        self.steps: list[StepRecord] = []
+        """The recorded steps (after warm-up; all of them in a full run)."""
+        self.warmup_ms: list[float] = []
+        """Total milliseconds of each warm-up step."""
+        self.boundaries = 0
+        """Steps completed since counting (re)started."""
+        self.last_boundary = clock()
+        """Clock at the last step boundary (or the start), or at the end of torchboost's own
+        bookkeeping after it: the stall watchdog reads it."""
+        self.bookkeeping = False
+        """torchboost's own work at a boundary is running (the end of warm-up's probe, the
+        profiler's start, which imports dynamo: seconds on a slow machine): not the script's."""
+        self.stopped_slow = False
+        """The trial was stopped early as far too slow (``spec.stop_slower_than_ms``)."""
+        self.micro_counts: list[int] = []
+        """Backward passes in each recorded step (a closure's count once)."""
+        self.cuda: CudaPhases | None = None
+        """Device timing of the step in flight; None off CUDA."""
+        self._step_start = clock()
+        self._discard_next = False
+        self._micro = 0
+        self._in_closure = False
+
+    # -- within a step -----------------------------------------------------------------
+    def begin(self, phase: int) -> None:
+        """A phase starts (timed on the device on CUDA)."""
+        if self.cuda is not None:
+            self.cuda.begin(phase)
+
+    def end(self, phase: int, ms: float) -> None:
+        """A phase ended after ``ms`` host milliseconds."""
+        self.acc[phase] += ms
+        if self.cuda is not None:
+            self.cuda.end(phase)
+
+    def closure_begin(self) -> None:
+        """``optimizer.step``'s closure starts: it counts as one micro-step however often it runs."""
+        if not self._in_closure:
+            self._in_closure = True
+            self._micro += 1  # an optimizer re-running its closure still steps on one batch
+        if self.cuda is not None:
+            self.cuda.carve_begin()
+
+    def closure_end(self) -> None:
+        """The closure returned: its device time is not the optimizer's."""
+        if self.cuda is not None:
+            self.cuda.carve_end()
+
+    def backward_done(self) -> None:
+        """An outermost backward finished: one more micro-step, unless inside a closure."""
+        if not self._in_closure:
+            self._micro += 1
+
+    # -- at a boundary -------------------------------------------------------------------
+    def close_step(self) -> str | None:
+        """End the step in flight; returns :data:`RECORDED`, :data:`WARMUP` or None (not kept)."""
+        if self.cuda is not None:
+            torch.cuda.synchronize()  # the one sync per step, see torchboost.observe.recorder
+            self.cuda.collect(self.acc)
+        now = self._clock()
+        self.last_boundary = now
+        index = self.boundaries
+        self.boundaries += 1
+        spec = self._spec
+        recorded_end = spec.warmup + spec.steps
+        recording = spec.warmup <= index < recorded_end or (spec.full and index >= recorded_end + spec.profile_steps)
+        kind = None
+        if recording and not self._discard_next:
+            self.steps.append(StepRecord(index, (now - self._step_start) * 1000.0, *self.acc))
+            self.micro_counts.append(self._micro)
+            kind = RECORDED
+        elif index < spec.warmup and not self._discard_next:
+            # Warm-up is kept apart: its extra time is the first-call (compile) cost.
+            self.warmup_ms.append((now - self._step_start) * 1000.0)
+            kind = WARMUP
+        self._discard_next = False
+        self._micro, self._in_closure = 0, False
+        self.acc[:] = (0.0, 0.0, 0.0, 0.0)
+        return kind
+
+    def stop_if_slow(self) -> None:
+        """Raise :class:`StopObserving` once the first recorded steps are far over the trial's bound."""
+        limit = self._spec.stop_slower_than_ms
+        if limit is None or len(self.steps) != SLOW_CHECK_STEPS:
+            return
+        if sum(s.total_ms for s in self.steps) / len(self.steps) > limit:
+            self.stopped_slow = True
+            raise StopObserving
+
+    def next_step(self, cuda: bool) -> None:
+        """The next step starts now (after the boundary's bookkeeping, which is no step's)."""
+        self.cuda = CudaPhases(OPTIMIZER) if cuda else None
+        self._step_start = self.last_boundary = self._clock()
+        self.bookkeeping = False
+
+    def restart(self, first_ms: float) -> None:
+        """Count steps from zero again; the step in flight (cut in two) is not kept.
+
+        ``first_ms``: the time of the first step so far, kept as the one warm-up step.
+        """
+        self.boundaries = 0
+        self.steps.clear()
+        self.micro_counts.clear()
+        self.warmup_ms[:] = [first_ms] if first_ms > 0 else []
+        self._discard_next = True
+
+    def micro_median(self) -> float | None:
+        """Median micro-steps per recorded step; None when there is none."""
+        return float(statistics.median(self.micro_counts)) if self.micro_counts else None

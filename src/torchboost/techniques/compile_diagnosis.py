@@ -1,0 +1,58 @@
+"""Compile's diagnosis: an eager model whose forward and backward dominate the step.
+
+Reads Facts only and returns a Finding or None; thresholds are keyword parameters with
+their unit in the name. Declared by :data:`torchboost.techniques.compile.TECHNIQUE`.
+"""
+
+from __future__ import annotations
+
+from torchboost.config import Overlay
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.rulekit import amdahl, r, view
+from torchboost.techniques.compile_settings import CompileConfig
+
+__all__ = ["compile_enable"]
+
+
+_COMPILE_FACTOR = {"cuda": 1.3, "cpu": 1.15}  # fused kernels, less Python (assumed)
+
+
+def compile_enable(facts: Facts, *, compute_pct: float = 50.0, compile_cost_s: float = 60.0) -> Finding | None:
+    """Forward+backward take at least ``compute_pct`` percent of the step, the model is not
+    compiled and Inductor can compile here; skipped when the planned run is too short to pay
+    back a compile of ``compile_cost_s`` seconds."""
+    v, model = view(facts), facts.model
+    if model is None or model.compiled or not facts.env.get("can_compile") or v.step_ms <= 0:
+        return None
+    f = v.compute_share
+    if f * 100 < compute_pct or v.device not in _COMPILE_FACTOR:
+        return None
+    factor = _COMPILE_FACTOR[v.device]
+    speedup = amdahl(f, factor)
+    saved_ms = v.step_ms - v.step_ms / speedup
+    break_even = compile_cost_s * 1000.0 / saved_ms
+    if facts.planned_steps is not None and facts.planned_steps < break_even:
+        return None  # the compile would cost more than it saves over the whole run
+    regional = model.parameters >= 100_000_000
+    fix = Overlay.of(CompileConfig, mode="default", **({"scope": "regional"} if regional else {}))
+    return Finding(
+        id="compile.enable",
+        title=f"The model runs eagerly and forward+backward are {f * 100:.0f}% of the step; compile it",
+        evidence={
+            "compute_pct": r(f * 100, 1),
+            "step_ms": r(v.step_ms),
+            "break_even_steps": int(break_even) + 1,
+            "parameters": model.parameters,
+            **({"planned_steps": facts.planned_steps} if facts.planned_steps is not None else {}),
+        },
+        fix=fix,
+        expected_speedup=speedup,
+        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, "
+                f"s = {factor} on {v.device} (assumed); pays back a {compile_cost_s:g} s compile "
+                f"after {int(break_even) + 1} steps",
+        notes=[f"The first compile costs tens of seconds to minutes (assumed {compile_cost_s:g} s here) "
+               "and new input shapes recompile; worth it for long runs.",
+               "A compile that fails falls back to eager with a warning."]
+              + (["Large model: regional compile (each repeated block) compiles much faster."] if regional else []),
+    )

@@ -1,0 +1,44 @@
+"""torchrun's variables, read in env.py alone: this process's now, and the probed snapshot's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from torchboost import env
+from torchboost.env import DIST_ENV_VARS, probe
+
+
+@pytest.fixture
+def no_torchrun(monkeypatch):
+    for name in DIST_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_outside_torchrun_this_is_rank_0_of_1(no_torchrun):
+    assert (env.rank(), env.world_size(), env.is_torchrun_rank(), env.torchrun_env()) == (0, 1, False, {})
+
+
+def test_under_torchrun_the_variables_are_read(no_torchrun):
+    no_torchrun.setenv("RANK", "3")
+    no_torchrun.setenv("LOCAL_RANK", "1")
+    no_torchrun.setenv("WORLD_SIZE", "4")
+    assert (env.rank(), env.world_size(), env.is_torchrun_rank()) == (3, 4, True)
+    assert env.torchrun_env() == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}
+
+
+def test_an_empty_variable_counts_as_unset(no_torchrun):
+    no_torchrun.setenv("RANK", "")
+    no_torchrun.setenv("WORLD_SIZE", "")
+    assert (env.rank(), env.world_size()) == (0, 1)
+
+
+def test_the_snapshot_says_rank_and_sizes():
+    job = dataclasses.replace(probe(), dist_env={"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+                                                  "LOCAL_WORLD_SIZE": "4"})
+    assert (job.rank, job.local_rank, job.world_size, job.local_world_size, job.distributed) == (5, 1, 8, 4, True)
+    alone = dataclasses.replace(probe(), dist_env={})
+    assert (alone.rank, alone.local_rank, alone.world_size, alone.local_world_size, alone.distributed) == (
+        0, 0, 1, 1, False)
