@@ -1,6 +1,7 @@
 """Every finding's fix is a setting, rendered by the technique's own spelling, never text.
 
-One triggering Facts per rule in ``RULES`` (the techniques' and diagnose's own): the
+One triggering Facts per rule in ``RULES`` (a technique's rule may bring its own, as
+``Rule.example``; the rest are here): the
 finding's ``torchboost.toml`` lines parse and give back the very Overlay it carries, its
 plain-PyTorch lines are its techniques' spellings (then the script change, if any), and
 no module in ``diagnose/`` or ``techniques/`` writes a fix as a string.
@@ -21,6 +22,7 @@ from torchboost.diagnose import Facts, StepRecord
 from torchboost.diagnose.gpu import GpuFacts
 from torchboost.diagnose.rules import RULES
 from torchboost.frameworks import spell
+from torchboost.techniques.registry import techniques
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -68,8 +70,17 @@ TRIGGERS = {
 }
 
 
-def test_every_rule_has_a_trigger_here():
-    assert set(TRIGGERS) == set(RULES)
+def _examples() -> dict:
+    """Facts that make each rule fire: the rule's own example where it declares one, else ours."""
+    declared = {rule.id: rule.example for t in techniques() for rule in t.rules if rule.example is not None}
+    return {**TRIGGERS, **declared}
+
+
+EXAMPLES = _examples()
+
+
+def test_every_rule_has_an_example_that_fires_it():
+    assert set(EXAMPLES) == set(RULES)
 
 
 def _settings(fix_toml: str) -> Overlay:
@@ -77,9 +88,9 @@ def _settings(fix_toml: str) -> Overlay:
     return Overlay({f"{section}.{key}": value for section, values in tables.items() for key, value in values.items()})
 
 
-@pytest.mark.parametrize("rule_id", sorted(TRIGGERS))
+@pytest.mark.parametrize("rule_id", sorted(EXAMPLES))
 def test_the_fix_renders_from_its_overlay_and_round_trips(rule_id):
-    finding = RULES[rule_id](TRIGGERS[rule_id]())
+    finding = RULES[rule_id](EXAMPLES[rule_id]())
     assert finding is not None and finding.id == rule_id
     assert _settings(finding.fix_toml) == finding.fix  # the TOML says exactly the settings it carries
     torch_lines = finding.fix_torch.splitlines()

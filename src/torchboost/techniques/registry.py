@@ -232,6 +232,9 @@ class Rule:
 
     id: str
     check: Callable[..., Any]
+    example: Callable[[], Any] | None = None
+    """Facts on which the rule fires: a worked example of what it looks for; the tests run
+    every rule on its example and check the finding's fix renders and round-trips."""
 
 
 @dataclass(frozen=True)
