@@ -195,3 +195,48 @@ def test_the_torchrun_check_fails_on_a_module_that_reads_them():
     tree = ast.parse(_BAD_TORCHRUN)
     assert _torchrun_readers({"observe/bootstrap.py": tree}) == {"observe/bootstrap.py": ["LOCAL_RANK", "RANK"]}
     assert _torchrun_readers({"env.py": tree}) == {}  # env.py is where they belong
+
+
+# -- small classes: few public methods; the recorder's parts each fit on a screen or two ---
+
+MAX_PUBLIC_METHODS = 15
+MAX_RECORDER_PART_LINES = 150
+_RECORDER_PARTS = ("observe/recorder.py", "observe/step_timing.py", "observe/loss_capture.py",
+                   "observe/script_objects.py", "observe/stages.py", "observe/run_output.py")
+
+
+def _public_methods(tree: ast.Module) -> dict[str, int]:
+    """Public methods per class (properties are attributes, not counted)."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = sum(1 for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                 and not n.name.startswith("_")
+                                 and not any(ast.unparse(d) == "property" for d in n.decorator_list))
+    return out
+
+
+def _class_lines(tree: ast.Module) -> dict[str, int]:
+    return {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+
+
+def test_no_class_has_more_than_15_public_methods():
+    crowded = {f"{path}:{name}": n for path, tree in _modules().items()
+               for name, n in _public_methods(tree).items() if n > MAX_PUBLIC_METHODS}
+    assert crowded == {}
+
+
+def test_the_step_recorder_is_small_parts():
+    modules = _modules()
+    assert "StepRecorder" in _class_lines(modules["observe/recorder.py"])
+    long = {f"{path}:{name}": n for path in _RECORDER_PARTS
+            for name, n in _class_lines(modules[path]).items() if n > MAX_RECORDER_PART_LINES}
+    assert long == {}
+
+
+def test_the_size_checks_fail_on_a_crowded_long_class():
+    crowded = "class Crowded:\n" + "".join(f"    def m{i}(self):\n        return {i}\n" for i in range(16))
+    crowded += "    @property\n    def p(self):\n        return 0\n"
+    tree = ast.parse(crowded)
+    assert _public_methods(tree) == {"Crowded": 16} and _class_lines(tree)["Crowded"] == 36
+    assert _public_methods(ast.parse(crowded.replace("def m15", "def _m15"))) == {"Crowded": 15}

@@ -51,9 +51,8 @@ __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTI
 class StepRecorder:
     """Turns hook calls into :class:`StepRecord` s and :class:`Facts` (see module docstring).
 
-    ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`),
-    to tell whether the script used one; by default a ``Claims`` of its own: no Booster.
-    """
+    ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`);
+    by default a ``Claims`` of its own: no Booster."""
 
     def __init__(self, spec: ObserveSpec, *, clock: Callable[[], float] = time.perf_counter,
                  claims: Claims | None = None) -> None:

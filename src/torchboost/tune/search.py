@@ -132,7 +132,7 @@ class _Search:
     def pull_levers(self, levers: list[Lever], context: TuneContext) -> None:
         """The memory levers, then each other lever in turn, then the interaction pass."""
         self.waterfall.append(WaterfallStep("baseline", Overlay(), self.incumbent_ms, 1.0, 0.0, self.memory.peak))
-        self.fit_memory([lever for lever in levers if lever.for_memory], context)
+        self._fit_memory([lever for lever in levers if lever.for_memory], context)
         for lever in levers:
             if lever.for_memory:
                 continue
@@ -143,13 +143,13 @@ class _Search:
             hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
             if hopeless is not None:
                 self.record(lever, proposals[0], Status.SKIPPED, hopeless)
-            elif proposals and not self.cannot_pay_off(lever, proposals):
-                self.pull(lever, proposals)
+            elif proposals and not self._cannot_pay_off(lever, proposals):
+                self._pull(lever, proposals)
         interaction = interaction_lever(levers, self.decisions, self.screened, self.incumbent, self.options)
         if interaction is not None and not self.stopped and not self.run.out_of_budget():
-            self.pull(interaction, interaction.propose(self.incumbent, context))
+            self._pull(interaction, interaction.propose(self.incumbent, context))
 
-    def fit_memory(self, levers: list[Lever], context: TuneContext) -> None:
+    def _fit_memory(self, levers: list[Lever], context: TuneContext) -> None:
         """Memory levers, before any other. While the incumbent peaks over the limit, their
         proposals in turn until one brings it under; otherwise each is skipped, untried."""
         for lever in levers:
@@ -161,17 +161,17 @@ class _Search:
                 self.record(lever, proposals[0], Status.SKIPPED, hopeless)
             else:
                 for change in proposals:
-                    survivors = self.screen(lever, [change])
-                    if self.stopped or (survivors and self.bring_under(lever, survivors[0])):
+                    survivors = self._screen(lever, [change])
+                    if self.stopped or (survivors and self._bring_under(lever, survivors[0])):
                         break
         if self.memory.incumbent_over():
             self.warnings.append(self.memory.still_over())
 
-    def bring_under(self, lever: Lever, best: Screened) -> bool:
+    def _bring_under(self, lever: Lever, best: Screened) -> bool:
         """A memory lever under the limit: its time cost measured in pairs, then kept however
         slow (the reason says the cost). False when it failed, broke parity or went over the
         limit when measured again."""
-        pairs = self.confirm(lever, best)
+        pairs = self._confirm(lever, best)
         if pairs.failure is not None:
             status, why = pairs.failure
             self.record(lever, best.change, status, why, ratio=pairs.ratios[0], ratios=pairs.ratios,
@@ -179,12 +179,12 @@ class _Search:
             return False
         ratio, candidate_ms = statistics.median(pairs.ratios), statistics.median(pairs.candidate_ms)
         reason = self.memory.brought_under(pairs.peak_memory_bytes, ratio, len(pairs.ratios))
-        self.keep(lever, best, pairs, candidate_ms)
+        self._keep(lever, best, pairs, candidate_ms)
         self.record(lever, best.change, Status.KEPT, reason, ratio=ratio, ratios=pairs.ratios,
                     ms_per_step=candidate_ms, peak_memory_bytes=pairs.peak_memory_bytes)
         return True
 
-    def cannot_pay_off(self, lever: Lever, proposals: list[Settings]) -> bool:
+    def _cannot_pay_off(self, lever: Lever, proposals: list[Settings]) -> bool:
         """A compile that cannot repay even its least cost over the planned run: skipped, untried."""
         options, incumbent_ms = self.options, self.incumbent_ms
         if not lever.is_compile or options.run_steps is None:
@@ -200,9 +200,9 @@ class _Search:
                     break_even_steps=least_break_even)
         return True
 
-    def pull(self, lever: Lever, proposals: list[Settings]) -> None:
+    def _pull(self, lever: Lever, proposals: list[Settings]) -> None:
         """Screen the proposals, confirm the fastest against the incumbent, keep or revert it."""
-        survivors = self.screen(lever, proposals)
+        survivors = self._screen(lever, proposals)
         if not survivors:
             return
         best = min(survivors, key=lambda s: s.ms)
@@ -213,7 +213,7 @@ class _Search:
                             f"{describe_settings(best.change)}",
                             ratio=other.ms / self.incumbent_ms, ms_per_step=other.ms,
                             peak_memory_bytes=other.result.peak_memory_bytes)
-        pairs = self.confirm(lever, best)
+        pairs = self._confirm(lever, best)
         if pairs.failure is not None or pairs.count == 0:
             status, why = pairs.failure or (Status.UNCONFIRMED, "the budget ran out before a confirming pair")
             self.record(lever, best.change, status, why, ratio=pairs.ratios[0], ratios=pairs.ratios,
@@ -221,9 +221,9 @@ class _Search:
             if pairs.failure is None:
                 self.stopped = True
             return
-        self.decide(lever, best, pairs)
+        self._decide(lever, best, pairs)
 
-    def screen(self, lever: Lever, proposals: list[Settings]) -> list[Screened]:
+    def _screen(self, lever: Lever, proposals: list[Settings]) -> list[Screened]:
         """Measure each proposal once on top of the incumbent; record those that fail, break
         parity or peak over the memory limit, and return the rest. A memory lever runs in
         full: its time cost is not a reason to stop it."""
@@ -259,7 +259,7 @@ class _Search:
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
 
-    def confirm(self, lever: Lever, best: Screened) -> Pairs:
+    def _confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
         fresh pair, run back to back, must confirm it before anything is kept. A pair run
         while other processes loaded the machine is measured once more."""
@@ -274,16 +274,16 @@ class _Search:
             a = self.run(self.incumbent)
             b = self.run(candidate)
             pairs.peak_memory_bytes = max(pairs.peak_memory_bytes, b.peak_memory_bytes)
-            pairs.failure = self.pair_failure(lever, a, b)
+            pairs.failure = self._pair_failure(lever, a, b)
             if pairs.failure is not None:
                 break
-            if self.busy(a, b) and not retried:
+            if self._busy(a, b) and not retried:
                 retried = True
                 continue
             pairs.add(a.ms_per_step, b.ms_per_step, a.fixed_s, b.fixed_s)
         return pairs
 
-    def busy(self, *results: TrialResult) -> bool:
+    def _busy(self, *results: TrialResult) -> bool:
         """Other processes took more of the machine than during the baseline; warned once."""
         load = max(r.load_pct for r in results)
         if load - self.baseline.load_pct <= self.options.busy_pct:
@@ -294,7 +294,7 @@ class _Search:
             self.warnings.append(warning)
         return True
 
-    def pair_failure(self, lever: Lever, a: TrialResult, b: TrialResult) -> tuple[Status, str] | None:
+    def _pair_failure(self, lever: Lever, a: TrialResult, b: TrialResult) -> tuple[Status, str] | None:
         """What went wrong with one pair (incumbent ``a``, candidate ``b``), if anything."""
         if not b.ok:
             return Status.FAILED, f"failed when measured again: {b.error}"
@@ -308,7 +308,7 @@ class _Search:
             return Status.OVER_MEMORY, f"over the memory limit when measured again: {over}"
         return None
 
-    def decide(self, lever: Lever, best: Screened, pairs: Pairs) -> None:
+    def _decide(self, lever: Lever, best: Screened, pairs: Pairs) -> None:
         """Keep a confirmed candidate when its median ratio clears the noise floor and the
         least gain, and its fixed cost (start-up, compile) is repaid over the planned run."""
         ratio = statistics.median(pairs.ratios)
@@ -322,13 +322,13 @@ class _Search:
                 f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
                 f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.noise:.1%})")
         else:
-            status, reason, break_even = self.repaid(lever, best, pairs, candidate_ms)
+            status, reason, break_even = self._repaid(lever, best, pairs, candidate_ms)
         if status is Status.KEPT:
-            self.keep(lever, best, pairs, candidate_ms)
+            self._keep(lever, best, pairs, candidate_ms)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
                     break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes)
 
-    def repaid(self, lever: Lever, best: Screened, pairs: Pairs,
+    def _repaid(self, lever: Lever, best: Screened, pairs: Pairs,
                candidate_ms: float) -> tuple[Status, str, float | None]:
         """Whether what a faster step saves over the planned run repays the fixed cost the
         change adds: compile's first-call time, or any start-up it costs (worker start, the
@@ -350,7 +350,7 @@ class _Search:
                 f"it pays off after {break_even:.0f} steps, the run has {run_steps}"), break_even
         return Status.KEPT, f"{kept}; its {extra_s:.1f} s fixed cost pays off after {break_even:.0f} steps", break_even
 
-    def keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
+    def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
         """The candidate becomes the incumbent, and the waterfall gains its bar."""
         ratios = pairs.ratios
         self.incumbent = self.incumbent | best.change
