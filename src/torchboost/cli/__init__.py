@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Ctrl-C, or SIGTERM/SIGHUP passed on to the script's process group by the
         # observer: the exit status a shell gives a process killed by that signal.
         signum = int(getattr(exc, "signum", signal.SIGINT))
-        name = getattr(exc, "args", ("",))[0] or "SIGINT"
+        name = (exc.args[0] if exc.args else "") or signal.Signals(signum).name  # a bare Ctrl-C has no args
         print(f"torchboost {args.subcommand}: stopped by {name}; the script and its processes were ended",
               file=sys.stderr)
         return 128 + signum
