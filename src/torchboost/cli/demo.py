@@ -12,13 +12,13 @@ import math
 import sys
 from pathlib import Path
 
-from rich.console import Console
 
 from torchboost.cli.tune import print_outcome, tune_with_progress
 from torchboost.diagnose import diagnose
 from torchboost.observe.supervise import UsageError, run_observed
 from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
 from torchboost.tune.tuner import TuneOptions
+from torchboost.cli._console import console as make_console
 
 __all__ = ["add_arguments", "run", "demo_command", "DEMO_WORKLOADS"]
 
@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     command = demo_command(args.workload)
-    console = Console()
-    err = Console(stderr=True)
+    console = make_console()
+    err = make_console(stderr=True)
     console.rule(f"[bold]torchboost demo[/]: the built-in '{args.workload}' workload")
     console.print(f"command: {' '.join(command[1:])}  (plain PyTorch, unmodified)\n", highlight=False)
 

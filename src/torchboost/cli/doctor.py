@@ -25,6 +25,7 @@ from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
 from torchboost.observe.trace_file import facts_from_trace, load_traces
 from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
+from torchboost.cli._console import console as make_console
 
 __all__ = ["add_arguments", "run"]
 
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Observe ``args.command``, diagnose, report; returns the exit status (see module docstring)."""
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     if args.trace is not None:
         return _from_trace(args)
     try:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         report = next((Path(p) for p in paths.values() if Path(p).name == "report.json"), None)
         sys.stdout.write(report.read_text(encoding="utf-8") if report else "{}\n")
     else:
-        print_doctor_report(facts, findings, Console(), paths, observed.ranks)
+        print_doctor_report(facts, findings, make_console(), paths, observed.ranks)
     return observed.exit_code
 
 
@@ -90,7 +91,7 @@ def _from_trace(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(Path(paths["json"]).read_text(encoding="utf-8"))
     else:
-        print_doctor_report(facts, findings, Console(), paths, ranks)
+        print_doctor_report(facts, findings, make_console(), paths, ranks)
     return 0
 
 

@@ -25,6 +25,7 @@ from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, 
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
 from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.cli._console import console as make_console
 
 __all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]
 
@@ -132,7 +133,7 @@ def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost tune``."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     try:
         parse_launch(args.command)
         options = options_from_args(args, config=args.config)
