@@ -49,3 +49,21 @@ def test_a_whole_run_estimated_too_long_starts_with_the_step_count():
     fits = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
                              whole_run_s=8.0)
     assert fits.steps is None
+
+
+def test_a_memory_lever_kept_to_fit_survives_a_slower_end_to_end_check_and_says_its_cost():
+    from types import SimpleNamespace
+
+    from torchboost.config import Overlay
+    from torchboost.techniques.cpu import CpuConfig
+    from torchboost.tune.tuner import end_to_end_verdict
+
+    settings = Overlay.of(CpuConfig, threads=1)  # any kept setting; what matters is why it was kept
+    slower = EndToEnd(baseline_runs_s=[30.0, 31.0, 30.5], tuned_runs_s=[36.0, 37.0, 36.5])
+    for_memory = [SimpleNamespace(status="kept", memory_lever=True)]
+    kept, why = end_to_end_verdict(settings, for_memory, slower, 0.03)
+    assert kept == settings and "under the memory limit" in why and "36.5 s against 30.5 s" in why
+    # the twin: the same figures for a change kept for speed are not kept
+    for_speed = [SimpleNamespace(status="kept", memory_lever=False)]
+    kept, why = end_to_end_verdict(settings, for_speed, slower, 0.03)
+    assert kept == Overlay() and why.startswith("not kept")
