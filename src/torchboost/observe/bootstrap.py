@@ -107,6 +107,9 @@ def run_target(target: list[str]) -> None:
     """Run ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]`` as ``__main__``, as Python would."""
     if target[0] == "-m":
         sys.argv = [target[1], *target[2:]]  # run_module puts the module's file in argv[0]
+        # As ``python -m``: the current folder first on the path, so a local package imports
+        # (the torchboost console script's own folder is sys.path[0] otherwise).
+        sys.path[0] = os.getcwd()
         runpy.run_module(target[1], run_name="__main__", alter_sys=True)
     else:
         script = target[0]
