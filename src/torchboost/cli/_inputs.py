@@ -9,7 +9,7 @@ from pathlib import Path
 
 from torchboost.observe.launch import UsageError
 
-__all__ = ["check_out_dir", "check_seconds", "parse_size", "SIZE_UNITS"]
+__all__ = ["check_out_dir", "check_seconds", "check_writable_file", "parse_size", "SIZE_UNITS"]
 
 
 def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
@@ -24,6 +24,24 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {out}: not writable")
     return out
+
+
+def check_writable_file(path: str | Path, flag: str = "--config") -> Path:
+    """``path`` as a file tune can write at the end (it and its ``.bak`` beside it), tried
+    now: opened for appending when it exists (nothing is written; an immutable or read-only
+    file refuses), else a probe file created and removed in its folder. UsageError otherwise."""
+    target = Path(path)
+    try:
+        if target.exists():
+            with open(target, "a", encoding="utf-8"):
+                pass
+        probe = target.with_name(f".{target.name}.torchboost-write-check")
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {target}: cannot be written ({exc.strerror or exc}); tune writes it at the end, "
+                         "so it checks first") from None
+    return target
 
 
 def check_seconds(value: float, flag: str) -> float:

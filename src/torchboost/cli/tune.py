@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
-from torchboost.cli._inputs import check_out_dir, check_seconds, parse_size
+from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
 from torchboost.observe.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.memory_limit import MEMORY_MARGIN
@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         parse_launch(args.command)
         options = options_from_args(args, config=args.config)
         user_config(options.config_path)  # a bad file is said now, not after the search
+        check_writable_file(options.config_path)  # nor one tune could not write at the end
     except (UsageError, ConfigError) as exc:
         print(f"torchboost tune: error: {exc}", file=sys.stderr)
         return 2
