@@ -162,7 +162,10 @@ class Facts:
     "stalled" (no step for too long: see ``stall``), "killed" (by a signal: see ``signal``)."""
     exit_code: int = 0
     planned_steps: int | None = None
-    """Steps the script would run in full (len(loader) x epochs), when known."""
+    """Steps the script would run in full, when known (see ``planned_from``)."""
+    planned_from: str | None = None
+    """What gave ``planned_steps``, in words ("one epoch of the script's DataLoader",
+    "the script's --max_iters=400", "the Trainer's max_steps=40")."""
     target_steps: int | None = None
     """Steps the observer meant to record before stopping the script (its step bound),
     None when unbounded; with ``ended == "finished"`` and fewer steps, the script ended early."""

@@ -88,6 +88,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         steps=list(timing.steps), warmup_steps=spec.warmup, step_source=recorder.step_source,
         warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
         planned_steps=loader.num_batches if loader is not None else None,
+        planned_from="one epoch of the script's DataLoader" if loader is not None and loader.num_batches else None,
         target_steps=None if spec.full else spec.steps,
         micro_steps_per_step=timing.micro_median() if recorder.step_source == "optimizer" else None,
         losses=recorder.losses.values(), warmup_losses=recorder.losses.warmup_values(),
