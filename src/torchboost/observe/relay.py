@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import IO, Callable
 
-__all__ = ["PROFILER_LOG", "TAIL_CHARS", "split_noise", "start_relays"]
+__all__ = ["PROFILER_LOG", "TAIL_CHARS", "NoiseFilter", "split_noise", "start_relays"]
 
 TAIL_CHARS = 8000
 """How much of the child's stderr is kept for error messages."""
@@ -54,16 +54,18 @@ def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]] | None, tail: collecti
            noise_log: Path | None = None) -> None:
     # The stream is looked up per chunk: a live progress display swaps sys.stderr.
     # With no stream the text is only kept in the tail (quiet tuning trials). With a
-    # noise log, text goes on by whole lines (a "\r" ends one too, so progress bars
-    # still move) and the profiler's lines go to the log instead.
+    # noise log, text goes on by whole lines (see NoiseFilter) and the profiler's lines
+    # go to the log instead. The work per chunk is bounded by the chunk's size, however
+    # long a line is: the GIL is soon free again for the main thread's signal handlers.
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    lines = NoiseFilter(noise_log) if noise_log is not None else None
     fd = pipe.fileno()
-    kept, pending = [0], ""
+    kept = [0]
     while True:
-        chunk = os.read(fd, 65536)
+        chunk = os.read(fd, _CHUNK_BYTES)
         text = decoder.decode(chunk, final=not chunk)
-        if noise_log is not None:
-            text, pending = _without_noise(pending + text, noise_log, final=not chunk)
+        if lines is not None:
+            text = lines.feed(text, final=not chunk)
         if text:
             _deliver(text, stream, tail, kept)
         if not chunk:
@@ -71,29 +73,72 @@ def _relay(pipe: IO[bytes], stream: Callable[[], IO[str]] | None, tail: collecti
             return
 
 
+_CHUNK_BYTES = 65536
 _PIECE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)")
 
 
-def _without_noise(text: str, noise_log: Path, *, final: bool) -> tuple[str, str]:
-    """(what may be shown now, the unfinished last line to hold back)."""
-    end = 0
-    shown: list[str] = []
-    noise: list[str] = []
-    for match in _PIECE.finditer(text):
-        end = match.end()
-        line, found = split_noise(match.group(0))
-        shown.append(line)
-        noise += found
-    rest = text[end:]
-    if final and rest:
-        line, found = split_noise(rest)
-        shown.append(line)
-        noise += found
-        rest = ""
-    if noise:
-        with open(noise_log, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(noise) + "\n")
-    return "".join(shown), rest
+class NoiseFilter:
+    """Takes the profiler's lines out of a stream of text, given in pieces of any size.
+
+    Text goes on by whole lines (a "\r" ends one too, so progress bars still move). An
+    unfinished line is held back only while it is short: one longer than
+    :data:`MAX_LINE_CHARS` is passed on as it comes, unscanned (the profiler's lines are
+    short), so the text held and the text scanned never grow with a line's length.
+    """
+
+    MAX_LINE_CHARS = 4096
+    """The longest line held back and scanned for the profiler's messages."""
+
+    def __init__(self, noise_log: Path) -> None:
+        self._log = noise_log
+        self._held = ""  # the unfinished last line, at most MAX_LINE_CHARS
+        self._in_long_line = False  # passing a long line on until its end
+
+    @property
+    def held_chars(self) -> int:
+        """Characters held back now, waiting for their line's end."""
+        return len(self._held)
+
+    def feed(self, text: str, *, final: bool) -> str:
+        """What of ``text`` (after what came before) may be shown now, without the
+        profiler's messages; ``final`` gives out everything still held."""
+        cut = max(text.rfind("\n"), text.rfind("\r")) + 1  # the end of the last whole line
+        shown: list[str] = []
+        done, rest = text[:cut], text[cut:]
+        if self._in_long_line:  # the rest of a long line, up to its end, goes on unscanned
+            head = _PIECE.match(done) if done else None
+            if head is None:
+                return text
+            shown.append(head.group(0))
+            done, self._in_long_line = done[head.end():], False
+        if done:
+            noise = self._scan(self._held + done, shown)
+        else:  # no line ended: the held line goes on
+            noise, rest = [], self._held + rest
+        self._held = ""
+        if final:
+            noise += self._scan(rest, shown)
+        elif len(rest) > self.MAX_LINE_CHARS:
+            shown.append(rest)
+            self._in_long_line = True
+        else:
+            self._held = rest
+        if noise:
+            with open(self._log, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(noise) + "\n")
+        return "".join(shown)
+
+    def _scan(self, text: str, shown: list[str]) -> list[str]:
+        """Append ``text``'s lines to ``shown`` less the profiler's messages; returns those."""
+        noise: list[str] = []
+        for line in _PIECE.findall(text) or ([text] if text else []):
+            if len(line) > self.MAX_LINE_CHARS:
+                shown.append(line)
+                continue
+            kept, found = split_noise(line)
+            shown.append(kept)
+            noise += found
+        return noise
 
 
 def _deliver(text: str, stream: Callable[[], IO[str]] | None, tail: collections.deque[str] | None,
