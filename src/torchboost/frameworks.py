@@ -4,8 +4,9 @@ Each technique says how its setting is spelled (``Technique.spell``); this modul
 gathers those spellings for a whole configuration, or for one finding's fix (its
 ``torchboost.toml`` lines, its plain-PyTorch lines, ``lightning.Trainer`` arguments, an
 ``accelerate`` config, ``transformers.TrainingArguments`` keywords), and writes them as
-``lightning.Trainer(...)`` arguments or an ``accelerate`` config file, with the lines to
-add by hand where the framework has no flag. Only what differs from
+``lightning.Trainer(...)`` arguments, an ``accelerate`` config file or
+``TrainingArguments(...)`` keywords, with the lines to add by hand where the framework has
+no flag. Only what differs from
 plain PyTorch is exported; ``"auto"`` values are decided by torchboost at run time from
 the hardware, so they are named, not guessed.
 """
@@ -23,9 +24,9 @@ from torchboost.config import AUTO, BoostConfig, Overlay, section_classes
 from torchboost.techniques.registry import FrameworkSpelling, techniques
 
 
-__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_words", "lightning_text", "spell"]
+__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_words", "lightning_text", "spell", "transformers_text"]
 
-FRAMEWORKS = ("lightning", "accelerate")
+FRAMEWORKS = ("lightning", "accelerate", "transformers")
 """The frameworks ``torchboost export --to`` writes for."""
 
 
@@ -39,6 +40,8 @@ class Spelled:
     """Lines a Lightning user adds for what the Trainer has no flag for."""
     accelerate_code: tuple[str, ...] = ()
     """Lines an Accelerate user adds for what neither the file nor Accelerator() takes."""
+    transformers_code: tuple[str, ...] = ()
+    """Lines a Hugging Face Trainer user adds for what TrainingArguments has no field for."""
     at_run_time: tuple[str, ...] = ()
     """Settings left ``"auto"``: torchboost decides them when the script runs."""
     torch_code: tuple[str, ...] = ()
@@ -55,6 +58,7 @@ def spell(config: BoostConfig | Overlay) -> Spelled:
     merged = FrameworkSpelling()
     lightning_code: list[str] = []
     accelerate_code: list[str] = []
+    transformers_code: list[str] = []
     torch_code: list[str] = []
     for technique in techniques():
         if technique.spell is None or technique.section is None or not decided.section(technique.section):
@@ -64,9 +68,12 @@ def spell(config: BoostConfig | Overlay) -> Spelled:
             getattr(merged, name).update({k: v for k, v in getattr(words, name).items() if v is not None})
         lightning_code += [line for line in words.code if _needed(line, words.lightning)]
         accelerate_code += [line for line in words.code if _needed(line, {**words.accelerate, **words.accelerator})]
+        # TrainingArguments' tf32 field sets the matmul precision too: no exception here.
+        transformers_code += [] if any(v is not None for v in words.transformers.values()) else words.code
         torch_code += words.code
     at_run_time = tuple(k for k, v in values.items() if v == AUTO)
-    return Spelled(merged, tuple(lightning_code), tuple(accelerate_code), at_run_time, tuple(torch_code))
+    return Spelled(merged, tuple(lightning_code), tuple(accelerate_code), tuple(transformers_code),
+                   at_run_time, tuple(torch_code))
 
 
 def _needed(line: str, flags: dict[str, Any]) -> bool:
@@ -104,6 +111,23 @@ def accelerate_yaml(spelled: Spelled) -> str:
     if extra:
         lines.append("# The config file has no key for these: add them to your script")
         lines += [f"#   {line}" for line in extra]
+    lines += _run_time_note(spelled)
+    return "\n".join(lines) + "\n"
+
+
+def transformers_text(spelled: Spelled) -> str:
+    """Python a Hugging Face Trainer user pastes: the ``TrainingArguments(...)`` keywords,
+    then the lines for what it has no field for (before ``trainer.train()``)."""
+    lines = ["# torchboost.toml for the Hugging Face Trainer: pass these to your TrainingArguments",
+             "args = TrainingArguments("]
+    lines += [f"    {key}={value!r}," for key, value in spelled.words.transformers.items()]
+    lines += ["    # ... your other TrainingArguments (output_dir, ...)", ")"]
+    if spelled.words.transformers.get("bf16") or spelled.words.transformers.get("fp16"):
+        lines += ["# Without a CUDA GPU, TrainingArguments takes bf16/fp16 only with use_cpu=True as well"]
+    if spelled.transformers_code:
+        lines += ["# TrainingArguments has no field for these: add them to your script (before trainer.train()),",
+                  "# or let torchboost run -- python train.py apply them from outside"]
+        lines += list(spelled.transformers_code)
     lines += _run_time_note(spelled)
     return "\n".join(lines) + "\n"
 

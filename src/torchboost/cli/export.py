@@ -1,4 +1,5 @@
-"""Print a torchboost.toml in a framework's own words: Lightning or Accelerate.
+"""Print a torchboost.toml in a framework's own words: Lightning, Accelerate or the
+Hugging Face Trainer.
 
 ``torchboost export --to lightning [--config torchboost.toml]`` prints the
 ``lightning.Trainer(...)`` arguments (``precision="bf16-mixed"``,
@@ -6,6 +7,10 @@
 Trainer has no flag for (compile, threads, loader settings). ``--to accelerate`` prints
 an ``accelerate`` config file (``mixed_precision``, ``dynamo_config``) with the
 ``Accelerator(gradient_accumulation_steps=K)`` and other lines it has no key for.
+``--to transformers`` prints the ``TrainingArguments(...)`` keyword arguments
+(``bf16=True``, ``dataloader_num_workers=2``, ``optim="adamw_torch_fused"``,
+``torch_compile=True``, ``gradient_accumulation_steps=K``) and the lines to add for what
+it has no field for (threads, cuDNN's autotuner, channels_last).
 Only what differs from plain PyTorch is printed; ``"auto"`` values are named, since
 torchboost decides them on the machine the script runs on.
 """
@@ -17,7 +22,7 @@ import sys
 from pathlib import Path
 
 from torchboost.config import BoostConfig, ConfigError
-from torchboost.frameworks import FRAMEWORKS, accelerate_yaml, lightning_text, spell
+from torchboost.frameworks import FRAMEWORKS, accelerate_yaml, lightning_text, spell, transformers_text
 
 __all__ = ["add_arguments", "run"]
 
@@ -41,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"torchboost export: error: {exc}", file=sys.stderr)
         return 2
-    spelled = spell(config)
-    sys.stdout.write(lightning_text(spelled) if args.to == "lightning" else accelerate_yaml(spelled))
+    writers = {"lightning": lightning_text, "accelerate": accelerate_yaml, "transformers": transformers_text}
+    sys.stdout.write(writers[args.to](spell(config)))
     return 0

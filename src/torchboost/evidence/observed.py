@@ -8,6 +8,7 @@ anything). Times are in milliseconds, memory in bytes, unless a name says otherw
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
@@ -20,6 +21,7 @@ __all__ = [
     "OptimizerFacts",
     "ProfileFacts",
     "StepRecord",
+    "TrainerFacts",
     "register_facts",
     "seen_in",
 ]
@@ -113,6 +115,53 @@ class OptimizerFacts:
 
 
 @dataclass
+class TrainerFacts:
+    """A Hugging Face ``transformers.Trainer`` (or a subclass, e.g. TRL's) driving the loop:
+    the ``TrainingArguments`` it trains with that decide the run's length and speed."""
+
+    class_name: str = "Trainer"
+    max_steps: int = -1
+    """``max_steps``; 0 or less: the run is ``num_train_epochs`` long."""
+    num_train_epochs: float = 3.0
+    gradient_accumulation_steps: int = 1
+    per_device_train_batch_size: int = 8
+    bf16: bool = False
+    fp16: bool = False
+    tf32: bool | None = None
+    """None: the Trainer leaves torch's TF32 setting as it is."""
+    torch_compile: bool = False
+    torch_compile_mode: str | None = None
+    optim: str = ""
+    """``optim`` by name ("adamw_torch_fused", "adamw_torch", ...)."""
+    gradient_checkpointing: bool = False
+    dataloader_num_workers: int = 0
+    dataloader_pin_memory: bool = True
+    dataloader_persistent_workers: bool = False
+    dataloader_prefetch_factor: int | None = None
+    counted_steps: int | None = None
+    """The Trainer's own count of the run's optimizer steps (``TrainerState.max_steps``),
+    when it had counted them; used where the loader's length is unknown."""
+
+    def run_length(self, loader_batches: int | None) -> tuple[int | None, str | None]:
+        """The optimizer steps the Trainer runs, and what gave them in words: ``max_steps``
+        when positive, else ``num_train_epochs`` epochs of ``loader_batches`` batches,
+        ``gradient_accumulation_steps`` batches to a step (a partial window ends an epoch,
+        as the Trainer counts it); (None, None) when neither is known."""
+        if self.max_steps > 0:
+            return self.max_steps, f"the Trainer's max_steps={self.max_steps}"
+        accumulation = max(1, self.gradient_accumulation_steps)
+        if loader_batches:
+            per_epoch = max(1, math.ceil(loader_batches / accumulation))
+            words = f"the Trainer's num_train_epochs={self.num_train_epochs:g} of {loader_batches} batches"
+            if accumulation > 1:
+                words += f" over gradient_accumulation_steps={accumulation}"
+            return math.ceil(self.num_train_epochs * per_epoch), words
+        if self.counted_steps:
+            return self.counted_steps, "the Trainer's own count of its steps"
+        return None, None
+
+
+@dataclass
 class ProfileFacts:
     """What the bounded torch.profiler window saw."""
 
@@ -185,7 +234,10 @@ class Facts:
     uses_booster: bool = False
     """The script prepared a torchboost.Booster (every lever can then apply through it)."""
     frameworks: list[str] = field(default_factory=list)
-    """Training frameworks the script runs its loop with: "lightning", "accelerate"."""
+    """Training frameworks the script runs its loop with: "transformers" (a Hugging Face
+    Trainer: see ``trainer``), "lightning", "accelerate"."""
+    trainer: TrainerFacts | None = None
+    """The Hugging Face Trainer driving the loop and its TrainingArguments, when one does."""
     applied: list[str] = field(default_factory=list)
     """Settings applied to the script from outside (tune trials, ``torchboost run``), in words."""
     observer_errors: list[str] = field(default_factory=list)
@@ -242,6 +294,7 @@ class Facts:
             "model": ModelFacts,
             "optimizer": OptimizerFacts,
             "profile": ProfileFacts,
+            "trainer": TrainerFacts,
         }
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {"techniques": {key: build(_FACT_KINDS[key], value) for key, value in data.items()

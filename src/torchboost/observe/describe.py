@@ -23,6 +23,7 @@ __all__ = [
     "probe_techniques",
     "peak_rss_bytes",
     "find_grad_scaler",
+    "self_on_stack",
 ]
 
 
@@ -96,15 +97,16 @@ def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") ->
     )
 
 
-def frameworks() -> list[str]:
-    """The training frameworks the script drives its loop with: "lightning" once it imported
-    Lightning, "accelerate" once it built an ``Accelerator`` (importing accelerate alone,
-    as other libraries do, does not count)."""
-    found = []
+def frameworks(*, trainer: bool = False) -> list[str]:
+    """The training frameworks the script drives its loop with: "transformers" when a
+    Hugging Face Trainer runs it (``trainer``: one was found), "lightning" once it imported
+    Lightning, "accelerate" once it built an ``Accelerator`` itself (importing accelerate
+    alone, as other libraries do, does not count, nor the one a Trainer builds)."""
+    found = ["transformers"] if trainer else []
     if any(name in sys.modules for name in ("lightning.pytorch", "pytorch_lightning")):
         found.append("lightning")
     state = sys.modules.get("accelerate.state")
-    if state is not None and getattr(getattr(state, "PartialState", None), "_shared_state", None):
+    if not trainer and state is not None and getattr(getattr(state, "PartialState", None), "_shared_state", None):
         found.append("accelerate")
     return found
 
@@ -133,14 +135,18 @@ def find_grad_scaler(max_depth: int = 12) -> Any | None:
     ``optimizer.step`` from one of its own methods, so a caller frame's ``self`` is it.
     """
     scaler_type = getattr(torch.amp, "GradScaler", None)
-    if scaler_type is None:
-        return None
-    frame = sys._getframe(1)
+    return None if scaler_type is None else self_on_stack(scaler_type, max_depth)
+
+
+def self_on_stack(kind: type, max_depth: int) -> Any | None:
+    """The first ``self`` that is a ``kind`` in the frames above the caller's caller (up
+    to ``max_depth`` of them), or None: the object whose method called down to here."""
+    frame = sys._getframe(2)
     for _ in range(max_depth):
         if frame is None:
             return None
         candidate = frame.f_locals.get("self")
-        if isinstance(candidate, scaler_type):
+        if isinstance(candidate, kind):
             return candidate
         frame = frame.f_back
     return None

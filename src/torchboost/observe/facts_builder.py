@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchboost import env as _env
-from torchboost.evidence.observed import Facts, ModelFacts
+from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, TrainerFacts
 from torchboost.observe import describe
 from torchboost.techniques.registry import ProbeContext
 
 if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
     from torchboost.observe.recorder import StepRecorder
 
-__all__ = ["build_facts", "uses_cuda"]
+__all__ = ["build_facts", "planned_run", "uses_cuda"]
 
 
 def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
@@ -33,6 +33,17 @@ def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
     if model is not None:
         return model.device.startswith("cuda")
     return torch.cuda.is_initialized() and not probe_started_cuda
+
+
+def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None) -> tuple[int | None, str | None]:
+    """Steps the script would run in full, and what gave them in words: a Hugging Face
+    Trainer's own length (``max_steps``, or its epochs), else one epoch of the loader."""
+    batches = loader.num_batches if loader is not None else None
+    if trainer is not None:
+        steps, words = trainer.run_length(batches)
+        if steps:
+            return steps, words
+    return (batches, "one epoch of the script's DataLoader") if batches else (None, None)
 
 
 def _described(recorder: StepRecorder, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
@@ -74,10 +85,12 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
     settings = seen.settings
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)
+    planned_steps, planned_from = planned_run(loader, seen.trainer)
     return Facts(
         # What the script is and the machine it ran on.
         env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),
-        frameworks=describe.frameworks(), uses_booster=recorder.uses_booster, applied=list(recorder.applied),
+        frameworks=describe.frameworks(trainer=seen.trainer is not None), trainer=seen.trainer,
+        uses_booster=recorder.uses_booster, applied=list(recorder.applied),
         # Its objects and settings.
         loader=loader,
         model=model,
@@ -87,8 +100,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         # What was measured.
         steps=list(timing.steps), warmup_steps=spec.warmup, step_source=recorder.step_source,
         warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
-        planned_steps=loader.num_batches if loader is not None else None,
-        planned_from="one epoch of the script's DataLoader" if loader is not None and loader.num_batches else None,
+        planned_steps=planned_steps, planned_from=planned_from,
         target_steps=None if spec.full else spec.steps,
         micro_steps_per_step=timing.micro_median() if recorder.step_source == "optimizer" else None,
         losses=recorder.losses.values(), warmup_losses=recorder.losses.warmup_values(),

@@ -185,6 +185,7 @@ class StepRecorder:
         # Until now backward calls were taken as boundaries; restart counting on the
         # optimizer's steps. The step in flight is cut in two, so it is not recorded.
         self.seen.adopt_optimizer(optimizer)
+        self.guarded(self.seen.look_for_trainer)
         self.step_source = "optimizer"
         self.losses.scaler = describe.find_grad_scaler(max_depth=16)  # searched from this frame up
         if self.timing.boundaries:

@@ -13,8 +13,8 @@ from typing import Any, Callable
 import torch
 
 from torchboost import env as _env
-from torchboost.evidence.observed import LoaderFacts
-from torchboost.observe import describe
+from torchboost.evidence.observed import LoaderFacts, TrainerFacts
+from torchboost.observe import describe, hf_trainer
 
 __all__ = ["ScriptObjects"]
 
@@ -35,6 +35,8 @@ class ScriptObjects:
         """``{"env": Environment.to_dict(), "cpu_threads": n}`` from :meth:`snapshot_settings`."""
         self.probe_started_cuda = False
         """Our own environment probe, not the script, started CUDA."""
+        self.trainer: TrainerFacts | None = None
+        """The Hugging Face Trainer driving the loop, described at its first optimizer step."""
 
     # -- fed by the hooks ----------------------------------------------------------------
     def loader_iter(self, loader: Any, iterator: Any) -> None:
@@ -65,6 +67,13 @@ class ScriptObjects:
     def adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer``'s steps are the step boundaries from now on."""
         self._primary = weakref.ref(optimizer)
+
+    def look_for_trainer(self) -> None:
+        """Describe the Hugging Face Trainer on the call stack, if one is: called from the
+        first optimizer step, which a Trainer's own loop calls (may raise: the caller records it)."""
+        trainer = hf_trainer.find_trainer()
+        if trainer is not None:
+            self.trainer = hf_trainer.describe_trainer(trainer)
 
     # -- read by the recorder and the facts ------------------------------------------------
     @property

@@ -39,7 +39,11 @@
     ranks              [ {rank, step_time_ms, phase_ms, collective_ms_per_step,
                           collective_overlap_pct} ]   each rank of a job ([] alone)
     trace              str | null   profiler trace file, relative to the report folder
-    facts              object  torchboost.evidence.observed.Facts.to_dict(): everything observed
+    facts              object  torchboost.evidence.observed.Facts.to_dict(): everything observed;
+                       facts.trainer: a Hugging Face Trainer's TrainingArguments (TrainerFacts:
+                       max_steps, num_train_epochs, gradient_accumulation_steps, bf16, fp16,
+                       tf32, torch_compile, optim, dataloader_*), null without one;
+                       facts.planned_steps / planned_from: the run's length and what gave it
 
 Non-finite numbers (a NaN loss) are written as null, so any JSON parser reads the file.
 """
@@ -113,7 +117,8 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
         else:
             notes.append(f"The script ran to its end; {n} steps observed.")
     elif n and facts.ended != "trace":
-        planned = f"; the script would have run {facts.planned_steps}" if facts.planned_steps else ""
+        source = f" ({facts.planned_from})" if facts.planned_from else ""
+        planned = f"; the script would have run {facts.planned_steps}{source}" if facts.planned_steps else ""
         notes.append(f"Stopped after {n} observed steps, as planned (after {facts.warmup_steps} "
                      f"unrecorded warm-up steps){planned}.")
     if 0 < summary.steps_measured < _FEW_STEPS:

@@ -236,8 +236,8 @@ def _planned_run(options: TuneOptions, facts: Facts | None) -> tuple[int | None,
     if options.run_steps is not None:
         return options.run_steps, "given with --run-steps"
     if facts is not None and facts.planned_steps:
-        return facts.planned_steps, (f"one epoch of the script's DataLoader ({facts.planned_steps} batches); "
-                                     "pass --run-steps if the script runs more")
+        source = facts.planned_from or "one epoch of the script's DataLoader"
+        return facts.planned_steps, f"{source} ({facts.planned_steps} steps); pass --run-steps if the script runs more"
     return None, "unknown: the script has no DataLoader with a length; pass --run-steps"
 
 
