@@ -9,6 +9,7 @@ the winner to ``torchboost.toml`` with a report in DIR.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
+from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
 from torchboost.observe.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
@@ -73,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tune_options(parser, out_default="torchboost-tune")
     parser.add_argument("--config", default="torchboost.toml",
                         help="the configuration to start from, when it exists, and where to write the winner "
-                             "(default torchboost.toml; the previous file is kept as torchboost.toml.bak)")
+                             "(default torchboost.toml; your own previous file is kept as torchboost.toml.bak)")
 
 
 def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
@@ -134,15 +136,23 @@ def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost tune``."""
     console = make_console(stderr=True)
+    lock = contextlib.ExitStack()
     try:
         parse_launch(args.command)
         options = options_from_args(args, config=args.config)
         user_config(options.config_path)  # a bad file is said now, not after the search
         check_writable_file(options.config_path)  # nor one tune could not write at the end
+        lock.enter_context(folder_lock(options.out_dir))  # nor a second tune in the same folder
     except (UsageError, ConfigError) as exc:
         print(f"torchboost tune: error: {exc}", file=sys.stderr)
         return 2
-    tuned = tune_with_progress(args.command, options, console)
+    with lock:
+        return _tune(args.command, options, console)
+
+
+def _tune(command: list[str], options: TuneOptions, console: Console) -> int:
+    """Tune and print the outcome; the exit status."""
+    tuned = tune_with_progress(command, options, console)
     if tuned.outcome.error is not None:
         if tuned.outcome.baseline.traceback:  # the script's own words first, verbatim, as python shows them
             sys.stderr.write(tuned.outcome.baseline.traceback + "\n")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe.launch import parse_launch
 from torchboost.observe.supervise import run_observed
 from torchboost.techniques.worker_ipc import available as sharing_available
+from torchboost.tune.config_file import HEADER_START, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.memory_limit import default_memory_limit
@@ -150,22 +150,10 @@ def settings_to_config(settings: dict[str, Any] | Overlay, base: BoostConfig | N
     return Overlay(settings).on(base if base is not None else BoostConfig.off())
 
 
-def write_config(path: Path, config: BoostConfig, header: str) -> Path | None:
-    """Write ``config`` to ``path``; an existing file is kept first as ``<name>.bak``, which is
-    returned (None when there was none)."""
-    path = Path(path)
-    backup = None
-    if path.is_file():
-        backup = path.with_name(path.name + ".bak")
-        shutil.copy2(path, backup)
-    config.to_toml(path, header=header)
-    return backup
-
-
 def toml_header(run: TuneRun, command: Sequence[str]) -> str:
     """Comment lines for torchboost.toml: the command, the verified figure, each kept change."""
     outcome = run.outcome
-    lines = [f"Tuned by torchboost for: {' '.join(command)}"]
+    lines = [f"{HEADER_START} {' '.join(command)}"]
     if run.verdict:
         lines.append(run.verdict[0].upper() + run.verdict[1:] + ".")
     lines.append(f"Search: baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "

@@ -1,0 +1,43 @@
+"""One tune at a time in a report folder: a lock held for the whole command.
+
+Two tunes sharing a report folder would clear each other's trial files (each trial's
+``facts.json`` is written to the same place) and fail in ways that name neither. The
+first takes ``.torchboost-tune.lock`` in the folder with ``flock``, which the system
+drops when the process ends however it ends (a killed tune leaves no stale lock); the
+second is told at once, before any work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Iterator
+
+from torchboost.observe.launch import UsageError
+
+__all__ = ["LOCK_NAME", "folder_lock"]
+
+LOCK_NAME = ".torchboost-tune.lock"
+"""The lock file's name in the report folder; it holds the locking process's id."""
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, flag: str = "--out") -> Iterator[None]:
+    """Hold the folder's lock for the block; :class:`UsageError` when another process holds it."""
+    path = Path(folder) / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            who = f" (process {holder})" if holder.isdigit() else ""
+            raise UsageError(f"{flag} {folder}: another torchboost tune is running in this folder{who}; "
+                             f"wait for it to end, or give this one another {flag}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
