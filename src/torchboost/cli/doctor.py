@@ -22,6 +22,7 @@ from rich.console import Console
 
 from torchboost.diagnose import diagnose
 from torchboost.cli._inputs import check_out_dir, check_seconds
+from torchboost.observe.no_stdin import stdin_words
 from torchboost.observe.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
 from torchboost.observe.trace_file import facts_from_trace, load_traces
 from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
@@ -61,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     facts = observed.facts
     if facts is not None and ending_words(facts):
         err.print(f"torchboost doctor: {ending_words(facts)}.", highlight=False)
+    if observed.exit_code and stdin_words(observed.stderr_tail):
+        err.print(f"torchboost doctor: {stdin_words(observed.stderr_tail)}.", highlight=False)
     if facts is None or not facts.steps:
         _explain_no_steps(observed, err)
         return observed.exit_code or 1

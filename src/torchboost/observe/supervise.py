@@ -22,6 +22,7 @@ from typing import IO, Callable, Sequence
 from torchboost.evidence.observed import Facts
 from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
 from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
+from torchboost.observe.no_stdin import STDIN
 from torchboost.observe.relay import PROFILER_LOG, TAIL_CHARS, start_relays
 from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.config import BoostConfig
@@ -150,8 +151,8 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | Non
 
 def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:
     """Start the observed child in a process group of its own (see :mod:`.child`), its
-    stdout and stderr piped (stdout dropped unless ``echo``)."""
-    return subprocess.Popen(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
+    stdout and stderr piped (stdout dropped unless ``echo``), no stdin (:mod:`.no_stdin`)."""
+    return subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env, start_new_session=True)
 
 

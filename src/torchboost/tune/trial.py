@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
+from torchboost.observe.no_stdin import stdin_words
 from torchboost.observe.supervise import run_observed
 from torchboost.tune.trial_result import TrialResult
 
@@ -30,7 +31,8 @@ def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
         return f"killed by {signal_name}" + (" (out of memory?)" if signal_name == "SIGKILL" else "")
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
     head = f"{prefix} (exit code {exit_code})" if prefix else f"the script exited with code {exit_code}"
-    return head + (f": {last}" if last else "")
+    stdin = stdin_words(tail)
+    return head + (f": {stdin}" if stdin else f": {last}" if last else "")
 
 
 def last_traceback(tail: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.observe.no_stdin import STDIN
 from torchboost.observe.supervise import run_observed
 from torchboost.tune.journal import RunJournal
 
@@ -117,7 +118,7 @@ def _whole_run(command: Sequence[str], config_file: Path, limit_s: float) -> flo
     argv = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config_file), "--", *command]
     env = {**os.environ, TRIAL_SETTINGS_ENV: str(config_file.with_suffix(".json"))}
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    proc = subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     try:
         code = proc.wait(timeout=limit_s)
