@@ -24,7 +24,8 @@ from torchboost.config import AUTO, BoostConfig, Overlay, section_classes
 from torchboost.techniques.registry import FrameworkSpelling, techniques
 
 
-__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_words", "lightning_text", "spell", "transformers_text"]
+__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_words", "lightning_text", "spell", "training_arguments",
+           "transformers_text"]
 
 FRAMEWORKS = ("lightning", "accelerate", "transformers")
 """The frameworks ``torchboost export --to`` writes for."""
@@ -173,6 +174,10 @@ def _framework_words(spelled: Spelled) -> dict[str, str]:
     if accelerate or spelled.accelerate_code:
         words["accelerate"] = "; ".join(accelerate + list(spelled.accelerate_code))
     if spelled.words.transformers:
-        words["transformers"] = "TrainingArguments(" + ", ".join(
-            f"{k}={v!r}" for k, v in spelled.words.transformers.items()) + ")"
+        words["transformers"] = training_arguments(spelled)
     return words
+
+
+def training_arguments(spelled: Spelled) -> str:
+    """The ``TrainingArguments(...)`` call with ``spelled``'s keywords, on one line."""
+    return "TrainingArguments(" + ", ".join(f"{k}={v!r}" for k, v in spelled.words.transformers.items()) + ")"

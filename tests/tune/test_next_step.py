@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from torchboost import BoostConfig
 from torchboost.diagnose import Facts
 from torchboost.tune.report_data import next_step
 
@@ -30,3 +33,22 @@ def test_this_interpreter_is_said_as_python():
 
     step = next_step(Facts(), [sys.executable, "-m", "pkg.train"])
     assert step["text"] == "torchboost run -- python -m pkg.train"
+
+
+TUNED = BoostConfig.off().replace(loader={"num_workers": 2}, optimizer={"implementation": "fused"}, cpu={"threads": 1})
+
+
+@pytest.mark.parametrize("frameworks, how", [(["transformers"], "transformers"), ([], "run")])  # the twin: no Trainer
+def test_a_trainer_script_gets_its_training_arguments_and_torchboost_run(frameworks, how):
+    step = next_step(Facts(frameworks=frameworks), ["python", "train.py"], TUNED)
+    assert step["how"] == how
+    arguments = "TrainingArguments(dataloader_num_workers=2, optim='adamw_torch_fused') in your script"
+    assert (arguments in step["text"]) is (how == "transformers")
+    assert step["text"].endswith("torchboost run -- python train.py")
+    # the threads have no TrainingArguments field: the export says how
+    assert ("torchboost export --to transformers" in step["text"]) is (how == "transformers")
+
+
+def test_a_trainer_script_with_nothing_to_set_is_pointed_at_torchboost_run():
+    step = next_step(Facts(frameworks=["transformers"]), ["python", "train.py"], BoostConfig.off())
+    assert step == {"how": "run", "text": "torchboost run -- python train.py"}

@@ -8,6 +8,7 @@ on stderr and no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import re
 import signal
@@ -15,6 +16,7 @@ import sys
 from typing import Sequence
 
 from torchboost import __version__
+from torchboost.cli._console import line_ends_tracked
 
 __all__ = ["main", "split_command"]
 
@@ -23,7 +25,8 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("torchboost.cli.doctor", "diagnose an unmodified training script"),
     "tune": ("torchboost.cli.tune", "measure techniques one by one on your script; write torchboost.toml"),
     "run": ("torchboost.cli.run", "run an unmodified script with torchboost.toml applied"),
-    "export": ("torchboost.cli.export", "print torchboost.toml as Lightning Trainer arguments or an accelerate config"),
+    "export": ("torchboost.cli.export", "print torchboost.toml as Lightning Trainer arguments, an accelerate config "
+               "or TrainingArguments keywords"),
 }
 
 
@@ -76,8 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.command = command
     module = importlib.import_module(_SUBCOMMANDS[args.subcommand][0])
+    # A script's relayed output is watched for a progress bar left mid-line; under
+    # ``run`` the script is this process and keeps its own streams.
+    watched = line_ends_tracked() if args.subcommand != "run" else contextlib.nullcontext()
     try:
-        return int(module.run(args) or 0)
+        with watched:
+            return int(module.run(args) or 0)
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP passed on to the script's process group by the
         # observer: the exit status a shell gives a process killed by that signal.

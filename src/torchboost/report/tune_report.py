@@ -55,10 +55,12 @@ is baseline step time / this step time (above 1 is faster)::
                        "never ..." when it is not faster); verdict: one line in words
                        ("bf16 was 1.8x slower here: slower")
     precision          [str]   the verdict line of each reduced-precision candidate
-    next_step          {how: "run" | "booster" | "lightning" | "accelerate", text: str}
+    next_step          {how: "run" | "booster" | "transformers" | "lightning" | "accelerate",
+                        text: str}
                        how this script takes torchboost.toml up: torchboost run for a plain
                        script, the Booster for a Booster script, torchboost export for a
-                       Lightning or Accelerate one
+                       Lightning or Accelerate one, the TrainingArguments keywords or
+                       torchboost run for a Hugging Face Trainer one
     findings           [ {id, title, severity, expected_speedup} ]   the doctor's, ranked
     trials             {total, run, reused, steps}   measurements the search used; run in a
                        fresh process this time, or reused from the journal (--resume);

@@ -13,8 +13,8 @@ dicts, lists, strings and numbers, so the report renders it without knowing the 
   ``amortised`` (the lever is compile: its compile time must be repaid) and
   ``memory_lever`` (the lever trades time for memory);
 - ``verdict``: what the end-to-end check decided, in words (the headline's source);
-- ``next_step``: ``{"how": "run" | "booster" | "lightning" | "accelerate", "text"}``, how
-  this script takes the configuration up.
+- ``next_step``: ``{"how": "run" | "booster" | "transformers" | "lightning" | "accelerate",
+  "text"}``, how this script takes the configuration up.
 
 Numbers are as measured: a break-even that never comes is ``inf`` here (the report
 writes non-finite numbers as null).
@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchboost.config import BoostConfig
+from torchboost.frameworks import spell, training_arguments
 from torchboost.tune.memory_limit import limit_source
 from torchboost.tune.tuner import TuneRun, toml_header
 from torchboost.tune.search import Decision, Status, WaterfallStep
@@ -125,11 +127,18 @@ def _findings(findings: list[Any]) -> list[dict[str, Any]]:
              "expected_speedup": f.expected_speedup} for f in ranked]
 
 
-def next_step(facts: Any, command: list[str]) -> dict[str, str]:
+def next_step(facts: Any, command: list[str], config: BoostConfig | None = None) -> dict[str, str]:
     """How this script takes the configuration up: {"how", "text"}. A Lightning or
     Accelerate script through its framework's own settings, a Booster script by itself,
-    any other through ``torchboost run``."""
+    any other through ``torchboost run``; a Hugging Face Trainer script through the
+    ``TrainingArguments`` keywords of ``config`` as well as ``torchboost run``."""
     frameworks = list(getattr(facts, "frameworks", []) or [])
+    words = ["python" if w == sys.executable else w for w in command[:1]] + list(command[1:])  # as typed
+    run = "torchboost run -- " + " ".join(shlex.quote(w) for w in words)
+    spelled = spell(config) if config is not None and "transformers" in frameworks else None
+    if spelled is not None and spelled.words.transformers:
+        rest = "; the rest: torchboost export --to transformers" if spelled.transformers_code else ""
+        return {"how": "transformers", "text": f"{training_arguments(spelled)} in your script{rest}; or {run}"}
     if "lightning" in frameworks:
         return {"how": "lightning", "text": "torchboost export --to lightning   (the Trainer arguments to use)"}
     if "accelerate" in frameworks:
@@ -138,8 +147,7 @@ def next_step(facts: Any, command: list[str]) -> dict[str, str]:
     if getattr(facts, "uses_booster", False):
         return {"how": "booster", "text": "torchboost.Booster() in your training loop reads it from the "
                                           "working directory"}
-    words = ["python" if w == sys.executable else w for w in command[:1]] + list(command[1:])  # as typed
-    return {"how": "run", "text": "torchboost run -- " + " ".join(shlex.quote(w) for w in words)}
+    return {"how": "run", "text": run}
 
 
 def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, Any]:
@@ -161,7 +169,7 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
     e2e = run.end_to_end.to_dict() if run.end_to_end is not None else None
     return {
         "command": list(run.facts.command) if run.facts is not None else [],
-        "next_step": next_step(run.facts, list(run.facts.command) if run.facts is not None else []),
+        "next_step": next_step(run.facts, list(run.facts.command) if run.facts is not None else [], run.config),
         "status": status,
         "error": outcome.error,
         "before": {"ms_per_step": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},
