@@ -100,8 +100,7 @@ def _from_trace(args: argparse.Namespace) -> int:
 
 def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
     def show(progress: Progress) -> None:
-        of = f"/{progress.of}" if progress.of else ""
-        status.update(f"{progress.stage} step {progress.step}{of}")
+        status.update(progress.words())
 
     with err.status("starting the script under observation...") as status:
         return run_observed(
@@ -122,6 +121,11 @@ def _explain_no_steps(observed: ObservedRun, err: Console) -> None:
         err.print(f"torchboost doctor: the script ended after {seen} training step(s), all within "
                   f"the {observed.facts.warmup_steps} warm-up steps; nothing was recorded. "
                   "Lower --warmup (or give the script more steps).", highlight=False)
+    elif seen:  # the facts were never written: the process ended itself during warm-up
+        status = f"exited with status {observed.exit_code}" if observed.exit_code else "ended"
+        err.print(f"torchboost doctor: the script {status} after {seen} training step(s), before any was "
+                  "recorded (warm-up steps are not); nothing to diagnose. Lower --warmup "
+                  "(or give the script more steps).", highlight=False)
     elif observed.exit_code:
         err.print(f"torchboost doctor: the script exited with status {observed.exit_code} "
                   "before completing a training step; nothing to diagnose.", highlight=False)

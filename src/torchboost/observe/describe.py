@@ -20,6 +20,7 @@ __all__ = [
     "describe_loader",
     "describe_model",
     "describe_optimizer",
+    "observe_techniques",
     "probe_techniques",
     "peak_rss_bytes",
     "find_grad_scaler",
@@ -78,6 +79,11 @@ def _is_compiled(module: torch.nn.Module) -> bool:
 def probe_techniques(ctx: ProbeContext) -> dict[str, Any]:
     """Each technique's own facts, read by its probe from the live objects, by technique name."""
     return {t.name: t.probe(ctx) for t in techniques() if t.probe is not None}
+
+
+def observe_techniques() -> dict[str, Any]:
+    """Each technique's facts read from the process itself (see ``Technique.observe``), by name."""
+    return {t.name: t.observe() for t in techniques() if t.observe is not None}
 
 
 def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") -> OptimizerFacts:

@@ -82,6 +82,10 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
     """
     seen, timing, spec = recorder.seen, recorder.timing, recorder.spec
     model, optimizer, by_technique = _described(recorder, earlier, fresh)
+    try:
+        by_technique = {**by_technique, **describe.observe_techniques()}
+    except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
+        recorder.errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
     settings = seen.settings
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)

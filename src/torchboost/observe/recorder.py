@@ -182,8 +182,7 @@ class StepRecorder:
             self.errors.append(f"{getattr(fn, '__name__', 'observer')}: {type(exc).__name__}: {exc}")
 
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        # Until now backward calls were taken as boundaries; restart counting on the
-        # optimizer's steps. The step in flight is cut in two, so it is not recorded.
+        # Boundaries were backward calls: count optimizer steps now (the step in flight is not recorded).
         self.seen.adopt_optimizer(optimizer)
         self.guarded(self.seen.look_for_trainer)
         self.step_source = "optimizer"

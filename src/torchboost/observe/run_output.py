@@ -2,7 +2,8 @@
 
 The facts are built by :func:`~torchboost.observe.facts_builder.build_facts`; the first
 build with the script's objects alive (the end of warm-up) is kept, so the descriptions
-of the model and optimizer outlive them. The progress line is rewritten at each stage change and at most every 0.2 s; the facts
+of the model and optimizer outlive them. The progress line is rewritten at each stage change and at most every 0.2 s (the step
+count, :mod:`~torchboost.observe.step_count`, at every boundary); the facts
 are rewritten at the first recorded step, then at most every ``spec.flush_interval_s``,
 never while the profiler runs (the write would be profiled), and at the end of the
 recorded steps, so a run that crashes later keeps what was seen.
@@ -19,6 +20,7 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe.facts_builder import build_facts, uses_cuda
 from torchboost.observe.progress_file import ProgressFile, stage_of
 from torchboost.observe.spec import ObserveSpec
+from torchboost.observe.step_count import StepCounter
 
 if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
     from torchboost.observe.recorder import StepRecorder
@@ -35,6 +37,7 @@ class RunOutput:
         self._spec = spec
         self._clock = clock
         self._progress: ProgressFile | None = None
+        self._counter: StepCounter | None = None
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
         self._last_progress = float("-inf")
         self._described: Facts | None = None  # facts built while the script's objects lived
@@ -74,6 +77,10 @@ class RunOutput:
     def after_boundary(self, done: int, *, has_steps: bool, profiling: bool, write_facts: Callable[[], object]) -> None:
         """After the ``done``-th step boundary: update the progress line, flush the facts when due."""
         spec = self._spec
+        if spec.count_path:  # every boundary: the parent's count survives an os._exit
+            if self._counter is None:
+                self._counter = StepCounter(spec.count_path)
+            self._counter.set(done)
         now = self._clock()
         recorded_end = spec.warmup + spec.steps
         profiled_end = recorded_end + spec.profile_steps
@@ -85,6 +92,16 @@ class RunOutput:
             self._last_progress = now
         if has_steps and not profiling and (done == recorded_end or now - self._last_flush >= spec.flush_interval_s):
             write_facts()
+
+    def show_compiling(self, done: int, seconds: float | None) -> None:
+        """The progress line while torch.compile compiles, ``seconds`` so far (None: it
+        stopped); called from the watchdog's thread."""
+        if not self._spec.progress_path:
+            return
+        if self._progress is None:
+            self._progress = ProgressFile(self._spec.progress_path)
+        line = stage_of(done, self._spec)
+        self._progress.write(line if seconds is None else {**line, "compiling_s": round(seconds)})
 
     def _measure_bf16(self) -> None:
         # ~0.1 s: only at the end, outside every recorded step.

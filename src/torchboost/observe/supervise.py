@@ -25,6 +25,7 @@ from torchboost.observe.launch import Launch, UsageError, parse_command, parse_l
 from torchboost.observe.no_stdin import STDIN
 from torchboost.observe.relay import PROFILER_LOG, TAIL_CHARS, start_relays
 from torchboost.observe.spec import ObserveSpec, rank_file
+from torchboost.observe.step_count import read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 
@@ -41,6 +42,14 @@ class Progress:
     stage: str
     step: int
     of: int | None
+    compiling_s: float | None = None
+    """Seconds the script has been compiling (torch.compile) since its last step, while it does."""
+
+    def words(self) -> str:
+        """The progress line: "warm-up step 2/5", or "compiling (40 s so far), warm-up step 0/5"."""
+        of = f"/{self.of}" if self.of else ""
+        compiling = f"compiling ({self.compiling_s:.0f} s so far), " if self.compiling_s is not None else ""
+        return f"{compiling}{self.stage} step {self.step}{of}"
 
 
 @dataclass
@@ -111,7 +120,8 @@ def run_observed(
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
-                           progress_path=str(Path(tmp) / "progress.json"), command=list(command), **window)
+                           progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
+                           command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
         proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo)
@@ -125,7 +135,8 @@ def run_observed(
         # hand-over, lingers for seconds), so do not wait for their end-of-file.
         for relay in relays:
             relay.join(timeout=_DRAIN_S)
-    return _collect(out, proc, tail, timed_out)
+        count = read_count(spec.count_path)
+    return _collect(out, proc, tail, timed_out, count)
 
 
 def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
@@ -172,8 +183,10 @@ def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Calla
         raise
 
 
-def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool) -> ObservedRun:
-    """The run's result from the facts the exited child left in ``out``."""
+def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool,
+             count: int | None = None) -> ObservedRun:
+    """The run's result from the facts the exited child left in ``out``, corrected with
+    its real exit status and last step ``count`` (:func:`.step_count.reconcile`)."""
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)
@@ -182,13 +195,15 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
         code = 128 - code
         for facts in ranks:
             facts.ended, facts.exit_code, facts.signal = "killed", code, signal_name(-proc.returncode)
+    if ranks:
+        reconcile(ranks[0], code, count)
     return ObservedRun(
         facts=job_facts(ranks) if ranks else None,
         ranks=ranks,
         exit_code=code,
         stderr_tail="".join(tail)[-TAIL_CHARS:],
         out_dir=out,
-        steps_seen=int(raw.get("steps_seen", 0)) if raw is not None else 0,
+        steps_seen=max(ranks[0].steps_seen if ranks else 0, count or 0),
         timed_out=timed_out,
     )
 
@@ -236,4 +251,5 @@ def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Pr
             continue  # not written yet
         if data != last:
             last = data
-            on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of")))
+            on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of"),
+                                 compiling_s=data.get("compiling_s")))

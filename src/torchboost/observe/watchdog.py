@@ -8,6 +8,11 @@ thread looks twice a second at the time since the last step boundary; past
 ``ended = "stalled"``, and ends the process with :data:`STALL_EXIT`. The thread only
 reads the clock and two attributes; it never touches the script's objects.
 
+*Compiling* is not stalling: while torch.compile compiles (its frames on a thread's
+stack, :mod:`~torchboost.observe.compiling`) the clock stops counting toward the stall
+limit and the progress line says "compiling (N s so far)". A compile has its own, much
+longer bound, :data:`COMPILE_LIMIT_S`, so one that never ends still ends.
+
 *Parent*: the child must not outlive the torchboost process that started it (a ``kill
 -9`` of tune must not leave its trial running). On Linux the kernel sends SIGKILL when
 the parent dies (``PR_SET_PDEATHSIG``); elsewhere the same thread notices the parent is
@@ -24,10 +29,11 @@ import sys
 import threading
 from typing import Any
 
+from torchboost.observe.compiling import compiling_now
 from torchboost.observe.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
 from torchboost.observe.recorder import StepRecorder
 
-__all__ = ["STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
+__all__ = ["COMPILE_LIMIT_S", "STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
 
 STALL_EXIT = 124
 """Exit status of a run ended for stalling (what ``timeout`` uses)."""
@@ -36,6 +42,10 @@ STALL_FACTOR = 20
 BOOKKEEPING_LIMIT_S = 120.0
 """The bound on torchboost's own work at a step boundary (the profiler's start, the end of
 warm-up's probes): never the script's stall, but it must still end."""
+COMPILE_LIMIT_S = 1800.0
+"""The bound on one unbroken stretch of compiling (torch.compile): a compile is not a
+stall, but one that runs half an hour is ended as one."""
+_TICK_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
 _DOING = {DATA: "waiting for data (the DataLoader)", FORWARD: "in the forward pass",
@@ -58,6 +68,11 @@ class StallWatchdog:
         self.recorder = recorder
         self.timeout_s = timeout_s
         self.parent_pid = parent_pid
+        self.compiling_s = 0.0
+        """Seconds spent compiling since the last step boundary (not counted as stalling)."""
+        self.compile_streak_s = 0.0
+        """Seconds of the compile going on now, unbroken (bounded by :data:`COMPILE_LIMIT_S`)."""
+        self._boundary_seen: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torchboost-watchdog", daemon=True)
 
@@ -79,23 +94,47 @@ class StallWatchdog:
         return max(self.timeout_s, STALL_FACTOR * median_s, own)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        last_tick = self.recorder.clock()
+        while not self._stop.wait(_TICK_S):
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 os._exit(128 + signal.SIGKILL)  # the parent is gone: end as its kill would have
-            since = self.recorder.clock() - self.recorder.timing.last_boundary
-            if since > self.limit_s():
+            now = self.recorder.clock()
+            self.tick(now - last_tick, compiling=compiling_now())
+            last_tick = now
+            since = now - self.recorder.timing.last_boundary
+            if self.compile_streak_s > COMPILE_LIMIT_S:
+                self._stalled(since, "compiling (torch.compile)")
+            elif since - self.compiling_s > self.limit_s():
                 self._stalled(since)
 
-    def _stalled(self, since: float) -> None:
+    def tick(self, elapsed_s: float, *, compiling: bool) -> None:
+        """Account ``elapsed_s`` seconds since the last look: compiling time is excused
+        from the stall clock (until the next step boundary) and shown on the progress line."""
+        boundary = self.recorder.timing.last_boundary
+        if boundary != self._boundary_seen:
+            self._boundary_seen, self.compiling_s = boundary, 0.0
+        shown = self.compile_streak_s > 0
+        if compiling:
+            self.compiling_s += elapsed_s
+            self.compile_streak_s += elapsed_s
+        else:
+            self.compile_streak_s = 0.0
+        if compiling or shown:  # the line says "compiling" while it is, and not a moment after
+            self.recorder.guarded(self.recorder.output.show_compiling, self.recorder.timing.boundaries,
+                                  self.compiling_s if compiling else None)
+
+    def _stalled(self, since: float, what: str | None = None) -> None:
         recorder = self.recorder
         at_step = recorder.timing.boundaries
-        what = doing(recorder.current, at_step)
+        what = what or doing(recorder.current, at_step)
         recorder.ended = "stalled"
-        recorder.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(self.limit_s(), 1),
-                          "at_step": at_step}
+        compiling = self.compile_streak_s > COMPILE_LIMIT_S
+        limit_s = COMPILE_LIMIT_S if compiling else self.limit_s()
+        recorder.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1),
+                          "at_step": at_step, "compiling_s": round(self.compiling_s, 1)}
+        bound = "a compile's bound" if compiling else "--stall-timeout to change"
         print(f"torchboost: no training step for {since:.0f} s, the script {what} at step "
-              f"{at_step}; ending it (limit {self.limit_s():.0f} s, --stall-timeout to change)",
-              file=sys.stderr, flush=True)
+              f"{at_step}; ending it (limit {limit_s:.0f} s, {bound})", file=sys.stderr, flush=True)
         try:
             recorder.write_facts(STALL_EXIT)
         except Exception as exc:  # noqa: BLE001 - the exit below must happen

@@ -33,6 +33,12 @@
                        compute_pct, non_compute_pct, kernel/memcpy/memset ms, kernels,
                        small_kernel_pct, h2d_pageable_count/bytes, syncs, sync_ops,
                        collective_ms, collective_overlap_pct, steps (from a trace)
+    compile            null | {compile_s, tracing_s, backend_s, code_gen_s (seconds), cache
+                       ("cold" | "warm" | ""), cache_hits, cache_misses, cache_dir, graphs,
+                       frames, recompile_limit, first_step_ms, step_ms (compiled, median),
+                       graph_breaks [{reason, where (file:line), code, fix, count}],
+                       recompiles [{function, where, reasons, count, kind, fix}]}
+                       what torch.compile did in the script; null when nothing compiled
     job                null | {world_size, ranks_observed, slowest_rank, spread_pct,
                                collective_ms_per_step, collective_overlap_pct}
                        a torchrun job: every figure above is the slowest rank's
@@ -58,6 +64,7 @@ from typing import Any
 from rich.console import Console
 
 from torchboost._version import __version__
+from torchboost.report.compile_section import compile_section
 from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
 from torchboost.report.markdown import render_markdown
@@ -76,7 +83,7 @@ _JITTER_RATIO = 1.5
 
 
 def ending_words(facts: Facts) -> str | None:
-    """How a stalled or killed run ended, in words; None for any other ending."""
+    """How a stalled, killed or self-ended run ended, in words; None for any other ending."""
     if facts.ended == "stalled" and facts.stall:
         stall = facts.stall
         return (f"The script stalled: no training step for {stall['after_s']:.0f} s (limit {stall['limit_s']:.0f} s, "
@@ -84,6 +91,9 @@ def ending_words(facts: Facts) -> str | None:
     if facts.ended == "killed":
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if facts.signal == "SIGKILL" else ""
         return f"The script was killed by {facts.signal or 'a signal'}{hint}, exit code {facts.exit_code}"
+    if facts.ended == "exited":
+        return (f"The script ended its own process (os._exit or the like) after {facts.steps_seen} steps, "
+                f"exit code {facts.exit_code}, before torchboost could write what it saw last")
     return None
 
 
@@ -224,6 +234,7 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "notes": _job_note(job) + run_notes(facts, summary, findings),
         "job": job,
         "gpu": facts.gpu,
+        "compile": compile_section(facts),
         "ranks": [_rank_entry(f) for f in ranks] if job else [],
         "trace": facts.profile.trace_path if facts.profile else None,
         "facts": facts.to_dict(),

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from torchboost.evidence.observed import PHASES, StepRecord
 from torchboost.report import _format as fmt
+from torchboost.report.compile_section import compile_lines
 from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
 
 __all__ = ["render_html", "TEMPLATE_NAME", "data_uri", "load_template"]
@@ -60,6 +61,7 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
         memory_fixes=[{**_finding(f), "memory": fmt.memory_change(f["memory_ratio"]),
                        "cost": fmt.time_cost(f["expected_speedup"])} for f in report.get("memory_fixes", [])],
         hot_ops=fmt.hottest_ops(report),
+        compile_lines=compile_lines(report.get("compile")),
         environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
         breakdown_src=data_uri(breakdown_png(report["breakdown_pct"])),
         timeline_src=data_uri(timeline_png(list(steps))),

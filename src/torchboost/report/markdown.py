@@ -7,6 +7,7 @@ from typing import Any
 
 from torchboost.evidence.observed import PHASES
 from torchboost.report import _format as fmt
+from torchboost.report.compile_section import compile_lines
 
 __all__ = ["render_markdown"]
 
@@ -97,6 +98,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += [f"- `{f['id']}`: peak memory {fmt.memory_change(f['memory_ratio'])}, step time "
                       f"{fmt.time_cost(f['expected_speedup'])}", ""]
             lines += _finding(i, f)
+    if report.get("compile"):
+        lines += ["## torch.compile", ""] + [f"- {_cell(line)}" for line in compile_lines(report["compile"])] + [""]
     lines += ["## Notes", ""]
     lines += [f"- {_cell(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

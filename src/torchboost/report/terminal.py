@@ -17,6 +17,7 @@ from rich.text import Text
 
 from torchboost.evidence.observed import PHASES
 from torchboost.report import _format as fmt
+from torchboost.report.compile_section import compile_lines
 from torchboost.report.plots import PHASE_COLORS
 
 __all__ = ["print_report"]
@@ -105,6 +106,8 @@ def print_report(report: dict[str, Any], console: Console, paths: dict[str, Path
         console.print(_changes_table(report["training_changes"]))
     if report.get("memory_fixes"):
         console.print(_memory_table(report["memory_fixes"]))
+    for line in compile_lines(report.get("compile")):
+        console.print(Text(f"• {line}"))
     for note in report["notes"]:
         console.print(Text(f"• {note}"))
     for kind, path in paths.items():

@@ -37,6 +37,7 @@ from torch import nn
 from torchboost.config import Overlay, check_choice
 from torchboost.env import Environment
 from torchboost.techniques.compile_diagnosis import compile_enable
+from torchboost.techniques.compile_facts import CompileFacts, observe_compile
 from torchboost.techniques.compile_settings import CompileConfig
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
@@ -357,5 +358,7 @@ TECHNIQUE = Technique(
     levers=(Lever("compile", "torch.compile", Parity.EXACT, _propose, ("compile.enable",), priority=50,
                   is_compile=True),),
     spell=_spell,
+    facts=CompileFacts,
+    observe=observe_compile,
     rules=(Rule("compile.enable", compile_enable),),
 )
