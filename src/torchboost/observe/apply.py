@@ -35,6 +35,7 @@ from torch import nn
 from torch.nn.modules import module as _nn_module
 
 from torchboost.config import BoostConfig, Overlay
+from torchboost.frameworks import fix_words
 from torchboost.handover import Claims
 from torchboost.observe.loader_patch import LoaderPatch, rewritten_arguments
 from torchboost.observe.log_filters import LoggerFilters
@@ -70,8 +71,14 @@ def nocode_settings(settings: Mapping[str, Any]) -> tuple[Overlay, list[str]]:
         if why is not None:
             applicable = applicable.without(technique.section)
             notes += [f"{technique.section.section}.{key} = {value!r} needs the Booster in the training loop "
-                      f"({why}); not applied" for key, value in values.items()]
+                      f"({why}); not applied{_trainer_words(technique, key, value)}" for key, value in values.items()]
     return applicable, notes
+
+
+def _trainer_words(technique: Technique, key: str, value: Any) -> str:
+    # A Hugging Face Trainer script has a flag for some of what needs the Booster.
+    words = fix_words(Overlay.of(technique.section, **{key: value})).get("transformers")
+    return f"; a Hugging Face Trainer takes {words}" if words else ""
 
 
 def changed_settings(config: BoostConfig, written: Collection[str] | None = None) -> tuple[Overlay, list[str]]:
