@@ -208,7 +208,9 @@ class Facts:
     """Loss values per observed step, where the backward's tensor was a scalar."""
     ended: str = "stopped"
     """"stopped" (after N steps), "finished" (script ended on its own), "crashed",
-    "stalled" (no step for too long: see ``stall``), "killed" (by a signal: see ``signal``)."""
+    "stalled" (no step for too long: see ``stall``), "killed" (by a signal: see ``signal``),
+    "exited" (the script ended its process itself, ``os._exit``: the facts were last written
+    before, and ``exit_code`` and ``steps_seen`` are what the parent saw at its end)."""
     exit_code: int = 0
     planned_steps: int | None = None
     """Steps the script would run in full, when known (see ``planned_from``)."""

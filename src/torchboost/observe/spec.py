@@ -54,6 +54,9 @@ class ObserveSpec:
     """Profiler steps kept in the op table and the trace; small keeps the trace small."""
     progress_path: str | None = None
     """File the child rewrites with {"stage", "step", "of"} for the parent's progress line."""
+    count_path: str | None = None
+    """File the child keeps its step count in, for the parent to read after it ends
+    (:mod:`torchboost.observe.step_count`)."""
     flush_interval_s: float = 5.0
     """Least time between two rewrites of facts.json during the run, seconds (each costs
     tens of milliseconds with its fsync; facts are also written when recording ends and
@@ -86,7 +89,7 @@ class ObserveSpec:
         """This spec for rank ``rank`` of a torchrun job (itself for rank 0)."""
         if rank == 0:
             return self
-        return dataclasses.replace(self, rank=rank, progress_path=None)
+        return dataclasses.replace(self, rank=rank, progress_path=None, count_path=None)
 
     @property
     def facts_path(self) -> Path:

@@ -195,8 +195,8 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
         code = 128 - code
         for facts in ranks:
             facts.ended, facts.exit_code, facts.signal = "killed", code, signal_name(-proc.returncode)
-    if ranks:
-        reconcile(ranks[0], code, count)
+    if ranks and reconcile(ranks[0], code, count):  # the child's last write missed its end
+        atomic_write_bytes(facts_path, json.dumps(ranks[0].to_dict(), indent=1).encode())
     return ObservedRun(
         facts=job_facts(ranks) if ranks else None,
         ranks=ranks,
