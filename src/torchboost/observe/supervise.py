@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
+from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
 from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
