@@ -198,6 +198,10 @@ class Facts:
     ``facts.precision``; in the JSON each is a key of its own, the technique's name."""
     optimizer: OptimizerFacts | None = None
     profile: ProfileFacts | None = None
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    """Every optimizer seen stepping, in the order each first stepped: ``{"class_name",
+    "steps" (its outermost step() calls), "primary" (its steps are the training steps)}``.
+    Two or more: a second optimizer (a GAN's) stepped too; ``optimizer`` is the primary."""
     cpu_threads: int = 1
     """torch.get_num_threads() in the training process."""
     peak_memory_bytes: int = 0

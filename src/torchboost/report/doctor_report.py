@@ -97,6 +97,18 @@ def ending_words(facts: Facts) -> str | None:
     return None
 
 
+def optimizer_notes(facts: Facts) -> list[str]:
+    """One note per optimizer beyond the one whose steps are the training steps (a GAN's
+    second), with how often each stepped."""
+    primary = next((o for o in facts.optimizers if o.get("primary")), None)
+    if primary is None:
+        return []
+    return [f"A second optimizer stepped too: {o['class_name']}, {o['steps']} steps while "
+            f"{primary['class_name']} (whose steps are the training steps) took {primary['steps']}; "
+            "its time counts in the optimizer phase, and the findings speak of the first."
+            for o in facts.optimizers if not o.get("primary")]
+
+
 def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[str]:
     """What a reader must know to trust the figures: how the run ended, how much was seen."""
     n = summary.steps_observed
@@ -139,6 +151,7 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                      "(stalls, garbage collection, recompiles or a busy machine).")
     if facts.step_source == "backward" and n:
         notes.append("No optimizer was seen stepping; steps were counted at each backward().")
+    notes += optimizer_notes(facts)
     if findings:
         notes.append("Expected speedups are estimates for one change at a time and do not multiply "
                      "exactly; torchboost tune measures them.")
