@@ -69,6 +69,15 @@ def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def _what_was_ended(exc: BaseException) -> str:
+    """The stop message's second half: what was ended, and what lives on outside the group."""
+    left = getattr(exc, "survivors", None)
+    if not left:
+        return "the script and its processes were ended"
+    return (f"the script and its process group were ended; still running, detached from it (setsid): "
+            f"{', '.join(left)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchboost`` console script; returns the exit code."""
     own, command = split_command(sys.argv[1:] if argv is None else argv)
@@ -90,6 +99,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         # observer: the exit status a shell gives a process killed by that signal.
         signum = int(getattr(exc, "signum", signal.SIGINT))
         name = (exc.args[0] if exc.args else "") or signal.Signals(signum).name  # a bare Ctrl-C has no args
-        print(f"torchboost {args.subcommand}: stopped by {name}; the script and its processes were ended",
-              file=sys.stderr)
+        print(f"torchboost {args.subcommand}: stopped by {name}; {_what_was_ended(exc)}", file=sys.stderr)
         return 128 + signum

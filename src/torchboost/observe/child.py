@@ -7,7 +7,10 @@ hit it behind our back. While it runs, SIGINT, SIGTERM and SIGHUP to torchboost 
 caught and passed on to the whole group (SIGINT as SIGINT, so the script's ``finally``
 blocks run and its facts are written; the others as SIGTERM); a group still alive after
 :data:`GRACE_S` is killed. torchboost then raises :class:`Interrupted`, and the command
-exits with 128 + the signal's number, as a shell reports a process killed by it.
+exits with 128 + the signal's number, as a shell reports a process killed by it. A
+process the script detached into a session of its own (``setsid``) is outside the group
+and lives on: :attr:`Interrupted.survivors` names it, so the message says only what was
+ended.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ import subprocess
 import threading
 from typing import Iterator
 
-__all__ = ["GRACE_S", "Interrupted", "end_group", "forwarded_signals", "kill_group", "signal_name"]
+import psutil
+
+__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "forwarded_signals", "kill_group", "signal_name",
+           "survivors"]
 
 GRACE_S = 10.0
 """Seconds the child's group has to end after a passed-on signal before it is killed."""
@@ -32,6 +38,9 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal_name(signum))
         self.signum = signum
+        self.survivors: list[str] = []
+        """The script's processes still running after its group was ended (each
+        "pid N (command)"): ones it detached into a session of their own (``setsid``)."""
 
 
 def signal_name(signum: int) -> str:
@@ -61,8 +70,10 @@ def forwarded_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def end_group(proc: subprocess.Popen, signum: int) -> None:
-    """Pass ``signum`` on to the child's group, wait :data:`GRACE_S`, then kill what is left."""
+def end_group(proc: subprocess.Popen, signum: int) -> list[str]:
+    """Pass ``signum`` on to the child's group, wait :data:`GRACE_S`, then kill what is left.
+    Returns the child's descendants still running after that (see :func:`survivors`)."""
+    tree = descendants(proc.pid)  # before the end: orphans lose their place in the tree
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
     try:
@@ -70,6 +81,28 @@ def end_group(proc: subprocess.Popen, signum: int) -> None:
     except subprocess.TimeoutExpired:
         pass
     kill_group(proc)
+    return survivors(tree)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every process below ``pid`` now (children, theirs, ...); [] when it is gone."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def survivors(tree: list[psutil.Process]) -> list[str]:
+    """Those of ``tree`` still running (a zombie is not), as "pid N (command)": processes
+    that left the group, which ending it did not reach."""
+    alive = []
+    for process in tree:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"pid {process.pid} ({' '.join(process.cmdline())[:80] or process.name()})")
+        except psutil.Error:
+            continue  # ended meanwhile
+    return alive
 
 
 def kill_group(proc: subprocess.Popen) -> None:

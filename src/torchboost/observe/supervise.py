@@ -177,7 +177,7 @@ def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Calla
         with forwarded_signals():
             return _wait(proc, progress_path, on_progress, timeout_s)
     except Interrupted as exc:
-        end_group(proc, exc.signum)
+        exc.survivors = end_group(proc, exc.signum)
         raise
     except BaseException:
         kill_group(proc)

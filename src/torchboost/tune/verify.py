@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.observe.child import descendants, survivors
 from torchboost.observe.no_stdin import STDIN
 from torchboost.observe.supervise import run_observed
 from torchboost.tune.journal import RunJournal
@@ -126,9 +127,12 @@ def _whole_run(command: Sequence[str], config_file: Path, limit_s: float) -> flo
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         return None
-    except BaseException:
+    except BaseException as exc:
+        tree = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        if isinstance(exc, KeyboardInterrupt):  # the stop message says what lives on
+            exc.survivors = survivors(tree)  # type: ignore[attr-defined]
         raise
     if code != 0:
         raise RuntimeError(f"the script exited with code {code} under torchboost run")
