@@ -22,10 +22,12 @@ HOST_MS = {(0, 2): 84.0, (2, 2): 88.0, (1, 2): 127.0, (2, 1): 62.0, (1, 1): 95.0
 class FakeScript:
     """Step time = host time x per-lever factors; a little deterministic noise per repeat."""
 
-    def __init__(self, factors=None, losses=None, compile_s=0.0, noise=0.01):
+    def __init__(self, factors=None, losses=None, compile_s=0.0, noise=0.01, warm_compile_s=None):
         self.factors = factors or {}
         self.losses = losses or {}
         self.compile_s = compile_s
+        self.warm_compile_s = compile_s if warm_compile_s is None else warm_compile_s  # once the cache is filled
+        self.compiled = False
         self.noise = itertools.cycle([1.0, 1.0 + noise, 1.0 - noise])
         self.calls = []
 
@@ -39,7 +41,9 @@ class FakeScript:
             if (key, value) in self.losses:
                 losses = self.losses[(key, value)]
         ms *= next(self.noise)
-        compile_s = self.compile_s if settings.get("compile.mode", "off") != "off" else 0.0
+        compile_s = 0.0
+        if settings.get("compile.mode", "off") != "off":
+            compile_s, self.compiled = (self.warm_compile_s if self.compiled else self.compile_s), True
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 5, losses=losses,
                            samples_per_step=32, compile_s=compile_s)
 
@@ -92,6 +96,29 @@ def test_compile_kept_only_when_it_pays_for_itself():
     long = run_search(default_levers(), CPU2, FakeScript(factors={("compile.mode", "default"): 0.9}, compile_s=30.0),
                       SearchOptions(run_steps=100_000))
     assert long.settings.get("compile.mode") == "default"
+
+
+@pytest.mark.parametrize("warm_s, kept", [(3.0, True), (30.0, False)])
+def test_compile_is_judged_on_the_warm_cost_every_later_run_pays(warm_s, kept):
+    # Cold 30 s on the first compiled run; 6.2 ms saved per step. Warm 3 s pays off after
+    # ~480 steps of a 1000-step run; the twin whose cache never warms needs ~4800.
+    script = FakeScript(factors={("compile.mode", "default"): 0.9}, compile_s=30.0, warm_compile_s=warm_s)
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=1000))
+    decision = next(d for d in outcome.decisions if d.lever == "compile" and d.status != "screened_out")
+    assert (outcome.settings.get("compile.mode") == "default") is kept, decision.reason
+    assert decision.break_even_steps == pytest.approx(1000 * warm_s / 6.2, rel=0.15)
+    if kept:
+        assert "compile 30.0 s on the first run, 3.0 s on every later one" in decision.reason
+
+
+@pytest.mark.parametrize("run_steps, kept", [(None, False), (100_000, True)])
+def test_a_compile_is_not_kept_on_an_unknown_run_length(run_steps, kept):
+    script = FakeScript(factors={("compile.mode", "default"): 0.9}, compile_s=30.0)
+    outcome = run_search(default_levers(), CPU2, script, SearchOptions(run_steps=run_steps))
+    decision = next(d for d in outcome.decisions if d.lever == "compile" and d.status != "screened_out")
+    assert (outcome.settings.get("compile.mode") == "default") is kept, decision.reason
+    if not kept:
+        assert decision.status == "not_repaid" and "pass --run-steps" in decision.reason
 
 
 def test_budget_stops_with_best_so_far():

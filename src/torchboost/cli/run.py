@@ -15,6 +15,7 @@ to the applier).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
 from torchboost.observe.apply import Applier, settings_from_config
 from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
 from torchboost.observe.launch import Launch, UsageError, parse_launch
+from torchboost.techniques.compile_cache import CACHE_ENV, compile_cache_env
 
 __all__ = ["add_arguments", "run", "run_applied", "run_job"]
 
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"torchboost run: error: {exc}", file=sys.stderr)
         return 2
+    cache = compile_cache_env()
+    os.environ.update(cache)  # the compile cache tune filled (the user's own folder when set)
     if launch.distributed:
         return run_job(launch, Path(args.config).resolve())
     settings, notes = settings_from_config(config, BoostConfig.written_keys(args.config))
@@ -53,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"torchboost run: {note}", file=sys.stderr)
         applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
         print(f"torchboost run: applying {args.config}: {applied}", file=sys.stderr)
+        if cache:
+            print(f"torchboost run: compile cache: {cache[CACHE_ENV]}", file=sys.stderr)
         if Path(args.config).resolve() != Path(CONFIG_FILENAME).resolve():
             print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
                   f"not {args.config}", file=sys.stderr)

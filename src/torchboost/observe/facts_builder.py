@@ -9,13 +9,14 @@ know of the script's live objects is its probe's to read, not this module's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, TrainerFacts
 from torchboost.observe import describe
+from torchboost.observe.run_length import length_from_arguments, script_arguments
 from torchboost.techniques.registry import ProbeContext
 
 if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
@@ -35,14 +36,19 @@ def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
     return torch.cuda.is_initialized() and not probe_started_cuda
 
 
-def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None) -> tuple[int | None, str | None]:
+def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
+                command: Sequence[str] = ()) -> tuple[int | None, str | None]:
     """Steps the script would run in full, and what gave them in words: a Hugging Face
-    Trainer's own length (``max_steps``, or its epochs), else one epoch of the loader."""
+    Trainer's own length (``max_steps``, or its epochs), else the script's arguments
+    (``--max_iters=400``, ``--epochs 3`` with the loader's length), else one epoch of the loader."""
     batches = loader.num_batches if loader is not None else None
     if trainer is not None:
         steps, words = trainer.run_length(batches)
         if steps:
             return steps, words
+    given = length_from_arguments(script_arguments(command), batches)
+    if given is not None:
+        return given
     return (batches, "one epoch of the script's DataLoader") if batches else (None, None)
 
 
@@ -89,7 +95,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
     settings = seen.settings
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)
-    planned_steps, planned_from = planned_run(loader, seen.trainer)
+    planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command)
     return Facts(
         # What the script is and the machine it ran on.
         env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),

@@ -29,6 +29,7 @@ from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.observe.step_count import read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.techniques.compile_cache import compile_cache_env
 
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
            "run_observed"]
@@ -152,13 +153,15 @@ def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
 
 
 def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | None:
-    """The child's environment: ours plus a tuning trial's settings; None (inherit) otherwise."""
+    """The child's environment: ours plus a tuning trial's settings and the compile cache
+    ``torchboost run`` will use (:mod:`~torchboost.techniques.compile_cache`); None
+    (inherit) otherwise."""
     if apply is None:
         return None
     # A tuning trial, the baseline ({}) included.
     settings_path = tmp_dir / "trial-settings.json"
     write_trial_config(settings_path, apply)
-    return {**os.environ, TRIAL_SETTINGS_ENV: str(settings_path)}
+    return {**os.environ, **compile_cache_env(), TRIAL_SETTINGS_ENV: str(settings_path)}
 
 
 def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:

@@ -48,11 +48,13 @@ def compile_enable(facts: Facts, *, compute_pct: float = 50.0, compile_cost_s: f
         },
         fix=fix,
         expected_speedup=speedup,
-        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, "
-                f"s = {factor} on {v.device} (assumed); pays back a {compile_cost_s:g} s compile "
-                f"after {int(break_even) + 1} steps",
-        notes=[f"The first compile costs tens of seconds to minutes (assumed {compile_cost_s:g} s here) "
-               "and new input shapes recompile; worth it for long runs.",
+        formula=f"estimate: 1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share "
+                f"(measured), s = {factor} on {v.device} (a typical gain, not measured here); pays back a "
+                f"{compile_cost_s:g} s compile (a typical first compile, not measured) after "
+                f"{int(break_even) + 1} steps; tune measures both on this script",
+        notes=[f"The first compile costs tens of seconds to minutes ({compile_cost_s:g} s assumed here; "
+               "later runs load it from the compile cache in seconds) and new input shapes recompile; "
+               "worth it for long runs.",
                "A compile that fails falls back to eager with a warning."]
               + (["Large model: regional compile (each repeated block) compiles much faster."] if regional else []),
     )

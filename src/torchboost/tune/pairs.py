@@ -67,6 +67,9 @@ class Pairs:
     incumbent_fixed: list[float] = field(default_factory=list)
     """Seconds each incumbent run spent outside its steps (start-up, worker start, teardown)."""
     candidate_fixed: list[float] = field(default_factory=list)
+    candidate_compile: list[float] = field(default_factory=list)
+    """Seconds each candidate run spent compiling (the screening run first: the cold one
+    when the compile cache was empty; the pairs' runs find it warm)."""
     count: int = 0
     """Fresh pairs measured (the screening ratio is not one)."""
     failure: tuple[Status, str] | None = None
@@ -74,13 +77,21 @@ class Pairs:
     """The highest peak memory of the candidate's runs (screening included), bytes; 0: not measured."""
 
     def add(self, incumbent_ms: float, candidate_ms: float, incumbent_fixed: float = 0.0,
-            candidate_fixed: float = 0.0) -> None:
+            candidate_fixed: float = 0.0, candidate_compile: float = 0.0) -> None:
         self.count += 1
+        self.candidate_compile.append(candidate_compile)
         self.incumbent_ms.append(incumbent_ms)
         self.candidate_ms.append(candidate_ms)
         self.ratios.append(candidate_ms / incumbent_ms)
         self.incumbent_fixed.append(incumbent_fixed)
         self.candidate_fixed.append(candidate_fixed)
+
+    def compile_costs(self) -> tuple[float, float]:
+        """(the first run's compile seconds, every later run's): cold then warm when the
+        screening run filled the compile cache; the same figure twice with one run."""
+        first = self.candidate_compile[0] if self.candidate_compile else 0.0
+        later = sorted(self.candidate_compile[1:])
+        return first, later[len(later) // 2] if later else first
 
     def settled(self, clear_pairs: int, threshold: float) -> bool:
         """The last ``clear_pairs`` ratios (after one fresh pair at least) agree on the verdict."""

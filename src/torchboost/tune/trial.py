@@ -15,6 +15,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
 from torchboost.observe.no_stdin import stdin_words
 from torchboost.observe.supervise import run_observed
+from torchboost.techniques.compile_facts import CompileFacts
 from torchboost.tune.trial_result import TrialResult
 
 __all__ = ["run_trial", "result_from_facts"]
@@ -52,6 +53,9 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
     warmup_ms = list(getattr(facts, "warmup_step_ms", []) or [])
     median_ms = statistics.median(step_ms)
     compile_s = max(0.0, (sum(warmup_ms) - len(warmup_ms) * median_ms) / 1e3) if warmup_ms else 0.0
+    compiled = facts.seen(CompileFacts)
+    if compiled.frames:  # torch.compile's own count: the compile, not the first steps' other costs
+        compile_s = compiled.compile_s
     losses = list(getattr(facts, "warmup_losses", []) or []) + list(facts.losses)
     batch = facts.loader.batch_size if facts.loader is not None else None
     steps_run = len(warmup_ms) + len(step_ms)
@@ -59,7 +63,7 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
     result = TrialResult(
         settings=settings, repeat=repeat, step_ms=step_ms, losses=losses, samples_per_step=batch,
         peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
-        compile_s=compile_s, wall_s=wall_s, fixed_s=fixed_s,
+        compile_s=compile_s, compile_cache=compiled.cache, wall_s=wall_s, fixed_s=fixed_s,
     )
     result.stopped_early = bool(getattr(facts, "stopped_slow", False))
     if facts.ended in ("crashed", "stalled", "killed") or exit_code != 0:

@@ -43,7 +43,11 @@ class TrialResult:
     samples_per_step: int | None = None
     peak_memory_bytes: int = 0
     compile_s: float = 0.0
-    """Extra time the warm-up (compiling) steps took over measured steps, seconds."""
+    """Seconds compiling (torch.compile's own count when it compiled, else the extra time
+    the warm-up steps took over measured steps)."""
+    compile_cache: str = ""
+    """"cold" (it compiled from scratch), "warm" (every graph came from the compile cache),
+    "" (nothing compiled)."""
     wall_s: float = 0.0
     fixed_s: float = 0.0
     """Seconds of the trial's process outside its steps at their mean pace: start-up,

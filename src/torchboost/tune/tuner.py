@@ -226,7 +226,8 @@ def _planned_run(options: TuneOptions, facts: Facts | None) -> tuple[int | None,
     if facts is not None and facts.planned_steps:
         source = facts.planned_from or "one epoch of the script's DataLoader"
         return facts.planned_steps, f"{source} ({facts.planned_steps} steps); pass --run-steps if the script runs more"
-    return None, "unknown: the script has no DataLoader with a length; pass --run-steps"
+    return None, ("unknown: no Trainer, no --max_iters, --max-steps or --epochs among the script's arguments, "
+                  "no DataLoader with a length; pass --run-steps")
 
 
 def _trial_length(options: TuneOptions, facts: Facts | None, run_steps: int | None) -> TuneOptions:
