@@ -135,7 +135,8 @@ def test_report_json_has_the_documented_schema(written):
     compile_decision = next(d for d in report["decisions"] if d["lever"] == "compile")
     assert compile_decision["status"] == "not_repaid"
     assert compile_decision["break_even_steps"] == pytest.approx(30_000 / 6.2, rel=0.02)
-    assert compile_decision["break_even"] == "after 4,839 steps (the run has 500 steps)"
+    assert compile_decision["break_even"] == "after 4,839 steps (the run has 500 steps); compile 30.0 s cold, 30.0 s warm"
+    assert (compile_decision["compile_cold_s"], compile_decision["compile_warm_s"]) == (30.0, 30.0)
     assert report["precision"] == ["bf16 was 1.8x slower here: rejected"]
     assert [f["id"] for f in report["findings"]] == ["data.workers", "precision.slower_on_cpu"]
     assert report["trials"] == {"total": run.outcome.trials_run, "run": run.outcome.trials_run - 4, "reused": 4,

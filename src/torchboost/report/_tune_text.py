@@ -76,7 +76,9 @@ def break_even(entry: dict[str, Any], run_steps: int | None) -> str | None:
     if entry["status"] == "skipped" and n is not None:
         return f"at least {steps(n)}{planned}"
     if n is not None:
-        return f"after {steps(n)}{planned}"
+        cold, warm = entry.get("compile_cold_s"), entry.get("compile_warm_s")
+        cost = f"; compile {cold:.1f} s cold, {warm:.1f} s warm" if cold is not None and warm is not None else ""
+        return f"after {steps(n)}{planned}{cost}"
     if entry["status"] in ("incorrect", "failed"):
         return "not computed: the compiled trial did not produce a usable measurement"
     ratio = entry["ratio"]

@@ -40,7 +40,7 @@ is baseline step time / this step time (above 1 is faster)::
                        highest peak of the step's trials (null: not measured)
     decisions          [ {lever, technique, settings, change, status, reason, ratio,
                           ratios, ms_per_step, break_even_steps, peak_memory_bytes,
-                          break_even, verdict} ]
+                          compile_cold_s, compile_warm_s, break_even, verdict} ]
                        every candidate in the order decided; status "kept" (a memory
                        lever: it brought the peak under the memory limit) | "slower" |
                        "not_beyond_noise" | "not_repaid" (its fixed cost is not repaid over
@@ -53,7 +53,9 @@ is baseline step time / this step time (above 1 is faster)::
                        break_even_steps / break_even: the steps after which its fixed cost
                        (compile time, start-up) is repaid (a number, and words: null /
                        "never ..." when it is not faster); verdict: one line in words
-                       ("bf16 was 1.8x slower here: slower")
+                       ("bf16 was 1.8x slower here: slower"); compile_cold_s / compile_warm_s: a compile
+                       candidate's compile seconds on its first run (empty cache) and on
+                       every later one (cache warm: what each run of the user's pays)
     precision          [str]   the verdict line of each reduced-precision candidate
     next_step          {how: "run" | "booster" | "transformers" | "lightning" | "accelerate",
                         text: str}
@@ -113,7 +115,7 @@ TUNE_SCHEMA_VERSION = 1
 
 
 _DECISION_KEYS = ("lever", "technique", "settings", "change", "status", "reason", "ratio", "ratios",
-                  "ms_per_step", "break_even_steps", "peak_memory_bytes")
+                  "ms_per_step", "break_even_steps", "peak_memory_bytes", "compile_cold_s", "compile_warm_s")
 """A summary decision's keys that report.json keeps as they are, in its order."""
 
 

@@ -73,6 +73,10 @@ class Decision:
     """The highest peak memory its trials measured, bytes (None: not measured)."""
     memory_lever: bool = False
     """The lever trades time for memory: tried only while the peak is over the limit."""
+    compile_cold_s: float | None = None
+    """Compile seconds of its first run (an empty compile cache), for a compile lever."""
+    compile_warm_s: float | None = None
+    """Compile seconds of every later run (the cache warm): what the user pays each run."""
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

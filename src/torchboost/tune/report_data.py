@@ -62,6 +62,8 @@ def _decision(d: Decision) -> dict[str, Any]:
         "reduced_precision": d.reduced_precision,
         "amortised": d.amortised,
         "memory_lever": d.memory_lever,
+        "compile_cold_s": d.compile_cold_s,
+        "compile_warm_s": d.compile_warm_s,
     }
 
 

@@ -326,8 +326,10 @@ class _Search:
             status, reason, break_even = self._repaid(lever, best, pairs, candidate_ms)
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
+        cold_s, warm_s = pairs.compile_costs() if lever.is_compile else (None, None)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
-                    break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes)
+                    break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
+                    compile_cold_s=cold_s, compile_warm_s=warm_s)
 
     def _repaid(self, lever: Lever, best: Screened, pairs: Pairs,
                candidate_ms: float) -> tuple[Status, str, float | None]:
