@@ -72,3 +72,10 @@ def test_an_unbroken_compile_is_bounded_and_a_broken_one_restarts_the_streak(tmp
     assert watchdog.compile_streak_s == 2.0 and watchdog.compiling_s == COMPILE_LIMIT_S + 1
     watchdog.tick(COMPILE_LIMIT_S, compiling=True)
     assert watchdog.compile_streak_s > COMPILE_LIMIT_S
+
+
+def test_the_progress_line_says_compiling_only_while_it_is():
+    from torchboost.observe.supervise import Progress
+
+    assert Progress("warm-up", 0, 5, compiling_s=41.6).words() == "compiling (42 s so far), warm-up step 0/5"
+    assert Progress("warm-up", 1, 5).words() == "warm-up step 1/5"  # twin: no compile, no word of it
