@@ -25,6 +25,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("torchboost.cli.doctor", "diagnose an unmodified training script"),
     "tune": ("torchboost.cli.tune", "measure techniques one by one on your script; write torchboost.toml"),
     "run": ("torchboost.cli.run", "run an unmodified script with torchboost.toml applied"),
+    "probe": ("torchboost.cli.probe", "measure this machine's matmul peak and memory bandwidth (cached)"),
     "export": ("torchboost.cli.export", "print torchboost.toml as Lightning Trainer arguments, an accelerate config "
                "or TrainingArguments keywords"),
 }

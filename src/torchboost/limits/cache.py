@@ -1,0 +1,63 @@
+"""The probe's results, kept per machine in the user's cache folder as JSON.
+
+``$XDG_CACHE_HOME/torchboost/`` (else ``~/.cache/torchboost/``), one file per machine key:
+the CPU's model, vector flags and the thread count (or the GPU's name), and the torch
+version (its kernels set the rates). A machine probed once is never probed again unless
+asked (``torchboost probe --refresh``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from torchboost._io import atomic_write_bytes
+from torchboost.limits.cpu_peak import cpu_info
+from torchboost.limits.machine import MachineLimits
+from torchboost.limits.measure import measure_limits
+
+__all__ = ["cache_dir", "machine_key", "machine_limits"]
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/torchboost`` when that variable is set, else ``~/.cache/torchboost``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "torchboost"
+
+
+def machine_key(device: str, threads: int) -> str:
+    """What makes two machines the same for the probe, in words (hashed for the file name)."""
+    if device == "cuda":
+        return f"cuda|{torch.cuda.get_device_name()}|torch {torch.__version__}"
+    info = cpu_info()
+    return f"cpu|{info.model}|{' '.join(info.flags)}|{threads} threads|torch {torch.__version__}"
+
+
+def _path(folder: Path, key: str) -> Path:
+    return folder / f"limits-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def machine_limits(device: str = "cpu", threads: int | None = None, *, refresh: bool = False,
+                   folder: Path | None = None) -> tuple[MachineLimits, bool]:
+    """This machine's limits and whether they came from the cache; measured (a few seconds)
+    and saved when absent, unreadable, or ``refresh``. ``threads``: the current count when None."""
+    threads = threads or torch.get_num_threads()
+    key = machine_key(device, threads)
+    path = _path(folder or cache_dir(), key)
+    if not refresh:
+        try:
+            found = MachineLimits.from_dict(json.loads(path.read_text(encoding="utf-8")))
+            if found.key == key:
+                return found, True
+        except (OSError, ValueError, TypeError, KeyError):
+            pass  # absent or from an older layout: measure again
+    limits = measure_limits(device, threads, key=key)
+    try:
+        atomic_write_bytes(path, (json.dumps(limits.to_dict(), indent=1) + "\n").encode("utf-8"))
+    except OSError:
+        pass  # a read-only home still gets its figures, measured again next time
+    return limits, False

@@ -1,0 +1,46 @@
+"""The machine's measured limits in words: ``torchboost probe``'s lines, and the FLOP/s units."""
+
+from __future__ import annotations
+
+from torchboost.limits.machine import MachineLimits
+
+__all__ = ["flops_text", "limits_lines", "BUSY_SHARE"]
+
+BUSY_SHARE = 0.75
+"""Below this share of its threads' CPU time, the probe ran on a busy machine: its peaks are low."""
+
+
+def flops_text(value: float | None, unit: str = "FLOP/s") -> str:
+    """``24.5 GFLOP/s``, ``312 TFLOP/s``, ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def busy_words(limits: MachineLimits) -> str | None:
+    """A warning when the probe shared the CPU with other work; None on a quiet machine."""
+    share = min((m.cpu_share for m in limits.matmul), default=1.0)
+    if limits.device != "cpu" or share >= BUSY_SHARE:
+        return None
+    return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of its {limits.threads} threads' CPU time, "
+            "so its peaks are below the machine's; rerun when it is quiet: torchboost probe --refresh")
+
+
+def limits_lines(limits: MachineLimits) -> list[str]:
+    """What ``torchboost probe`` prints, one line each."""
+    lines = []
+    for dtype in limits.dtypes:
+        sizes = "   ".join(f"{m.size}: {flops_text(m.flops_per_s)}" for m in limits.matmul if m.dtype == dtype)
+        lines.append(f"matmul {dtype:<5} {sizes}   peak {flops_text(limits.peak_flops_per_s(dtype))}")
+    lines.append(f"memory bandwidth (triad a = b + s*c)   {flops_text(limits.bandwidth_bytes_per_s, 'B/s')}")
+    fp32 = limits.peak_flops_per_s("fp32")
+    if limits.theoretical_flops_per_s and fp32:
+        lines.append(f"theoretical fp32 peak {flops_text(limits.theoretical_flops_per_s)} = "
+                     f"{limits.theoretical_formula}; measured {100 * fp32 / limits.theoretical_flops_per_s:.0f}% of it")
+    busy = busy_words(limits)
+    if busy:
+        lines.append(busy)
+    return lines
