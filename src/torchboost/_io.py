@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from torchboost._disk import NO_SPACE, NoSpaceError, os_error_in
+
 __all__ = ["atomic_write_bytes", "atomic_writer"]
 
 
@@ -20,7 +22,8 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
 
     The data goes to a temporary file in the same directory, is flushed and fsync'd,
     then ``os.replace`` swaps it in; an exception leaves any previous ``path`` intact and
-    removes the temporary file. The file keeps the mode it had (a new file gets the
+    removes the temporary file (a full disk raises :class:`~torchboost._disk.NoSpaceError`,
+    which names the device). The file keeps the mode it had (a new file gets the
     umask's, as ``open`` would give it). A temporary file left by a killed writer is
     removed by the next write of the same path.
     """
@@ -35,9 +38,12 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        full = os_error_in(exc)
+        if full is not None and full.errno in NO_SPACE and not isinstance(exc, NoSpaceError):
+            raise NoSpaceError(path, full.errno) from exc  # says where, in one line
         raise
     _fsync_dir(path.parent)
 

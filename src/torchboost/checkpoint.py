@@ -30,7 +30,9 @@ __all__ = [
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` with ``torch.save``; a crash mid-write leaves the old file intact."""
+    """Write ``state`` with ``torch.save``; a crash mid-write leaves the old file intact, and
+    a full disk raises :class:`~torchboost._disk.NoSpaceError` saying so (not torch's
+    ``RuntimeError ... unexpected pos``)."""
     with atomic_writer(Path(path)) as fh:
         torch.save(state, fh)
 

@@ -16,6 +16,7 @@ import sys
 from typing import Sequence
 
 from torchboost import __version__
+from torchboost._disk import NO_SPACE, NoSpaceError, no_space_words
 from torchboost.cli._console import line_ends_tracked
 
 __all__ = ["main", "split_command"]
@@ -95,6 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with watched:
             return int(module.run(args) or 0)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        # A full disk under --out (or torchboost.toml's folder): one line, not a traceback.
+        words = str(exc) if isinstance(exc, NoSpaceError) else no_space_words(exc.filename or ".")
+        print(f"torchboost {args.subcommand}: error: {words}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP passed on to the script's process group by the
         # observer: the exit status a shell gives a process killed by that signal.

@@ -105,7 +105,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         loader=loader,
         model=model,
         optimizer=optimizer,
-        optimizers=recorder.optimizer_steps.facts(),
+        optimizers=seen.optimizer_steps.facts(),
         techniques=by_technique,
         cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
         # What was measured.

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from torchboost._disk import no_space_words
 from torchboost._intervals import covered, overlap
 from torchboost.evidence.observed import ProfileFacts
 from torchboost.diagnose.gpu import gpu_facts
@@ -135,13 +137,34 @@ class ProfileWindow:
 
     def _ready(self, prof: profile) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(self.trace_path))
+        written = self._export(prof)
         self.facts = summarize_events(prof.key_averages(), steps=self.active)
-        self.facts.trace_path = self.trace_path.name
-        if self.cuda:
+        self.facts.trace_path = self.trace_path.name if written else None
+        if self.cuda and written:
             self.read_gpu()
         spans = [(e.name, e.thread, e.time_range.start, e.time_range.end) for e in prof.events()]
         self.facts.collective_ms_per_step, self.facts.collective_overlap_pct = collective_time(spans, self.active)
+
+
+    def _export(self, prof: profile) -> bool:
+        """Write the trace; False, with the reason in ``error`` and no temporary file left,
+        when it could not be written (the profiler only logs its failure)."""
+        partial = self.trace_path.with_name(self.trace_path.name + ".tmp")  # where Kineto writes first
+        prof.export_chrome_trace(str(self.trace_path))
+        if not partial.exists() and self.trace_path.exists():
+            return True
+        partial.unlink(missing_ok=True)
+        try:
+            full = shutil.disk_usage(self.trace_path.parent).free < _FULL_BYTES
+        except OSError:
+            full = False
+        self.error = ("the profiler could not write its trace: "
+                      + (no_space_words(self.trace_path) if full else f"writing {self.trace_path} failed"))
+        return False
+
+
+_FULL_BYTES = 1 << 20
+"""Less room than this where a trace failed to write: the disk is taken to be full."""
 
 
 def collective_time(spans: list[tuple[str, int, float, float]], steps: int) -> tuple[float, float | None]:

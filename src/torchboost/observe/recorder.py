@@ -36,7 +36,6 @@ from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.handover import Claims
 from torchboost.observe import describe
 from torchboost.observe.loss_capture import LossCapture
-from torchboost.observe.optimizer_steps import OptimizerSteps
 from torchboost.observe.phases import (
     BACKWARD, DATA, FORWARD, OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, StopObserving,
 )
@@ -62,7 +61,6 @@ class StepRecorder:
         self.timing = StepTiming(spec, clock)
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
-        self.optimizer_steps = OptimizerSteps()
         self.stages = RunStages(spec)
         self.output = RunOutput(spec, clock)
         self.step_source = "backward"
@@ -127,9 +125,7 @@ class StepRecorder:
 
     def optimizer_done(self, optimizer: torch.optim.Optimizer) -> None:
         """An outermost ``optimizer.step`` finished: the primary optimizer's marks a boundary."""
-        primary = self.seen.is_primary(optimizer)
-        self.optimizer_steps.count(optimizer, primary)
-        if primary:
+        if self.seen.stepped(optimizer):
             self.boundary()
 
     # -- read by the tests and the facts (the watchdog reads ``timing``) ------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import contextlib
 import os
 import re
 import subprocess
@@ -124,8 +125,8 @@ class NoiseFilter:
         else:
             self._held = rest
         if noise:
-            with open(self._log, "a", encoding="utf-8") as fh:
-                fh.write("\n".join(noise) + "\n")
+            with contextlib.suppress(OSError), open(self._log, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(noise) + "\n")  # a full disk loses these lines, never the relay
         return "".join(shown)
 
     def _scan(self, text: str, shown: list[str]) -> list[str]:

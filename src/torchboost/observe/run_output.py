@@ -11,6 +11,7 @@ recorded steps, so a run that crashes later keeps what was seen.
 
 from __future__ import annotations
 
+import errno
 import json
 from typing import TYPE_CHECKING, Callable
 
@@ -38,6 +39,7 @@ class RunOutput:
         self._clock = clock
         self._progress: ProgressFile | None = None
         self._counter: StepCounter | None = None
+        self._count_path = spec.count_path  # None once it could not be made
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
         self._last_progress = float("-inf")
         self._described: Facts | None = None  # facts built while the script's objects lived
@@ -70,17 +72,35 @@ class RunOutput:
             if facts.model is not None and facts.model.device == "cpu":
                 recorder.guarded(self._measure_bf16)
         facts.cpu_bf16_speedup = self.bf16_speedup
-        atomic_write_bytes(self._spec.facts_path, json.dumps(facts.to_dict(), indent=1).encode())
+        try:
+            atomic_write_bytes(self._spec.facts_path, json.dumps(facts.to_dict(), indent=1).encode())
+        except OSError as exc:
+            self._tell_parent(exc.errno or errno.EIO)  # a full disk: the parent says so
+            raise
+        self._tell_parent(0)
         self._last_flush = self._clock()
         return facts
+
+    def _tell_parent(self, write_errno: int) -> None:
+        counter = self._count_file()
+        if counter is not None:
+            counter.write_failed(write_errno)
+
+    def _count_file(self) -> StepCounter | None:
+        """The step count shared with the parent (None when the spec has no file for it)."""
+        if self._counter is None and self._count_path:
+            try:
+                self._counter = StepCounter(self._count_path)
+            except OSError:  # no room even for it: the parent does without the count
+                self._count_path = None
+        return self._counter
 
     def after_boundary(self, done: int, *, has_steps: bool, profiling: bool, write_facts: Callable[[], object]) -> None:
         """After the ``done``-th step boundary: update the progress line, flush the facts when due."""
         spec = self._spec
-        if spec.count_path:  # every boundary: the parent's count survives an os._exit
-            if self._counter is None:
-                self._counter = StepCounter(spec.count_path)
-            self._counter.set(done)
+        counter = self._count_file()
+        if counter is not None:  # every boundary: the parent's count survives an os._exit
+            counter.set(done)
         now = self._clock()
         recorded_end = spec.warmup + spec.steps
         profiled_end = recorded_end + spec.profile_steps

@@ -15,6 +15,7 @@ import torch
 from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
 from torchboost.observe import describe, hf_trainer
+from torchboost.observe.optimizer_steps import OptimizerSteps
 
 __all__ = ["ScriptObjects"]
 
@@ -37,6 +38,8 @@ class ScriptObjects:
         """Our own environment probe, not the script, started CUDA."""
         self.trainer: TrainerFacts | None = None
         """The Hugging Face Trainer driving the loop, described at its first optimizer step."""
+        self.optimizer_steps = OptimizerSteps()
+        """Every optimizer's steps, the primary's and a second one's (a GAN's)."""
 
     # -- fed by the hooks ----------------------------------------------------------------
     def loader_iter(self, loader: Any, iterator: Any) -> None:
@@ -84,6 +87,12 @@ class ScriptObjects:
     def is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
         """``optimizer`` is the one whose steps are the boundaries."""
         return self._primary is not None and self._primary() is optimizer
+
+    def stepped(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``optimizer`` stepped (counted in :attr:`optimizer_steps`); True when it is the primary."""
+        primary = self.is_primary(optimizer)
+        self.optimizer_steps.count(optimizer, primary)
+        return primary
 
     def primary_optimizer(self) -> torch.optim.Optimizer | None:
         """The adopted optimizer, while it lives."""

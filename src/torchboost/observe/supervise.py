@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
+from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
@@ -137,8 +138,19 @@ def run_observed(
         # hand-over, lingers for seconds), so do not wait for their end-of-file.
         for relay in relays:
             relay.join(timeout=_DRAIN_S)
-        count = read_count(spec.count_path)
-    return _collect(out, proc, tail, timed_out, count)
+        boundaries = _child_boundaries(spec)
+    return _collect(out, proc, tail, timed_out, boundaries)
+
+
+def _child_boundaries(spec: ObserveSpec) -> int | None:
+    """The step boundaries the ended child counted (None: it counted none). Its failed
+    facts.json write is raised as ours: a full disk says so in one line."""
+    count = read_count(spec.count_path)
+    if count is not None and count.write_errno in NO_SPACE:
+        raise NoSpaceError(spec.facts_path, count.write_errno)
+    if count is not None and count.write_errno:
+        raise OSError(count.write_errno, os.strerror(count.write_errno), str(spec.facts_path))
+    return count.boundaries if count is not None else None
 
 
 def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
