@@ -24,7 +24,7 @@ def test_a_second_tune_in_the_same_folder_says_so_and_runs_nothing(tmp_path):
     (tmp_path / "train.py").write_text("raise SystemExit('the script must not run')\n")
     out = tmp_path / "out"
     out.mkdir()
-    argv = [sys.executable, "-m", "torchboost.cli", "tune", "--budget", "5", "--out", str(out), "--", "python",
+    argv = [sys.executable, "-m", "torchboost.cli", "tune", "--budget", "60", "--out", str(out), "--", "python",
             "train.py"]
     with folder_lock(out):  # a first tune holds the folder
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
