@@ -110,25 +110,22 @@ def _mount_tmpfs(where: Path) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("full", [True, False])
-def test_doctor_on_a_full_disk_says_so_in_one_line(tmp_path, full):
+def test_doctor_on_a_full_disk_says_so_in_one_line(tmp_path):
+    # Its twins are above (a later write that worked clears the child's word; torch's own
+    # words without the translation); a doctor run with room to write is every other e2e test.
     small = tmp_path / "small"
-    if full and not _mount_tmpfs(small):
+    if not _mount_tmpfs(small):
         pytest.skip("mounting a 64 KiB tmpfs needs root")
-    out = (small if full else tmp_path) / "report"
+    out = small / "report"
     try:
         done = subprocess.run([sys.executable, "-m", "torchboost.cli", "doctor", "--steps", "5", "--warmup", "2",
                                "--out", str(out), "--", "python", str(SCRIPTS / "tune_tiny.py"), "--steps", "60"],
                               capture_output=True, text=True, timeout=180)
         leftovers = [p.name for p in out.rglob("*.tmp*")]
     finally:
-        if full:
-            subprocess.run(["umount", str(small)], check=False)
+        subprocess.run(["umount", str(small)], check=False)
     assert leftovers == []
     assert "never called optimizer.step()" not in done.stderr
     ours = [line for line in done.stderr.splitlines() if line.startswith("torchboost")]
-    if full:
-        assert done.returncode == 1 and "Traceback" not in done.stderr
-        assert len(ours) == 1 and "torchboost doctor: error: no space left on tmpfs" in ours[0]
-    else:  # the twin: the same run with room to write
-        assert done.returncode == 0 and not any("no space left" in line for line in ours), done.stderr
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert len(ours) == 1 and "torchboost doctor: error: no space left on tmpfs" in ours[0]

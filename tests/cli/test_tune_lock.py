@@ -30,7 +30,4 @@ def test_a_second_tune_in_the_same_folder_says_so_and_runs_nothing(tmp_path):
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "another torchboost tune is running" in done.stderr
-    assert "must not run" not in done.stderr
-    # The twin: with the folder free, the same command does run the script (which then fails).
-    free = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert "must not run" in free.stderr and "another torchboost tune" not in free.stderr
+    assert "must not run" not in done.stderr  # the twin, a freed folder taken again, is above

@@ -61,17 +61,28 @@ def test_the_parent_rewrites_the_facts_of_a_run_that_ended_itself(tmp_path, monk
         assert said[0] == "finished" and said[1] == 0  # what did not happen
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("at_step, words", [
-    (10, "ended its own process (os._exit or the like) after 10 steps, exit code 3"),
-    (2, "exited with status 3 after 2 training step(s), before any was recorded"),
+@pytest.mark.parametrize("seen, words", [
+    (2, "the script exited with status 3 after 2 training step(s), before any was recorded"),
+    (0, "the script exited with status 3 before completing a training step"),  # the twin: none ran
 ])
-def test_doctor_reports_an_os_exit_as_what_it_was(tmp_path, at_step, words):
+def test_an_exit_during_warm_up_says_how_many_steps_ran(tmp_path, seen, words):
+    from rich.console import Console
+
+    from torchboost.cli.doctor import _explain_no_steps
+
+    console = Console(record=True, width=300)
+    _explain_no_steps(supervise.ObservedRun(facts=None, exit_code=3, stderr_tail="", out_dir=tmp_path,
+                                            steps_seen=seen), console)
+    assert words in console.export_text()
+
+
+@pytest.mark.slow
+def test_doctor_reports_an_os_exit_as_what_it_was(tmp_path):
     out = tmp_path / "report"
     done = subprocess.run([sys.executable, "-m", "torchboost.cli", "doctor", "--out", str(out), "--", "python",
-                           str(SCRIPTS / "os_exit.py"), str(at_step)], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 3 and words in done.stderr, done.stderr[-2000:]
-    if at_step == 10:
-        report = json.loads((out / "report.json").read_text())
-        assert (report["ended"], report["exit_code"]) == ("exited", 3)
-        assert json.loads((out / "facts.json").read_text())["steps_seen"] == 10
+                           str(SCRIPTS / "os_exit.py"), "10"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "ended its own process (os._exit or the like) after 10 steps, exit code 3" in done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert (report["ended"], report["exit_code"]) == ("exited", 3)
+    assert json.loads((out / "facts.json").read_text())["steps_seen"] == 10
