@@ -8,7 +8,9 @@ import ast
 import pytest
 import torch
 
+from torchboost import BoostConfig
 from torchboost.cli import main
+from torchboost.frameworks import accelerate_yaml, lightning_text, spell, transformers_text
 
 TOML = """\
 [cpu]
@@ -80,3 +82,12 @@ def test_a_broken_keyword_is_refused(tmp_path, capsys, break_it, error):
     break_it(keywords)
     with pytest.raises(error):
         _training_arguments(tmp_path, keywords)
+
+
+@pytest.mark.parametrize("sharing, listed", [("file_system", True), ("keep", False)])  # the twin: nothing to say
+def test_what_no_framework_has_a_flag_for_is_in_every_export(sharing, listed):
+    spelled = spell(BoostConfig.off().replace(loader={"num_workers": 2, "sharing_strategy": sharing}))
+    line = 'torch.multiprocessing.set_sharing_strategy("file_system")'
+    for text in (lightning_text(spelled), accelerate_yaml(spelled), transformers_text(spelled)):
+        assert (line in text) is listed, text
+    assert ("dataloader_num_workers=2," in transformers_text(spelled))  # the rest has a field

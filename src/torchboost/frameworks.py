@@ -72,6 +72,8 @@ def spell(config: BoostConfig | Overlay) -> Spelled:
         # TrainingArguments' tf32 field sets the matmul precision too: no exception here.
         transformers_code += [] if any(v is not None for v in words.transformers.values()) else words.code
         torch_code += words.code
+        for lines in (lightning_code, accelerate_code, transformers_code, torch_code):
+            lines += words.unflagged
     at_run_time = tuple(k for k, v in values.items() if v == AUTO)
     return Spelled(merged, tuple(lightning_code), tuple(accelerate_code), tuple(transformers_code),
                    at_run_time, tuple(torch_code))

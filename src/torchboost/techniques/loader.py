@@ -166,7 +166,10 @@ def _spell(section: LoaderConfig) -> FrameworkSpelling:
         code += ("x = x.to(device, non_blocking=True)",)
     transformers = {f"dataloader_{key}": getattr(section, key) for key in LOADER_FIELDS
                     if key != "sharing_strategy" and getattr(section, key) not in (AUTO, KEEP)}
-    return FrameworkSpelling(transformers=transformers, code=code)
+    sharing = section.sharing_strategy
+    unflagged = (() if sharing in (AUTO, KEEP) else
+                 (f'torch.multiprocessing.set_sharing_strategy("{sharing}")  # before the loader starts workers',))
+    return FrameworkSpelling(transformers=transformers, code=code, unflagged=unflagged)
 
 
 TECHNIQUE = Technique(

@@ -220,6 +220,9 @@ class FrameworkSpelling:
     code: tuple[str, ...] = ()
     """The same setting in plain PyTorch: the lines a user writes in their own loop (a
     framework user needs them only where the framework has no flag for it)."""
+    unflagged: tuple[str, ...] = ()
+    """Plain-PyTorch lines for a part of the setting no framework has a flag for: every
+    framework's export lists them, whatever flags it has for the rest."""
 
 
 @dataclass(frozen=True)
