@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import statistics
+import sys
+
 import pytest
 
-from torchboost.tune.verify import EndToEnd, plan_verification
+from torchboost.config import BoostConfig, Overlay
+from torchboost.tune.verify import (
+    EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, users_own_command, verify,
+)
 
 
 def test_speedup_is_the_median_pair_ratio():
@@ -67,3 +73,68 @@ def test_a_memory_lever_kept_to_fit_survives_a_slower_end_to_end_check_and_says_
     for_speed = [SimpleNamespace(status="kept", memory_lever=False)]
     kept, why = end_to_end_verdict(settings, for_speed, slower, 0.03)
     assert kept == Overlay() and why.startswith("not kept")
+
+
+def test_the_claim_comes_with_its_interval_and_the_lower_end_decides():
+    steady = EndToEnd(baseline_runs_s=[10.0, 10.0, 10.0], tuned_runs_s=[8.0, 8.2, 7.9])
+    low, high = steady.interval
+    assert (low, high) == pytest.approx((10 / 8.2, 10 / 7.9))
+    assert steady.words() == "1.25x (1.22-1.27, 3 pairs)"
+    assert steady.to_dict()["interval"] == pytest.approx([low, high])
+    assert steady.faster(0.03) and not steady.undecided(0.03)
+    # Twin: the same median, but one pair no faster: the lower end does not clear the gate.
+    split = EndToEnd(baseline_runs_s=[10.0, 10.0, 10.0], tuned_runs_s=[8.0, 10.1, 7.9])
+    assert statistics.median(split.ratios) == pytest.approx(0.8)
+    assert not split.faster(0.03) and split.undecided(0.03)
+
+
+def test_from_five_pairs_the_most_extreme_pair_on_each_side_is_left_out():
+    e2e = EndToEnd(baseline_runs_s=[10.0] * 5, tuned_runs_s=[8.0, 8.1, 7.9, 12.0, 5.0])
+    assert e2e.interval == pytest.approx((10 / 8.1, 10 / 7.9))
+    assert e2e.faster(0.03)
+    four = EndToEnd(baseline_runs_s=[10.0] * 4, tuned_runs_s=[8.0, 8.1, 7.9, 12.0])  # twin: nothing left out
+    assert four.interval[0] == pytest.approx(10 / 12.0) and not four.faster(0.03)
+
+
+def _fake_runs(times: dict[str, list[float]]):
+    calls = []
+
+    def run_one(name: str, pair: int) -> float:
+        calls.append(name)
+        return times[name][len([c for c in calls if c == name]) - 1]
+
+    return run_one, calls
+
+
+def test_pairs_alternate_their_order():
+    run_one, calls = _fake_runs({"baseline": [10.0] * 3, "tuned": [8.0] * 3})
+    result = EndToEnd()
+    _measure_pairs(result, 3, run_one, None)
+    assert calls == ["baseline", "tuned", "tuned", "baseline", "baseline", "tuned"]
+    assert result.pairs == 3 and result.ratios == pytest.approx([0.8] * 3)
+
+
+@pytest.mark.parametrize("budget_s, pairs", [(1000.0, 5), (60.0, 3)])
+def test_an_open_verdict_gets_more_pairs_while_the_budget_allows(budget_s, pairs):
+    # 8, 10.1, 7.9: open; then 8.0 and 8.1: the lower end (bar the extremes) clears the gate.
+    run_one, _ = _fake_runs({"baseline": [10.0] * 5, "tuned": [8.0, 10.1, 7.9, 8.0, 8.1]})
+    result = EndToEnd()
+    plan = VerifyPlan(pairs=3, steps=None, run_limit_s=100.0, fallback_steps=10, budget_s=budget_s, max_pairs=5)
+    _measure_pairs(result, plan.pairs, run_one, None)
+    _more_pairs(result, plan, run_one, None, 0.03)
+    assert result.pairs == pairs  # twin: a budget spent by the first three pairs adds none
+    assert result.faster(0.03) is (pairs == 5)
+
+
+def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path):
+    script = tmp_path / "probe.py"
+    log = tmp_path / "log.txt"
+    script.write_text(f"import sys\nopen({str(log)!r}, 'a').write(str('torchboost' in sys.modules) + '\\n')\n")
+    assert users_own_command(["python", str(script)]) == [sys.executable, str(script)]
+    assert users_own_command(["torchrun", "--nproc-per-node=2", "t.py"])[0] == "torchrun"
+    plan = VerifyPlan(pairs=2, steps=None, run_limit_s=120.0, fallback_steps=10, budget_s=0.0, max_pairs=2)
+    result = verify(["python", str(script)], BoostConfig.off(), Overlay({"cpu.threads": 1}), plan,
+                    out_dir=tmp_path / "v")
+    assert result.error is None and result.pairs == 2
+    # A B, B A: the baseline (plain python) never has torchboost in its process; the tuned run does.
+    assert log.read_text().split() == ["False", "True", "True", "False"]

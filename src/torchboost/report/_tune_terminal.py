@@ -38,6 +38,9 @@ def _headline(report: dict[str, Any]) -> Text:
         gain = (f"{words.times(report['speedup'])} faster", "bold green")
     e2e = report["end_to_end"]
     if report["status"] == "tuned" and e2e and e2e["baseline_s"] and e2e["tuned_s"]:
+        if e2e.get("interval"):
+            low, high = e2e["interval"]
+            gain = (f"{gain[0]} ({low:.2f}–{high:.2f}, {e2e['pairs']} pairs)", gain[1])
         return Text.assemble(
             ("Before: ", "bold"), f"{e2e['baseline_s']:.1f} s", ("  →  After: ", "bold"), f"{e2e['tuned_s']:.1f} s",
             " end to end   ", gain, (f"   (per step: {fmt.ms(before['ms_per_step'])} → "

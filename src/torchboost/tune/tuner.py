@@ -277,7 +277,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
                              whole_run_s=_whole_run_estimate(outcome, run_steps))
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
-                 journal=journal)
+                 journal=journal, min_gain=options.min_gain)
     settings, verdict = end_to_end_verdict(outcome.settings, outcome.decisions, e2e, options.min_gain)
     return settings, e2e, verdict
 
@@ -289,8 +289,8 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
     the peak under the memory limit (the check then gives its cost); else nothing."""
     how = "whole runs" if e2e.steps is None else f"runs of {e2e.steps} steps"
     if e2e.faster(min_gain):
-        return settings, (f"verified end to end: {e2e.speedup:.2f}x faster ({e2e.tuned_s:.1f} s against "
-                          f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} interleaved pairs of {how})")
+        return settings, (f"verified end to end: {e2e.words()} faster ({e2e.tuned_s:.1f} s against "
+                          f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how})")
     if e2e.error is not None:
         return Overlay(), f"not kept: {e2e.error}; your configuration is left as it was"
     if any(d.status == "kept" and d.memory_lever for d in decisions):
@@ -298,8 +298,9 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
         return settings, (f"kept to bring the peak under the memory limit: end to end it took {e2e.tuned_s:.1f} s "
                           f"against {e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), the time it costs")
     return Overlay(), (f"not kept: end to end the tuned configuration took {e2e.tuned_s:.1f} s against "
-                       f"{e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), not faster beyond the runs' "
-                       f"own noise ({e2e.noise:.1%}) and {min_gain:.0%}; your configuration is left as it was")
+                       f"{e2e.baseline_s:.1f} s ({e2e.words()} of {how}); the interval's lower end is not "
+                       f"faster beyond the runs' own noise ({e2e.noise:.1%}) and {min_gain:.0%}; your "
+                       "configuration is left as it was")
 
 
 def _identity(command: Sequence[str]) -> dict[str, Any]:

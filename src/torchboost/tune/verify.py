@@ -4,16 +4,22 @@ The search judges time per step in short trials. What the user gets is the wall 
 the whole run, start-up, workers and compile included, run the way they will run it. So
 after the search both configurations run in turn (A B A B ...), each as a fresh process
 through ``torchboost run`` (which a Booster in the script also reads, through the trial
-hand-over), timed from start to exit. When the whole script fits the verification's time
+hand-over), timed from start to exit. The baseline with no configuration of the user's is
+their own command, as they run it today (``python train.py ARGS``: no torchboost in the
+process). Pairs alternate their order (A B, B A, ...), so a drifting machine or a cache
+warmed by the first run favours neither. When the whole script fits the verification's time
 it runs to its own end; otherwise each run stops after the same number of steps, and the
-report says so. The tuned configuration is kept only when this says it is faster beyond
-its own noise (how much each configuration's runs differ from one another) and the least
-gain; otherwise the user's own configuration stays.
+report says so. The speedup comes with its interval (the pairs' own spread); the tuned
+configuration is kept only when the interval's lower end is faster beyond the runs'
+noise (how much each configuration's runs differ from one another) and the least gain;
+while the median clears that gate and the lower end does not, more pairs are run as the
+budget allows. Otherwise the user's own configuration stays.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import statistics
@@ -45,6 +51,10 @@ class VerifyPlan:
     run_limit_s: float
     """A whole run longer than this ends the attempt: the check falls back to ``steps``."""
     fallback_steps: int
+    budget_s: float = 0.0
+    """The check's whole time: pairs beyond ``pairs`` run only within it."""
+    max_pairs: int = 0
+    """At most this many pairs when the first ones leave the verdict open (0: ``pairs``)."""
 
 
 @dataclass
@@ -81,6 +91,27 @@ class EndToEnd:
         return 1.0 / statistics.median(self.ratios) if self.ratios else None
 
     @property
+    def interval(self) -> tuple[float, float] | None:
+        """The speedup's interval from the pairs: the lowest and highest pair speedup, the
+        most extreme pair on each side left out from five pairs on."""
+        speedups = sorted(1.0 / r for r in self.ratios if r > 0)
+        if not speedups:
+            return None
+        trim = 1 if len(speedups) >= 5 else 0
+        return speedups[trim], speedups[len(speedups) - 1 - trim]
+
+    def words(self) -> str:
+        """"1.22x (1.05-1.38, 3 pairs)"."""
+        low, high = self.interval or (math.nan, math.nan)
+        return f"{self.speedup or math.nan:.2f}x ({low:.2f}-{high:.2f}, {self.pairs} pairs)"
+
+    def undecided(self, min_gain: float) -> bool:
+        """The median pair clears the gate and the interval's lower end does not: more pairs would tell."""
+        threshold = 1.0 - max(min_gain, self.noise)
+        return (self.error is None and bool(self.ratios) and statistics.median(self.ratios) < threshold
+                and not self.faster(min_gain))
+
+    @property
     def noise(self) -> float:
         """Run-to-run noise of whole runs: the median departure from 1 of each arm's
         consecutive runs' ratios (its own A/A; whole runs vary far less than short trials)."""
@@ -89,14 +120,16 @@ class EndToEnd:
         return statistics.median(drift) if drift else 0.0
 
     def faster(self, min_gain: float) -> bool:
-        """The median pair ratio is below 1 - max(``min_gain``, :attr:`noise`)."""
+        """The interval's lower end is faster than 1 / (1 - max(``min_gain``, :attr:`noise`)):
+        the slowest pair (bar one, from five) still clears the gate."""
         threshold = 1.0 - max(min_gain, self.noise)
-        return bool(self.ratios) and self.error is None and statistics.median(self.ratios) < threshold
+        interval = self.interval
+        return interval is not None and self.error is None and 1.0 / interval[0] < threshold
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``end_to_end``."""
         return {"baseline_s": self.baseline_s, "tuned_s": self.tuned_s, "speedup": self.speedup,
-                "pairs": self.pairs, "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
+                "interval": list(self.interval) if self.interval else None, "pairs": self.pairs, "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
                 **{k: v for k, v in asdict(self).items() if k in ("baseline_runs_s", "tuned_runs_s", "error")}}
 
 
@@ -110,14 +143,30 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
     fallback = max(trial_steps + warmup, fitting)
     too_long = whole_run_s is not None and whole_run_s > run_limit
     return VerifyPlan(pairs=pairs, steps=fallback if too_long else None, run_limit_s=run_limit,
-                      fallback_steps=fallback)
+                      fallback_steps=fallback, budget_s=budget_s, max_pairs=pairs + EXTRA_PAIRS)
 
 
-def _whole_run(command: Sequence[str], config_file: Path, limit_s: float) -> float | None:
-    """Seconds ``torchboost run`` took on the whole script; None when it ran past ``limit_s``.
-    Raises RuntimeError when it failed."""
-    argv = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config_file), "--", *command]
-    env = {**os.environ, TRIAL_SETTINGS_ENV: str(config_file.with_suffix(".json"))}
+EXTRA_PAIRS = 2
+"""Pairs the check may add, within its budget, when the first leave the verdict open."""
+
+
+def users_own_command(command: Sequence[str]) -> list[str]:
+    """``command`` as the user runs it, with this interpreter for its ``python`` word."""
+    words = list(command)
+    if words and Path(words[0]).name.startswith("python"):
+        words[0] = sys.executable
+    return words
+
+
+def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float) -> float | None:
+    """Seconds the whole script took under ``torchboost run`` with ``config_file`` (None:
+    the user's own command, no torchboost in the process); None when it ran past
+    ``limit_s``. Raises RuntimeError when it failed."""
+    if config_file is None:
+        argv, env = users_own_command(command), dict(os.environ)
+    else:
+        argv = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config_file), "--", *command]
+        env = {**os.environ, TRIAL_SETTINGS_ENV: str(config_file.with_suffix(".json"))}
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
@@ -135,7 +184,8 @@ def _whole_run(command: Sequence[str], config_file: Path, limit_s: float) -> flo
             exc.survivors = survivors(tree)  # type: ignore[attr-defined]
         raise
     if code != 0:
-        raise RuntimeError(f"the script exited with code {code} under torchboost run")
+        how = "as you run it" if config_file is None else "under torchboost run"
+        raise RuntimeError(f"the script exited with code {code} {how}")
     return time.monotonic() - start
 
 
@@ -158,14 +208,17 @@ def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str,
 
 
 def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: VerifyPlan, *, out_dir: Path,
-           on_run: Callable[[str, int], None] | None = None, journal: RunJournal | None = None) -> EndToEnd:
+           on_run: Callable[[str, int], None] | None = None, journal: RunJournal | None = None,
+           min_gain: float = 0.03) -> EndToEnd:
     """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
     turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
     ``journal`` are replayed instead of run again."""
     result = EndToEnd(steps=plan.steps)
     configs = {"baseline": base, "tuned": settings.on(base)}
     with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
-        files = _config_files(Path(tmp), configs["baseline"], configs["tuned"])
+        files: dict[str, Path | None] = {**_config_files(Path(tmp), configs["baseline"], configs["tuned"])}
+        if base == BoostConfig.off():
+            files["baseline"] = None  # no configuration of the user's: their own command, as is
 
         def run_one(name: str, pair: int) -> float | None:
             key = json.dumps([name, pair, result.steps, settings.to_dict(), list(command)], sort_keys=True)
@@ -191,16 +244,34 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
                 result.baseline_runs_s.clear()
                 result.tuned_runs_s.clear()
                 _measure_pairs(result, plan.pairs, run_one, on_run)
+            _more_pairs(result, plan, run_one, on_run, min_gain)
         except RuntimeError as exc:
             result.error = str(exc)
     return result
 
 
+def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int], float | None],
+                on_run: Callable[[str, int], None] | None, min_gain: float) -> None:
+    """While the verdict is open and another pair fits the budget (at the pace so far), one more."""
+    spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s)
+    while result.undecided(min_gain) and result.pairs < plan.max_pairs and result.pairs:
+        per_pair = spent / result.pairs
+        if spent + per_pair > plan.budget_s:
+            return
+        before = result.pairs
+        _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs)
+        if result.pairs == before:
+            return
+        spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s)
+
+
 def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], float | None],
-                   on_run: Callable[[str, int], None] | None) -> None:
-    """A B A B ...; stops at the first run that returns None (a whole run too long)."""
-    for pair in range(pairs):
-        for name, runs in (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s)):
+                   on_run: Callable[[str, int], None] | None, *, start: int = 0) -> None:
+    """A B, B A, A B ... (each pair's order alternates); stops at the first run that returns
+    None (a whole run too long)."""
+    for pair in range(start, pairs):
+        order = (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s))
+        for name, runs in (order if pair % 2 == 0 else order[::-1]):
             if on_run is not None:
                 on_run(name, pair)
             seconds = run_one(name, pair)
