@@ -75,9 +75,12 @@ is baseline step time / this step time (above 1 is faster)::
                        itself: the largest departure from 1 of those ratios is the floor a
                        kept change had to clear
     warnings           [str]   what makes the figures less trustworthy (a busy or noisy machine)
-    end_to_end         {baseline_s, tuned_s, speedup, pairs, steps, whole_run, baseline_runs_s,
-                        tuned_runs_s} | null   the tuned configuration against the baseline,
-                       each run end to end as the user will run it, interleaved; null when
+    end_to_end         {baseline_s, tuned_s, speedup, interval [low, high], pairs, steps,
+                        whole_run, noise, baseline_runs_s, tuned_runs_s} | null   the tuned
+                       configuration against the baseline (the user's own command when they
+                       had no configuration), each run end to end as the user will run it,
+                       in pairs of alternating order; interval: the lowest and highest pair
+                       speedup (from five pairs, bar the extreme on each side); null when
                        nothing was kept or there was no time; steps: per run (null: the
                        whole script)
     elapsed_s          float   seconds the search took
