@@ -20,7 +20,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from torchboost.diagnose import diagnose
+from torchboost.diagnose import Facts, diagnose
+from torchboost.diagnose.headroom import Headroom, cap_findings, headroom_of
+from torchboost.limits import machine_limits
+from torchboost.report.limits_text import busy_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.no_stdin import stdin_words
 from torchboost.observe.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
@@ -67,14 +70,29 @@ def run(args: argparse.Namespace) -> int:
     if facts is None or not facts.steps:
         _explain_no_steps(observed, err)
         return observed.exit_code or 1
-    findings = diagnose(facts)
-    paths = write_doctor_report(facts, findings, observed.out_dir, observed.ranks)
+    headroom = _headroom(facts, err)
+    findings = cap_findings(diagnose(facts), headroom)
+    paths = write_doctor_report(facts, findings, observed.out_dir, observed.ranks, headroom)
     if args.json:
         report = next((Path(p) for p in paths.values() if Path(p).name == "report.json"), None)
         sys.stdout.write(report.read_text(encoding="utf-8") if report else "{}\n")
     else:
-        print_doctor_report(facts, findings, make_console(), paths, observed.ranks)
+        print_doctor_report(facts, findings, make_console(), paths, observed.ranks, headroom)
     return observed.exit_code
+
+
+def _headroom(facts: Facts, err: Console) -> Headroom | None:
+    """The step against this machine's measured peak: the probe's cached figures, measured
+    once (a few seconds, after the script has ended) when absent; None when it fails."""
+    device = "cuda" if facts.model is not None and facts.model.device.startswith("cuda") else "cpu"
+    try:
+        with err.status("measuring this machine's matmul peak (once per machine)..."):
+            limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None)
+        return headroom_of(facts, limits, busy_words(limits))
+    except Exception as exc:  # noqa: BLE001 - the report is written without it
+        err.print(f"torchboost doctor: the machine's limits could not be measured ({type(exc).__name__}: {exc}); "
+                  "the report has no headroom.", highlight=False)
+        return None
 
 
 def _from_trace(args: argparse.Namespace) -> int:

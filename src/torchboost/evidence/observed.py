@@ -267,6 +267,14 @@ class Facts:
     """Median backward passes per optimizer step (a closure's evaluations count as one):
     K under gradient accumulation over K micro-batches; None when steps are counted by
     backward."""
+    flops_per_step: int | None = None
+    """FLOPs of one training step, forward, backward and optimizer, as
+    ``torch.utils.flop_counter.FlopCounterMode`` counts them (matmuls, convolutions,
+    attention), in one unrecorded step after the recorded ones; None when not counted."""
+    flops_by_op: dict[str, int] = field(default_factory=dict)
+    """Those FLOPs by aten op (the largest few)."""
+    flops_error: str | None = None
+    """Why the FLOPs could not be counted, when they could not."""
 
     def __getattr__(self, name: str) -> Any:
         # ``facts.precision``: a technique's facts by its name, as in the JSON.

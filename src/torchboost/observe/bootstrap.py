@@ -84,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             applier.uninstall()
             recorder.applied = list(applier.notes)
         recorder.stages.profile.close()
+        recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
         try:
             recorder.write_facts(exit_code)
         except Exception as exc:  # noqa: BLE001 - keep the script's own exit status

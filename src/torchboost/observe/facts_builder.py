@@ -117,6 +117,8 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         losses=recorder.losses.values(), warmup_losses=recorder.losses.warmup_values(),
         profile=recorder.stages.profile.facts, gpu=recorder.stages.profile.gpu,
         profile_error=recorder.stages.profile.error,
+        flops_per_step=recorder.stages.flops.flops, flops_by_op=dict(recorder.stages.flops.by_op),
+        flops_error=recorder.stages.flops.error or recorder.stages.flops.note,
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
         device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
         peak_rss_bytes=describe.peak_rss_bytes(),

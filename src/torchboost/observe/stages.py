@@ -3,12 +3,15 @@
 A run warms up for ``spec.warmup`` steps, records ``spec.steps``, then profiles
 ``spec.profile_steps`` in the :class:`~torchboost.observe.profile.ProfileWindow` this part
 drives, and is over (unless ``spec.full``: then it records to the script's own end).
+The profiler's first warm-up step is also the one whose FLOPs are counted
+(:class:`~torchboost.observe.flop_count.StepFlops`): neither recorded nor profiled.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from torchboost.observe.flop_count import StepFlops
 from torchboost.observe.profile import ProfileWindow
 from torchboost.observe.spec import ObserveSpec
 
@@ -22,6 +25,8 @@ class RunStages:
         self._spec = spec
         self.profile = self._window()
         """The profiler window of this run (replaced when step counting restarts)."""
+        self.flops = StepFlops()
+        """The FLOP count of one step (the profiler's first warm-up step)."""
 
     def warmup_ends(self, done: int) -> bool:
         """The ``done``-th boundary ends warm-up (the first one when there is none)."""
@@ -31,9 +36,12 @@ class RunStages:
         """Drive the profiler after the ``done``-th boundary; True when observation is over."""
         spec = self._spec
         recorded_end = spec.warmup + spec.steps
+        self.flops.stop()  # the counted step, if any, ends at this boundary
         if done == recorded_end and spec.profile_steps:
             self.profile.cuda = uses_cuda()
             self.profile.start()
+            if spec.profile_warmup:  # a warm-up step: its time is in no figure
+                self.flops.start()
         elif self.profile.running:
             self.profile.step()
         self.profile.annotate(f"torchboost: step {done}")  # the report's step numbers
@@ -42,6 +50,7 @@ class RunStages:
     def restart(self) -> None:
         """Step counting restarts: a profiler window of the old count is closed, a new one waits."""
         self.profile.close()
+        self.flops.stop(keep=False)
         self.profile = self._window()
 
     def _window(self) -> ProfileWindow:

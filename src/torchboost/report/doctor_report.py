@@ -44,6 +44,12 @@
                        a torchrun job: every figure above is the slowest rank's
     ranks              [ {rank, step_time_ms, phase_ms, collective_ms_per_step,
                           collective_overlap_pct} ]   each rank of a job ([] alone)
+    headroom           null | {flops_per_step, achieved_flops_per_s, peak_flops_per_s, dtype,
+                       mfu_pct, bound ("data"|"host"|"compute"|"memory"), why, best_speedup,
+                       machine {name, device, threads, cpu_share, peak_flops_per_s {dtype: float},
+                       bandwidth_bytes_per_s}, notes [str], line (the sentence the reports
+                       lead with)}   the step against the machine's measured matmul peak
+                       (torchboost.diagnose.headroom); null when not measured (a trace)
     trace              str | null   profiler trace file, relative to the report folder
     facts              object  torchboost.evidence.observed.Facts.to_dict(): everything observed;
                        facts.trainer: a Hugging Face Trainer's TrainingArguments (TrainerFacts:
@@ -72,6 +78,7 @@ from torchboost.report.terminal import print_report
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.steps import Summary, summarize
+from torchboost.diagnose.headroom import Headroom
 
 __all__ = ["SCHEMA_VERSION", "build_report", "run_notes", "write_doctor_report", "print_doctor_report"]
 
@@ -223,10 +230,12 @@ def _job_note(job: dict[str, Any] | None) -> list[str]:
     return [note + "."]
 
 
-def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | None = None) -> dict[str, Any]:
+def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | None = None,
+                 headroom: Headroom | None = None) -> dict[str, Any]:
     """The report.json document (schema in this module's docstring); plain data, no plots.
 
-    ``ranks``: every rank's facts under torchrun (``facts`` is then the slowest rank's)."""
+    ``ranks``: every rank's facts under torchrun (``facts`` is then the slowest rank's);
+    ``headroom``: the step against the machine's measured peak, when measured."""
     summary = summarize(facts)
     job = job_summary(ranks or [], facts)
     return _finite({
@@ -244,10 +253,11 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "findings": [_finding_entry(f) for f in findings if not f.changes_training and f.memory_ratio is None],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
         "memory_fixes": [_finding_entry(f) for f in findings if f.memory_ratio is not None and not f.changes_training],
-        "notes": _job_note(job) + run_notes(facts, summary, findings),
+        "notes": _job_note(job) + run_notes(facts, summary, findings) + list(headroom.notes if headroom else ()),
         "job": job,
         "gpu": facts.gpu,
         "compile": compile_section(facts),
+        "headroom": headroom.to_dict() if headroom is not None else None,
         "ranks": [_rank_entry(f) for f in ranks] if job else [],
         "trace": facts.profile.trace_path if facts.profile else None,
         "facts": facts.to_dict(),
@@ -255,13 +265,13 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
 
 
 def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path,
-                        ranks: list[Facts] | None = None) -> dict[str, Path]:
+                        ranks: list[Facts] | None = None, headroom: Headroom | None = None) -> dict[str, Path]:
     """Write report.json, report.md and report.html (plots embedded) into ``out_dir``.
 
     Each file is replaced atomically. Returns {"json": path, "md": path, "html": path}.
     """
     out_dir = Path(out_dir)
-    report = build_report(facts, findings, ranks)
+    report = build_report(facts, findings, ranks, headroom)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
     atomic_write_bytes(paths["json"], (json.dumps(report, indent=1, allow_nan=False) + "\n").encode("utf-8"))
     atomic_write_bytes(paths["md"], render_markdown(report).encode("utf-8"))
@@ -270,6 +280,6 @@ def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path,
 
 
 def print_doctor_report(facts: Facts, findings: list[Finding], console: Console, paths: dict[str, Path],
-                        ranks: list[Facts] | None = None) -> None:
+                        ranks: list[Facts] | None = None, headroom: Headroom | None = None) -> None:
     """Print the breakdown and the ranked findings as rich tables, then where the files are."""
-    print_report(build_report(facts, findings, ranks), console, paths)
+    print_report(build_report(facts, findings, ranks, headroom), console, paths)

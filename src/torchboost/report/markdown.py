@@ -60,6 +60,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         _fence(fmt.command(report["command"]), "sh"),
         "",
+        *([f"**{report['headroom']['line']}**", ""] if report.get("headroom") else []),
         fmt.headline(report),
         "",
         "## Where the step goes",

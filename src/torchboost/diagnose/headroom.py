@@ -1,0 +1,175 @@
+"""How far a step is from the machine's limit: its FLOPs against the measured matmul peak.
+
+Plain data in, plain data out: :func:`headroom_of` takes the observed :class:`Facts` and
+the probe's :class:`~torchboost.limits.MachineLimits` and returns a :class:`Headroom`;
+:func:`cap_findings` caps the findings' expected gains with it.
+
+    achieved_flops_per_s = flops_per_step / median step time
+    mfu_pct              = 100 x achieved / peak (the probe's, for the step's dtype:
+                           autocast's or the parameters' bf16/fp16, tf32 when allowed on
+                           a GPU, else fp32; fp32's when that dtype was not measured)
+    best_speedup         = 100 / mfu_pct: the step's FLOPs at the peak, the most any
+                           setting can give (1.0 when the step already runs at the peak)
+
+What bounds the step (``bound``), the first rule that holds:
+
+1. ``data``: the loop waits for its DataLoader for ``DATA_BOUND_PCT`` or more of the step;
+2. ``compute``: forward, backward and optimizer together run their FLOPs at
+   ``COMPUTE_BOUND_PCT`` or more of the peak (the matmuls run near the roof);
+3. ``host``: ``HOST_BOUND_PCT`` or more of the step is outside the phases (Python between
+   them, logging, synchronisations);
+4. ``memory``: the ops that carry FLOPs take under ``MATMUL_TIME_PCT`` of the profiled op
+   time: the step's time goes to ops that move bytes (elementwise, norms, copies);
+5. ``compute`` otherwise: matmuls are the time but run below the roof (small or narrow shapes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.steps import summarize
+from torchboost.limits.machine import MachineLimits
+
+__all__ = ["Headroom", "headroom_of", "cap_findings", "step_dtype", "DATA_BOUND_PCT", "COMPUTE_BOUND_PCT",
+           "HOST_BOUND_PCT", "MATMUL_TIME_PCT"]
+
+DATA_BOUND_PCT = 30.0
+"""Share of the step spent waiting for data from which the step is data-bound, percent."""
+COMPUTE_BOUND_PCT = 50.0
+"""Forward+backward+optimizer FLOP rate, percent of the peak, from which the step is compute-bound."""
+HOST_BOUND_PCT = 30.0
+"""Share of the step outside every phase from which the step is host-bound, percent."""
+MATMUL_TIME_PCT = 50.0
+"""Share of the profiled op time in FLOP-carrying ops under which the step is memory-bound, percent."""
+
+_DTYPES = {"bfloat16": "bf16", "torch.bfloat16": "bf16", "float16": "fp16", "torch.float16": "fp16"}
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The step against the machine's measured peak (see the module docstring)."""
+
+    flops_per_step: int | None
+    achieved_flops_per_s: float | None
+    """FLOPs per step over the median step time."""
+    peak_flops_per_s: float | None
+    """The probe's matmul peak for ``dtype``."""
+    dtype: str
+    """The dtype the step's matmuls run in, as the probe names it ("fp32", "bf16"...)."""
+    mfu_pct: float | None
+    bound: str
+    """"data", "host", "compute" or "memory"."""
+    why: str
+    """The rule that gave ``bound``, with its numbers."""
+    best_speedup: float | None
+    """The most any setting can speed the step up: 100 / ``mfu_pct``, at least 1."""
+    machine: dict[str, Any]
+    """The probe's figures the headroom rests on: name, threads, cpu_share, peaks, bandwidth."""
+    notes: tuple[str, ...] = ()
+    """Caveats: the dtype's peak was not measured, the probe ran on a busy machine..."""
+
+    @property
+    def line(self) -> str:
+        """The one line the reports lead with."""
+        if self.mfu_pct is None or self.best_speedup is None:
+            return f"The step's FLOPs against this machine's peak: not known ({self.why}); bound: {self.bound}."
+        if self.best_speedup <= 1.0:
+            return (f"This step runs at {self.mfu_pct:.0f}% of this machine's {self.dtype} matmul peak, "
+                    f"at or above what the probe measured; nothing is left in compute. Bound: {self.bound}.")
+        return (f"This step runs at {self.mfu_pct:.0f}% of this machine's {self.dtype} matmul peak; at most "
+                f"{self.best_speedup:.1f}x is left in compute. Bound: {self.bound} ({self.why}).")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict, the line included."""
+        return {**dataclasses.asdict(self), "notes": list(self.notes), "line": self.line}
+
+
+def step_dtype(facts: Facts) -> str:
+    """The dtype the step's matmuls run in: autocast's, else the parameters' reduced one,
+    else tf32 where a GPU allows it, else fp32."""
+    precision = facts.precision
+    if precision.autocast_dtype in _DTYPES:
+        return _DTYPES[precision.autocast_dtype]
+    params = facts.model.param_dtypes if facts.model else []
+    reduced = [_DTYPES[d] for d in params if d in _DTYPES]
+    if reduced and len(reduced) == len(params):
+        return reduced[0]
+    cuda = bool(facts.model and facts.model.device.startswith("cuda"))
+    return "tf32" if cuda and precision.tf32_matmul else "fp32"
+
+
+def _matmul_time_pct(facts: Facts) -> float | None:
+    """Share of the profiled op time in the ops that carried FLOPs; None without a profile."""
+    ops = facts.profile.top_ops if facts.profile else []
+    if not ops or not facts.flops_by_op:
+        return None
+    names = {name.replace(".", "::") for name in facts.flops_by_op}
+    time = {op["name"]: max(op["self_cpu_ms"], op["self_device_ms"]) for op in ops}
+    total = sum(time.values())
+    return 100.0 * sum(t for n, t in time.items() if n in names) / total if total else None
+
+
+def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak: float | None) -> tuple[str, str]:
+    if pct["data"] >= DATA_BOUND_PCT:
+        return "data", f"{pct['data']:.0f}% of the step waits for the DataLoader"
+    busy_ms = phase_ms["forward"] + phase_ms["backward"] + phase_ms["optimizer"]
+    rate_pct = (100.0 * facts.flops_per_step / (busy_ms / 1000.0) / peak
+                if facts.flops_per_step and peak and busy_ms > 0 else None)
+    if rate_pct is not None and rate_pct >= COMPUTE_BOUND_PCT:
+        return "compute", f"forward, backward and optimizer run at {rate_pct:.0f}% of the peak"
+    if pct["other"] >= HOST_BOUND_PCT:
+        return "host", f"{pct['other']:.0f}% of the step is outside forward, backward, optimizer and data"
+    matmul_pct = _matmul_time_pct(facts)
+    if matmul_pct is not None and matmul_pct < MATMUL_TIME_PCT:
+        return "memory", f"the FLOP-carrying ops take {matmul_pct:.0f}% of the op time; the rest moves bytes"
+    if rate_pct is None:
+        return "compute", "forward and backward are most of the step"
+    return "compute", f"matmuls are the time but run at {rate_pct:.0f}% of the peak"
+
+
+def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) -> Headroom:
+    """The step of ``facts`` against ``limits``; ``busy``: a note that the probe shared the machine."""
+    summary = summarize(facts)
+    dtype = step_dtype(facts)
+    notes = [busy] if busy else []
+    peak = limits.peak_flops_per_s(dtype)
+    if peak is None:
+        notes.append(f"the probe measured no {dtype} peak here ({dtype} does not run natively); "
+                     "the fp32 peak is used")
+        peak = limits.peak_flops_per_s("fp32")
+    median = summary.step_time_ms["median"]
+    flops = facts.flops_per_step
+    achieved = flops / (median / 1000.0) if flops and median else None
+    mfu = 100.0 * achieved / peak if achieved and peak else None
+    bound, why = _bound(facts, summary.phase_ms, summary.breakdown_pct, peak)
+    if flops is None:
+        why = facts.flops_error or "the FLOPs of a step were not counted"
+    elif not flops:
+        why = facts.flops_error or "no FLOPs counted"
+    machine = {"name": limits.name, "device": limits.device, "threads": limits.threads,
+               "cpu_share": min((m.cpu_share for m in limits.matmul), default=1.0),
+               "peak_flops_per_s": {d: limits.peak_flops_per_s(d) for d in limits.dtypes},
+               "bandwidth_bytes_per_s": limits.bandwidth_bytes_per_s}
+    return Headroom(flops_per_step=flops, achieved_flops_per_s=achieved, peak_flops_per_s=peak, dtype=dtype,
+                    mfu_pct=mfu, bound=bound, why=why, best_speedup=max(1.0, 100.0 / mfu) if mfu else None,
+                    machine=machine, notes=tuple(notes))
+
+
+def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Finding]:
+    """``findings`` with every per-step gain above ``headroom.best_speedup`` capped at it
+    (a note says so); unchanged without a headroom. Memory fixes (a time cost) are left alone."""
+    best = headroom.best_speedup if headroom is not None else None
+    if best is None:
+        return list(findings)
+    out = []
+    for f in findings:
+        if f.unit == "step" and f.memory_ratio is None and f.expected_speedup > best:
+            note = (f"capped at {best:.2f}x (estimated {f.expected_speedup:.2f}x): the step's FLOPs at this "
+                    f"machine's measured {headroom.dtype} matmul peak allow no more")
+            f = dataclasses.replace(f, expected_speedup=best, severity="", notes=[*f.notes, note])
+        out.append(f)
+    return out

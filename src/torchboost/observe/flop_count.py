@@ -1,0 +1,76 @@
+"""The FLOPs of one training step, forward and backward, counted by torch's own counter.
+
+``torch.utils.flop_counter.FlopCounterMode`` is entered at one step boundary and left at
+the next, so it sees the whole step: forward, backward, optimizer. The step counted is
+the profiler's warm-up step (see :class:`~torchboost.observe.stages.RunStages`): its time
+is neither recorded nor profiled, so the counter's own cost (every op goes through a
+Python dispatch mode) is in no figure. A failure is kept in :attr:`StepFlops.error` and
+the script's run goes on.
+
+The counter knows the ops that carry a model's arithmetic (matmuls, convolutions,
+attention); elementwise ops count nothing, which is how MFU is defined. A compiled
+region's kernels are not aten ops and are not counted: :attr:`StepFlops.note` says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["StepFlops", "TOP_FLOP_OPS"]
+
+TOP_FLOP_OPS = 8
+"""Ops kept in ``flops_by_op``, by FLOPs."""
+
+
+class StepFlops:
+    """Counts one step's FLOPs: :meth:`start` at a boundary, :meth:`stop` at the next."""
+
+    def __init__(self) -> None:
+        self.flops: int | None = None
+        """FLOPs of the counted step; None until one was counted."""
+        self.by_op: dict[str, int] = {}
+        """FLOPs per aten op of that step (the largest :data:`TOP_FLOP_OPS`)."""
+        self.error: str | None = None
+        """Why the count failed, when it did."""
+        self._mode: Any = None
+
+    @property
+    def counting(self) -> bool:
+        """A step is being counted now."""
+        return self._mode is not None
+
+    def start(self) -> None:
+        """Count from this boundary on (once per run: a second call does nothing)."""
+        if self._mode is not None or self.flops is not None or self.error is not None:
+            return
+        try:
+            from torch.utils.flop_counter import FlopCounterMode  # imported only when a step is counted
+
+            mode = FlopCounterMode(display=False)
+            mode.__enter__()
+            self._mode = mode
+        except Exception as exc:  # noqa: BLE001 - the user's run must go on
+            self.error = f"FlopCounterMode could not start: {type(exc).__name__}: {exc}"
+
+    def stop(self, keep: bool = True) -> None:
+        """Stop counting at this boundary; ``keep`` False drops the count (a step cut in two)."""
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        try:
+            mode.__exit__(None, None, None)
+            if keep:
+                counts = mode.get_flop_counts().get("Global", {})
+                self.by_op = dict(sorted(((str(op), int(n)) for op, n in counts.items()),
+                                         key=lambda item: -item[1])[:TOP_FLOP_OPS])
+                self.flops = int(mode.get_total_flops())
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"FlopCounterMode failed: {type(exc).__name__}: {exc}"
+
+    @property
+    def note(self) -> str | None:
+        """What a reader of a zero count must know; None otherwise."""
+        if self.flops == 0:
+            return ("no FLOPs counted: the step's arithmetic ran outside aten's matmul and convolution ops "
+                    "(a torch.compile'd model's fused kernels are not counted)")
+        return None

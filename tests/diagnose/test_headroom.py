@@ -1,0 +1,82 @@
+"""The headroom on hand-made facts: MFU, the bound's rule, the cap on the findings."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchboost.diagnose.headroom import cap_findings, headroom_of, step_dtype
+from torchboost.evidence.findings import Finding
+from torchboost.evidence.observed import Facts, ModelFacts, ProfileFacts, StepRecord
+from torchboost.limits.machine import MachineLimits, MatmulRate
+from torchboost.techniques.precision_diagnosis import PrecisionFacts
+
+LIMITS = MachineLimits(key="k", device="cpu", name="Example CPU", threads=2,
+                       matmul=[MatmulRate("fp32", 1024, 4.0e10), MatmulRate("fp32", 2048, 5.0e10),
+                               MatmulRate("bf16", 2048, 2.0e11)])
+
+
+def _facts(*, total_ms=100.0, data_ms=0.0, forward_ms=30.0, backward_ms=60.0, optimizer_ms=5.0,
+           flops=1e9, **kw) -> Facts:
+    steps = [StepRecord(i, total_ms, data_ms, forward_ms, backward_ms, optimizer_ms) for i in range(5)]
+    return Facts(steps=steps, flops_per_step=flops, flops_by_op={"aten.mm": flops}, **kw)
+
+
+def test_mfu_is_the_steps_flops_per_second_over_the_dtypes_peak():
+    h = headroom_of(_facts(flops=1e9), LIMITS)  # 1e9 FLOPs in 100 ms: 10 GFLOP/s of a 50 GFLOP/s peak
+    assert h.achieved_flops_per_s == pytest.approx(1e10)
+    assert (h.dtype, h.peak_flops_per_s) == ("fp32", 5.0e10)
+    assert h.mfu_pct == pytest.approx(20.0) and h.best_speedup == pytest.approx(5.0)
+    assert h.line.startswith("This step runs at 20% of this machine's fp32 matmul peak; at most 5.0x is left")
+
+
+def test_twin_an_autocast_bf16_step_is_measured_against_the_bf16_peak():
+    facts = _facts(flops=1e9, techniques={"precision": PrecisionFacts(autocast=True, autocast_dtype="bfloat16")})
+    h = headroom_of(facts, LIMITS)
+    assert (h.dtype, h.mfu_pct) == ("bf16", pytest.approx(5.0))
+    fp16 = headroom_of(_facts(techniques={"precision": PrecisionFacts(autocast=True, autocast_dtype="float16")}),
+                       LIMITS)
+    assert fp16.dtype == "fp16" and fp16.peak_flops_per_s == 5.0e10 and "no fp16 peak" in fp16.notes[0]
+
+
+def test_parameters_in_bf16_make_a_bf16_step():
+    assert step_dtype(_facts(model=ModelFacts(param_dtypes=["torch.bfloat16"]))) == "bf16"
+    assert step_dtype(_facts(model=ModelFacts(param_dtypes=["torch.bfloat16", "torch.float32"]))) == "fp32"
+
+
+@pytest.mark.parametrize("kw, bound", [
+    (dict(data_ms=40.0, forward_ms=20.0, backward_ms=30.0), "data"),
+    (dict(flops=4e9), "compute"),  # 4e9 FLOPs in 95 ms of phases: 84% of the peak
+    (dict(forward_ms=20.0, backward_ms=30.0, optimizer_ms=5.0), "host"),  # 45 ms outside every phase
+    (dict(profile=ProfileFacts(steps=1, top_ops=[
+        {"name": "aten::mm", "self_cpu_ms": 20.0, "self_device_ms": 0.0, "calls": 3},
+        {"name": "aten::add", "self_cpu_ms": 60.0, "self_device_ms": 0.0, "calls": 9}])), "memory"),
+    (dict(profile=ProfileFacts(steps=1, top_ops=[  # the twin of memory: the matmuls are the time
+        {"name": "aten::mm", "self_cpu_ms": 60.0, "self_device_ms": 0.0, "calls": 3},
+        {"name": "aten::add", "self_cpu_ms": 20.0, "self_device_ms": 0.0, "calls": 9}])), "compute"),
+])
+def test_each_bound_comes_from_its_rule(kw, bound):
+    assert headroom_of(_facts(**kw), LIMITS).bound == bound
+
+
+def test_without_a_count_there_is_no_mfu_and_the_line_says_why():
+    h = headroom_of(_facts(flops=None, flops_error="FlopCounterMode failed: boom"), LIMITS)
+    assert h.mfu_pct is None and h.best_speedup is None
+    assert "not known (FlopCounterMode failed: boom)" in h.line
+
+
+def _finding(speedup: float, **kw) -> Finding:
+    return Finding(id="data.workers", title="t", evidence={}, expected_speedup=speedup, formula="f", **kw)
+
+
+def test_a_gain_above_the_headroom_is_capped_and_says_so():
+    h = headroom_of(_facts(flops=2.5e9), LIMITS)  # 50% of the peak: at most 2x
+    big, small, memory = cap_findings([_finding(3.0), _finding(1.5), _finding(0.8, memory_ratio=2.0)], h)
+    assert big.expected_speedup == pytest.approx(2.0) and "capped at 2.00x (estimated 3.00x)" in big.notes[-1]
+    assert small.expected_speedup == 1.5 and small.notes == []  # the twin: within the headroom, untouched
+    assert memory.expected_speedup == 0.8
+
+
+def test_no_headroom_leaves_the_findings_as_they_are():
+    findings = [_finding(3.0)]
+    assert cap_findings(findings, None) == findings
+    assert cap_findings(findings, headroom_of(_facts(flops=None), LIMITS)) == findings

@@ -1,0 +1,86 @@
+"""One step's FLOPs: counted in the profiler's warm-up step, never in a recorded one, and
+end to end on 3 x Linear(1024, 1024) at batch 256 (4.29e9 FLOPs per step)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from torchboost.cli import main
+from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
+from torchboost.observe.recorder import BACKWARD, FORWARD
+
+SCRIPT = Path(__file__).parents[1] / "scripts" / "linear_flops.py"
+BATCH, WIDTH, LAYERS = 256, 1024, 3
+EXACT = 2 * BATCH * WIDTH * WIDTH * (LAYERS + LAYERS + LAYERS - 1)
+"""One matmul is 2 x 256 x 1024 x 1024 FLOPs; a step has 3 in the forward, 3 weight
+gradients and 2 input gradients (the first layer's input needs none): 4294967296."""
+
+
+def _within_5pct(count: float | None, exact: float) -> bool:
+    return count is not None and abs(count - exact) <= 0.05 * exact
+
+
+def _size_step(rec: StepRecorder, size: int) -> None:
+    """A step whose FLOPs say which step it was: one size x size matmul forward, its backward."""
+    a = torch.ones(size, size, requires_grad=True)
+    rec.phase_begin(FORWARD)
+    out = (a @ a).sum()
+    rec.phase_end(FORWARD, 0.0)
+    rec.phase_begin(BACKWARD)
+    out.backward()
+    rec.phase_end(BACKWARD, 0.0)
+    rec.backward_done()
+
+
+def _counted_size(tmp_path, profile_warmup: int) -> int | None:
+    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=profile_warmup, profile_active=1)
+    rec = StepRecorder(spec)
+    sizes = iter(range(8, 200, 8))
+    with pytest.raises(StopObserving):
+        for size in sizes:
+            _size_step(rec, size)
+    flops = rec.facts().flops_per_step
+    # a size x size matmul forward and its two gradient matmuls backward: 3 x 2 x size**3
+    return None if flops is None else round((flops / 6) ** (1 / 3))
+
+
+def test_the_counted_step_is_the_profilers_warm_up_step_after_the_recorded_ones(tmp_path):
+    # steps of size 8, 16, 24...: warm-up 1 (8), recorded 3 (16, 24, 32), then the profiler's warm-up (40)
+    assert _counted_size(tmp_path, profile_warmup=1) == 40
+
+
+def test_twin_without_a_profiler_warm_up_step_no_step_is_counted(tmp_path):
+    # the only step left would be a profiled one: its op times must not carry the counter's cost
+    assert _counted_size(tmp_path, profile_warmup=0) is None
+
+
+def test_forward_only_counting_fails_the_check_that_the_step_passes():
+    model = torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)))
+    x = torch.randn(BATCH, WIDTH)
+    with FlopCounterMode(display=False) as whole:
+        model(x).sum().backward()
+    with FlopCounterMode(display=False) as forward_only:  # the broken twin
+        out = model(x).sum()
+    out.backward()
+    assert _within_5pct(whole.get_total_flops(), EXACT)
+    assert not _within_5pct(forward_only.get_total_flops(), EXACT)
+
+
+def test_doctor_counts_the_step_and_its_mfu_is_a_share_of_the_measured_peak(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "doctor"
+    code = main(["doctor", "--steps", "3", "--warmup", "1", "--out", str(out), "--json",
+                 "--", sys.executable, str(SCRIPT)])
+    assert code == 0, capsys.readouterr().err
+    headroom = json.loads((out / "report.json").read_text())["headroom"]
+    assert _within_5pct(headroom["flops_per_step"], EXACT)
+    assert not _within_5pct(headroom["flops_per_step"] * LAYERS / (3 * LAYERS - 1), EXACT)  # forward's share alone
+    assert 1 <= headroom["mfu_pct"] <= 100
+    assert headroom["dtype"] == "fp32" and headroom["best_speedup"] == pytest.approx(100 / headroom["mfu_pct"])
+    assert headroom["line"].startswith(f"This step runs at {headroom['mfu_pct']:.0f}% of this machine's fp32")

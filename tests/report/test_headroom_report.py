@@ -1,0 +1,48 @@
+"""The headroom line leads the terminal, Markdown and HTML reports, and sits in report.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from rich.console import Console
+
+from _report_helpers import data_bound_facts, findings_for
+from torchboost.diagnose.headroom import headroom_of
+from torchboost.limits.machine import MachineLimits, MatmulRate
+from torchboost.report import print_doctor_report, write_doctor_report
+
+LIMITS = MachineLimits(key="k", device="cpu", name="Example CPU", threads=6,
+                       matmul=[MatmulRate("fp32", 2048, 1.0e11, 0.5)], bandwidth_bytes_per_s=2e10)
+
+
+def _written(tmp_path, with_headroom: bool):
+    facts = replace(data_bound_facts(), flops_per_step=2_000_000_000, flops_by_op={"aten.addmm": 2_000_000_000})
+    headroom = headroom_of(facts, LIMITS, "busy machine: the probe got 50%") if with_headroom else None
+    paths = write_doctor_report(facts, findings_for(facts), tmp_path, headroom=headroom)
+    console = Console(record=True, width=200)
+    print_doctor_report(facts, findings_for(facts), console, paths, headroom=headroom)
+    return paths, console.export_text()
+
+
+def test_the_line_leads_every_format(tmp_path):
+    paths, terminal = _written(tmp_path, with_headroom=True)
+    report = json.loads(paths["json"].read_text())
+    headroom = report["headroom"]
+    # 2e9 FLOPs per ~105 ms step of a 100 GFLOP/s peak
+    assert headroom["bound"] == "data" and 15 < headroom["mfu_pct"] < 25
+    line = headroom["line"]
+    assert line.startswith("This step runs at 19% of this machine's fp32 matmul peak; at most 5.3x")
+    assert terminal.splitlines()[2] == line  # after the rule and the command
+    markdown = paths["md"].read_text()
+    assert markdown.index(line) < markdown.index("## Where the step goes")
+    html = paths["html"].read_text()
+    assert html.index('id="headroom"') < html.index("Where the step goes")
+    assert "busy machine: the probe got 50%" in report["notes"]
+
+
+def test_twin_without_headroom_no_line_is_printed(tmp_path):
+    paths, terminal = _written(tmp_path, with_headroom=False)
+    assert json.loads(paths["json"].read_text())["headroom"] is None
+    assert "matmul peak" not in terminal and "matmul peak" not in paths["md"].read_text()
+    assert 'id="headroom"' not in paths["html"].read_text()
