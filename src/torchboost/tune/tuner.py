@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -168,8 +169,15 @@ def toml_header(run: TuneRun, command: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+BUDGET_SLACK = 0.5
+"""The whole tune, diagnosis, search and end-to-end check together, ends within
+``--budget`` x (1 + this): the diagnosis and the search share the budget, the check has
+what is left of the slack."""
+
+
 def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOptions, base: BoostConfig,
-                       on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None):
+                       on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None,
+                       deadline: float = math.inf):
     trials_dir = options.out_dir / "trials"
 
     def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None) -> TrialResult:
@@ -180,7 +188,8 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
             on_trial(settings, repeat, None)
         result = run_trial(command, settings, repeat, base=base, steps=options.steps_per_trial, warmup=options.warmup,
                            out_dir=trials_dir / "current",
-                           timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10)),
+                           timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10),
+                                         max(deadline - time.monotonic(), 1.0)),
                            slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s)
         journal.append(result)
         if on_trial is not None:
@@ -266,11 +275,17 @@ def _whole_run_estimate(outcome: TuneOutcome, run_steps: int | None) -> float | 
 
 def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, outcome: TuneOutcome,
             run_steps: int | None, on_verify: Callable[[str, int], None] | None,
-            ident: dict[str, Any]) -> tuple[Overlay, EndToEnd | None, str]:
-    """The settings to write, the end-to-end figures, and the verdict in words."""
+            ident: dict[str, Any], time_left_s: float = math.inf) -> tuple[Overlay, EndToEnd | None, str]:
+    """The settings to write, the end-to-end figures, and the verdict in words; the check
+    takes at most ``time_left_s`` (what --budget leaves), and is skipped, said so, when
+    not even one pair of the baseline's runs fits."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return outcome.settings, None, "" if outcome.settings else "nothing was faster beyond noise"
-    budget = options.verify_budget_s if options.verify_budget_s is not None else max(60.0, options.budget_s / 2)
+    budget = options.verify_budget_s if options.verify_budget_s is not None else options.budget_s * BUDGET_SLACK
+    budget = min(budget, time_left_s)
+    if budget < 2 * max(outcome.baseline.wall_s, 1.0):
+        return outcome.settings, None, (f"not verified end to end: --budget left {max(budget, 0):.0f} s, not enough "
+                                        "for one pair of runs; the figures are the search's per step")
     plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
                              trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
@@ -322,6 +337,8 @@ def tune_script(
     own ``options.config_path`` (when there is one), write the winner there."""
     base = user_config(options.config_path)
     options.out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    deadline = start + options.budget_s * (1 + BUDGET_SLACK)
     if facts is None:
         facts, failed = _doctor_facts(command, options)
         if failed is not None:
@@ -335,13 +352,15 @@ def tune_script(
     options = _trial_length(options, facts, run_steps)
     ident = _identity(command)
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume, ident=ident)
-    search_options = SearchOptions(budget_s=options.budget_s, min_gain=options.min_gain,
-                                   max_repeats=options.max_repeats, run_steps=run_steps)
-    outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial),
+    # The diagnosis spent part of the budget: the search has the rest.
+    search_options = SearchOptions(budget_s=max(options.budget_s - (time.monotonic() - start), 0.0),
+                                   min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps)
+    outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial, deadline),
                          search_options, on_decision=on_decision)
     if journal.restarted:
         outcome.warnings.append(f"--resume started afresh: {journal.restarted}")
-    settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify, ident)
+    settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify, ident,
+                                     time_left_s=deadline - time.monotonic())
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
                   run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
                   steps_per_trial=options.steps_per_trial,
