@@ -1,0 +1,60 @@
+"""What the doctor's FLOP count costs: one step under FlopCounterMode against the same step plain.
+
+    python benchmarks/flop_count_cost.py [--workload gpt] [--size tiny] [--rounds 5]
+
+The doctor counts FLOPs in one step it runs anyway (the profiler's warm-up step), so its
+cost to the doctor's run is that step's extra time under the counter: printed here per
+workload, with the FLOPs counted. Plain and counted steps alternate (A B A B ...), medians
+of ``--rounds``; the ratio, not the absolute times, is what a shared machine lets one read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from torchboost.workloads._loop import make_loader
+
+
+def _step(workload, optimizer, batch) -> None:
+    x, y = batch
+    loss = workload.loss_fn(workload.model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the plain and counted step times of one workload, and the FLOPs counted."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="gpt")
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    workload = importlib.import_module(f"torchboost.workloads.{args.workload}").build(args.size)
+    optimizer = workload.make_optimizer(workload.model.parameters())
+    batch = next(iter(make_loader(workload)))
+    _step(workload, optimizer, batch)  # warm-up
+    plain, counted, flops = [], [], 0
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        _step(workload, optimizer, batch)
+        plain.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with FlopCounterMode(display=False) as counter:
+            _step(workload, optimizer, batch)
+        counted.append(time.perf_counter() - start)
+        flops = counter.get_total_flops()
+    a, b = statistics.median(plain) * 1000, statistics.median(counted) * 1000
+    print(f"{args.workload} {args.size}: {flops:.3e} FLOPs per step; plain step {a:.1f} ms, counted {b:.1f} ms "
+          f"(x{b / a:.2f}); the count adds {b - a:.1f} ms, once per doctor run")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
