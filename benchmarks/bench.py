@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from _mfu import flops_per_sample, mfu_pct, peak_flops_per_s
 from torchboost._io import atomic_write_bytes
 
 __all__ = ["MODES", "Mode", "RowSummary", "plan_modes", "summarise", "main"]
@@ -91,6 +92,8 @@ class RowSummary:
     warmup_steps: int = 0
     total_s: float | None = None
     """Median wall seconds of a run's steps, warm-up and compile included."""
+    mfu_pct: float | None = None
+    """samples/s x the model's FLOPs per sample over the probe's fp32 matmul peak (``_mfu.py``)."""
     choices: dict[str, Any] = field(default_factory=dict)
 
 
@@ -172,9 +175,16 @@ def _add_ratios(rows: list[RowSummary]) -> None:
             r.ratio_to_hand = r.samples_per_s / base["hand"]
 
 
+def _add_mfu(rows: list[RowSummary], workload: str, size: str, peak: float | None) -> None:
+    """Each ok row's MFU: its samples/s at the workload's FLOPs per sample, over ``peak``."""
+    per_sample = flops_per_sample(workload, size)
+    for r in rows:
+        r.mfu_pct = mfu_pct(r.samples_per_s, per_sample, peak)
+
+
 def _table(summaries: list[RowSummary], title: str) -> Table:
     table = Table(title=title)
-    for name, justify in [("workload", "left"), ("row", "left"), ("samples/s", "right"), ("x naive", "right"),
+    for name, justify in [("workload", "left"), ("row", "left"), ("samples/s", "right"), ("MFU", "right"), ("x naive", "right"),
                           ("x hand", "right"), ("peak MiB", "right"), ("loss@steps", "right"), ("run s", "right"),
                           ("note", "left")]:  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -188,7 +198,7 @@ def _table(summaries: list[RowSummary], title: str) -> Table:
         note = s.reason if s.status != "ok" or s.reason else ""
         table.add_row(
             s.workload, s.row if s.status == "ok" else f"{s.row} ({s.status})", num(s.samples_per_s, ",.0f"),
-            num(s.ratio_to_naive, ".2f"), num(s.ratio_to_hand, ".2f"), num(memory, ",.0f"), loss,
+            "-" if s.mfu_pct is None else f"{s.mfu_pct:.1f}%", num(s.ratio_to_naive, ".2f"), num(s.ratio_to_hand, ".2f"), num(memory, ",.0f"), loss,
             num(s.total_s, ".1f"), note,
         )  # fmt: skip
     return table
@@ -241,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     mode: Mode = args.mode
     workloads, rows = args.workloads.split(","), args.rows.split(",")
     console = Console(width=None if sys.stdout.isatty() else 150)  # a log file gets the whole table
+    peak, peak_words = peak_flops_per_s()  # before the rows: the probe runs alone
     started = time.perf_counter()
     summaries: list[RowSummary] = []
     for workload in workloads:
@@ -257,17 +268,18 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows
         ]  # fmt: skip
         _add_ratios(cells)
+        _add_mfu(cells, workload, args.size, peak)
         summaries += cells
     elapsed = time.perf_counter() - started
     machine = _machine()
     title = (
         f"{args.size} workloads, {mode.repeats} repeats, medians; {machine['device']}, "
-        f"{machine['cpu_cores']} cores, torch {machine['torch_version']}; {elapsed:.0f} s"
+        f"{machine['cpu_cores']} cores, torch {machine['torch_version']}; {elapsed:.0f} s; MFU against the {peak_words}"
     )
     console.print(_table(summaries, title))
     report = {
         "command": ["python", "benchmarks/bench.py", *(sys.argv[1:] if argv is None else argv)],
-        "machine": machine,
+        "machine": {**machine, "peak_flops_per_s": peak},
         "size": args.size,
         "mode": asdict(mode),
         "elapsed_s": elapsed,

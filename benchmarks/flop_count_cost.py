@@ -15,18 +15,10 @@ import importlib
 import statistics
 import time
 
-import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from _mfu import one_step as _step
 from torchboost.workloads._loop import make_loader
-
-
-def _step(workload, optimizer, batch) -> None:
-    x, y = batch
-    loss = workload.loss_fn(workload.model(x), y)
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ def _load(name: str):
 
 bench = _load("bench")
 loops = _load("_loops")
+mfu = _load("_mfu")
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -107,3 +108,24 @@ def test_smoke_run_has_all_five_rows_per_workload(tmp_path):
             else:
                 assert cell["samples_per_s"] > 0 and cell["final_loss"] > 0
     assert "samples/s" in proc.stdout and "x naive" in proc.stdout
+    assert "MFU" in proc.stdout and 0 < by_workload["mlp"]["naive"]["mfu_pct"] < 100
+    assert report["machine"]["peak_flops_per_s"] > 0
+
+
+def _mlp_tiny_matmuls_per_sample() -> int:
+    """mlp tiny (8 layers): Linear(32, 64), 6 x Linear(64, 64), Linear(64, 4); one sample's multiply-adds."""
+    return 32 * 64 + 6 * 64 * 64 + 64 * 4
+
+
+def test_flops_per_sample_is_forward_and_backward_of_every_linear():
+    per_sample = mfu.flops_per_sample("mlp", "tiny")
+    macs = _mlp_tiny_matmuls_per_sample()
+    # forward 2 x MACs; backward: every weight's gradient, and every input's but the first layer's
+    exact = 2 * macs + 2 * macs + 2 * (macs - 32 * 64)
+    assert per_sample == pytest.approx(exact)
+    assert per_sample != pytest.approx(2 * macs)  # the twin: counting the forward alone
+
+
+def test_mfu_is_samples_per_s_times_flops_per_sample_over_the_peak():
+    assert mfu.mfu_pct(1000.0, 2.0e6, 1.0e10) == pytest.approx(20.0)
+    assert mfu.mfu_pct(None, 2.0e6, 1.0e10) is None and mfu.mfu_pct(1000.0, 2.0e6, None) is None
