@@ -81,9 +81,10 @@ def probe_techniques(ctx: ProbeContext) -> dict[str, Any]:
     return {t.name: t.probe(ctx) for t in techniques() if t.probe is not None}
 
 
-def observe_techniques() -> dict[str, Any]:
-    """Each technique's facts read from the process itself (see ``Technique.observe``), by name."""
-    return {t.name: t.observe() for t in techniques() if t.observe is not None}
+def observe_techniques(since: float) -> dict[str, Any]:
+    """Each technique's facts read from the process itself since ``since`` (``time.time()``;
+    see ``Technique.observe``), by name."""
+    return {t.name: t.observe(since) for t in techniques() if t.observe is not None}
 
 
 def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") -> OptimizerFacts:

@@ -89,7 +89,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
     seen, timing, spec = recorder.seen, recorder.timing, recorder.spec
     model, optimizer, by_technique = _described(recorder, earlier, fresh)
     try:
-        by_technique = {**by_technique, **describe.observe_techniques()}
+        by_technique = {**by_technique, **describe.observe_techniques(recorder.output.started_at)}
     except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
         recorder.errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
     settings = seen.settings

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import time
 from typing import TYPE_CHECKING, Callable
 
 from torchboost import env as _env
@@ -43,6 +44,8 @@ class RunOutput:
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
         self._last_progress = float("-inf")
         self._described: Facts | None = None  # facts built while the script's objects lived
+        self.started_at = time.time()
+        """When observation began (wall clock): what the process did before is not this run's."""
         self.bf16_speedup: float | None = None
         """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
 

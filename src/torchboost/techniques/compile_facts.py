@@ -207,12 +207,14 @@ def _cache_counts(metrics: list[Any]) -> tuple[int, int]:
     return hits, misses
 
 
-def observe_compile() -> CompileFacts:
-    """What torch.compile did in this process so far; nothing imported that was not."""
+def observe_compile(since: float = 0.0) -> CompileFacts:
+    """What torch.compile did in this process since ``since`` (``time.time()``); nothing
+    imported that was not."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return CompileFacts()
-    metrics = [m for m in utils.get_compilation_metrics() if not getattr(m, "is_runtime", False)]
+    metrics = [m for m in utils.get_compilation_metrics()
+               if not getattr(m, "is_runtime", False) and (getattr(m, "start_time", None) or since) >= since]
     if not metrics:
         return CompileFacts()
     cache_dirs = sys.modules.get("torch._inductor.runtime.cache_dir_utils")

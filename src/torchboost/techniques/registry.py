@@ -293,10 +293,11 @@ class Technique:
     stored in ``Facts.techniques`` and ``report.json``; read with ``facts.seen(Kind)``."""
     probe: Callable[[ProbeContext], Any] | None = None
     """Reads :attr:`facts` from the live objects, once per observed run."""
-    observe: Callable[[], Any] | None = None
+    observe: Callable[[float], Any] | None = None
     """Reads :attr:`facts` from what the process itself kept of the run (torch.compile's
-    compiles), at every facts write: what happens after warm-up counts too. With a probe
-    as well, this one's facts win."""
+    compiles), at every facts write: what happens after warm-up counts too; given the
+    observation's start (``time.time()``), so what happened before it does not. With a
+    probe as well, this one's facts win."""
     rules: tuple[Rule, ...] = ()
     """Its diagnoses; their ids rank its levers (:attr:`Lever.finding_ids`)."""
     order: int = -1
