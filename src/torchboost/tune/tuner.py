@@ -234,7 +234,8 @@ def _planned_run(options: TuneOptions, facts: Facts | None) -> tuple[int | None,
         return options.run_steps, "given with --run-steps"
     if facts is not None and facts.planned_steps:
         source = facts.planned_from or "one epoch of the script's DataLoader"
-        return facts.planned_steps, f"{source} ({facts.planned_steps} steps); pass --run-steps if the script runs more"
+        count = "" if source.endswith(str(facts.planned_steps)) else f" ({facts.planned_steps} steps)"
+        return facts.planned_steps, f"{source}{count}; pass --run-steps if the script runs more"
     return None, ("unknown: no Trainer, no --max_iters, --max-steps or --epochs among the script's arguments, "
                   "no DataLoader with a length; pass --run-steps")
 
