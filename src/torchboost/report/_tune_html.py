@@ -78,6 +78,7 @@ def render_tune_html(report: dict[str, Any]) -> str:
         waterfall=[{**w, "speedup_text": words.vs_baseline(w["speedup"]), "spread_text": words.spread(w),
                     "memory_text": words.memory(w["peak_memory_bytes"])} for w in report["waterfall"]],
         memory_line=words.memory_line(report),
+        mfu_line=words.mfu_line(report),
         decisions=[{**d, "speed": words.speed(d["ratio"]), "memory_text": words.memory(d["peak_memory_bytes"]),
                     "ratio_text": "" if d["ratio"] is None else f"{d['ratio']:.3f}"}
                    for d in report["decisions"]],

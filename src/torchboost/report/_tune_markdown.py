@@ -81,9 +81,9 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
     lines += [f"- **{_cell(line)}**" for line in report["precision"]]
     lines += ["", "## Waterfall: from your script as it is to the tuned configuration", ""]
     lines += _waterfall(report) if report["waterfall"] else ["No step was measured."]
-    memory = words.memory_line(report)
-    if memory is not None:
-        lines += ["", f"{memory[0].upper()}{memory[1:]}."]
+    for line in (words.memory_line(report), words.mfu_line(report)):
+        if line is not None:
+            lines += ["", f"{line[0].upper()}{line[1:]}."]
     lines += ["", "A ratio is the candidate's time per step (mean of its measured steps) over the configuration before it "
               "(below 1 is faster); the spread is the largest minus the smallest of the A/B pair ratios "
               "that confirmed it.",

@@ -68,9 +68,9 @@ def _waterfall_lines(report: dict[str, Any], console: Console) -> None:
         console.print(Text.assemble(f"  {w['ms_per_step']:7.2f} ms/step  ",
                                     (f"{words.vs_baseline(w['speedup'])}", "bold" if w["ratios"] else ""),
                                     f"{peak}{rate}  ", label, (spread, "dim")))
-    memory = words.memory_line(report)
-    if memory is not None:
-        console.print(Text(f"  {memory[0].upper()}{memory[1:]}", style="dim"))
+    for line in (words.memory_line(report), words.mfu_line(report)):
+        if line is not None:
+            console.print(Text(f"  {line[0].upper()}{line[1:]}", style="dim"))
 
 
 def _decision_lines(report: dict[str, Any], console: Console) -> None:

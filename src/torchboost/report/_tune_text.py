@@ -55,6 +55,18 @@ def memory_line(report: dict[str, Any]) -> str | None:
     return f"{peaks}; limit {memory(limit)} ({mem.get('limit_source') or 'given'})"
 
 
+def mfu_line(report: dict[str, Any]) -> str | None:
+    """MFU before and after, of the machine's measured matmul peak, in one line; None when the
+    FLOPs of a step or the peak are unknown. ``report``: a report.json document."""
+    mfu = report.get("mfu")
+    if not mfu or mfu.get("before_pct") is None:
+        return None
+    after = mfu.get("after_pct")
+    left = f"; at most {100.0 / after:.1f}x is left in compute" if after else ""
+    return (f"MFU: {mfu['before_pct']:.0f}% before, {after or 0:.0f}% after, of this machine's {mfu['dtype']} "
+            f"matmul peak ({mfu['flops_per_step']:.3g} FLOPs per step){left}")
+
+
 def steps(n: float) -> str:
     """A step count in words: "4,839 steps"."""
     return f"{math.ceil(n):,} steps"

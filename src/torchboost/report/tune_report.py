@@ -28,6 +28,10 @@ is baseline step time / this step time (above 1 is faster)::
                        "given with --memory-limit"), and the peaks of the before and after
                        configurations, bytes (null: not measured); a peak is the CUDA
                        allocator's on a GPU, the training process's peak RSS otherwise
+    mfu                null | {flops_per_step, peak_flops_per_s, dtype, before_pct, after_pct}
+                       the diagnosed step's FLOPs (counted once, FlopCounterMode) over the
+                       before and after time per step, against the machine's measured matmul
+                       peak for the step's dtype (torchboost probe); null when either is unknown
     settings           {dotted toml key: value}   what the tuned configuration changes
     waterfall          [ {label, change, settings, ms_per_step, samples_per_s, speedup,
                           spread, ratios: [float], step_ms_range: [low, high],
@@ -177,6 +181,7 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "search_speedup": summary["search_speedup"],
         "samples_per_step": summary["samples_per_step"],
         "memory": summary.get("memory") or _NO_MEMORY,
+        "mfu": summary.get("mfu"),
         "settings": summary["settings"],
         "waterfall": summary["waterfall"],
         "decisions": decisions,

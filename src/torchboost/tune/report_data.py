@@ -67,6 +67,23 @@ def _decision(d: Decision) -> dict[str, Any]:
     }
 
 
+def _mfu_pct(flops_per_s_at_1ms: float | None, ms_per_step: float | None) -> float | None:
+    """MFU of a step of ``ms_per_step``, from FLOPs per step over the peak, per millisecond."""
+    if not flops_per_s_at_1ms or not ms_per_step:
+        return None
+    return 100.0 * flops_per_s_at_1ms / ms_per_step
+
+
+def _mfu(run: TuneRun, before_ms: float | None, after_ms: float | None) -> dict[str, Any] | None:
+    """The diagnosed step's FLOPs against the probe's peak, before and after; None without either."""
+    flops = run.facts.flops_per_step if run.facts is not None else None
+    if not flops or not run.peak_flops_per_s:
+        return None
+    scale = 1000.0 * flops / run.peak_flops_per_s
+    return {"flops_per_step": flops, "peak_flops_per_s": run.peak_flops_per_s, "dtype": run.peak_dtype,
+            "before_pct": _mfu_pct(scale, before_ms), "after_pct": _mfu_pct(scale, after_ms)}
+
+
 def _waterfall_entry(step: WaterfallStep, kept: Decision | None, samples_per_step: int | None) -> dict[str, Any]:
     ratios = list(kept.ratios) if kept is not None else []
     low = high = step.ms_per_step
@@ -180,6 +197,7 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
         "search_speedup": outcome.speedup,
         "samples_per_step": per_step,
         "memory": _memory(run),
+        "mfu": _mfu(run, before_ms, after_ms),
         "settings": dict(run.settings),
         "waterfall": waterfall,
         "decisions": [_decision(d) for d in outcome.decisions],

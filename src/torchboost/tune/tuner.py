@@ -18,6 +18,8 @@ from typing import Any, Callable, Sequence
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.diagnose import diagnose
+from torchboost.diagnose.headroom import step_dtype
+from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.launch import parse_launch
 from torchboost.observe.supervise import run_observed
@@ -84,6 +86,9 @@ class TuneRun:
     """The tuned configuration against the baseline, end to end (None: not checked)."""
     verdict: str = ""
     """What the end-to-end check decided, in words."""
+    peak_flops_per_s: float | None = None
+    """The probe's matmul peak for the step's dtype (``peak_dtype``): MFU's denominator."""
+    peak_dtype: str = "fp32"
 
     @property
     def settings(self) -> Overlay:
@@ -197,6 +202,22 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         return result
 
     return measure
+
+
+def _peak(facts: Facts | None) -> dict[str, Any]:
+    """The probe's peak for the diagnosed step's dtype (cached per machine; measured once,
+    after the trials); nothing when there is no FLOP count to set against it."""
+    if facts is None or not facts.flops_per_step:
+        return {}
+    cuda = facts.model is not None and facts.model.device.startswith("cuda")
+    try:
+        limits, _ = machine_limits("cuda" if cuda else "cpu", None if cuda else facts.cpu_threads)
+    except Exception:  # noqa: BLE001 - the report goes without MFU
+        return {}
+    dtype = step_dtype(facts)
+    peak = limits.peak_flops_per_s(dtype)
+    return {"peak_flops_per_s": peak, "peak_dtype": dtype} if peak else {
+        "peak_flops_per_s": limits.peak_flops_per_s("fp32"), "peak_dtype": "fp32"}
 
 
 def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts | None, TrialResult | None]:
@@ -365,7 +386,7 @@ def tune_script(
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
                   run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
                   steps_per_trial=options.steps_per_trial,
-                  base=base, end_to_end=e2e, verdict=verdict)
+                  base=base, end_to_end=e2e, verdict=verdict, **_peak(facts))
     if outcome.error is None:
         write_config(options.config_path, run.config, toml_header(run, command))
     _write_outcome(options.out_dir / "outcome.json", command, outcome, run_steps, options, journal.reused)
