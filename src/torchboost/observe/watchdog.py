@@ -30,6 +30,7 @@ import threading
 from typing import Any
 
 from torchboost.observe.compiling import compiling_now
+from torchboost.techniques.compile_facts import harvest
 from torchboost.observe.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
 from torchboost.observe.recorder import StepRecorder
 
@@ -100,6 +101,7 @@ class StallWatchdog:
                 os._exit(128 + signal.SIGKILL)  # the parent is gone: end as its kill would have
             now = self.recorder.clock()
             self.tick(now - last_tick, compiling=compiling_now())
+            self.recorder.guarded(harvest)  # torch.compile's metrics, before newer ones push them out
             last_tick = now
             since = now - self.recorder.timing.last_boundary
             if self.compile_streak_s > COMPILE_LIMIT_S:

@@ -6,6 +6,10 @@ code generation, cache hits and misses, the guard that failed when it recompiled
 its graph-break reasons with the user's stack — never by importing the compiler: a
 process that never imported Dynamo compiled nothing.
 
+PyTorch keeps only its last 64 metrics entries, and a long run's runtime entries push the
+compiles out: :func:`harvest` copies each new compile's entry as it appears (the stall
+watchdog calls it twice a second, and every facts write does).
+
 Each graph break comes with where it happened (the innermost frame of the compiled
 code, the user's ``file:line``) and what to change, in plain words.
 """
@@ -16,9 +20,31 @@ import dataclasses
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["CompileFacts", "GraphBreak", "Recompile", "observe_compile"]
+__all__ = ["CompileFacts", "GraphBreak", "Recompile", "harvest", "observe_compile"]
+
+_HARVESTED: list[Any] = []
+"""Every compile's metrics entry seen so far in this process, in order."""
+_SEEN: set[int] = set()
+
+
+_OURS = str(Path(__file__).resolve().parents[1])
+"""torchboost's own package: the observer's hooks, which Dynamo may trace as frames of
+their own (folded to nothing), are not the script's compiles."""
+
+
+def harvest() -> None:
+    """Copy the compiles' entries PyTorch keeps now (before newer ones push them out); cheap,
+    and nothing is imported: a process without Dynamo has none."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None or not hasattr(utils, "get_compilation_metrics"):  # not imported, or being imported
+        return
+    for m in list(utils.get_compilation_metrics()):
+        if id(m) not in _SEEN and not getattr(m, "is_runtime", False) and not str(m.co_filename or "").startswith(_OURS):
+            _SEEN.add(id(m))  # the entry is kept below, so its id stays its own
+            _HARVESTED.append(m)
 
 
 @dataclass(frozen=True)
@@ -213,8 +239,8 @@ def observe_compile(since: float = 0.0) -> CompileFacts:
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return CompileFacts()
-    metrics = [m for m in utils.get_compilation_metrics()
-               if not getattr(m, "is_runtime", False) and (getattr(m, "start_time", None) or since) >= since]
+    harvest()
+    metrics = [m for m in _HARVESTED if (getattr(m, "start_time", None) or since) >= since]
     if not metrics:
         return CompileFacts()
     cache_dirs = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
