@@ -23,7 +23,7 @@ def test_probe_prints_the_peaks_then_reads_them_from_the_cache(monkeypatch, tmp_
     out = capsys.readouterr().out
     assert "measured in 0.1 s" in out and "peak 30 GFLOP/s" in out and "8 GB/s" in out
     assert "measured 50% of it" in out  # 30 of 60 GFLOP/s
-    assert "busy machine: the probe's matmuls got 50%" in out
+    assert "busy machine: the probe's matmuls got 50% of the CPU time of its 1 thread," in out
     assert len(list((tmp_path / "torchboost").glob("limits-*.json"))) == 1
     assert main(["probe", "--device", "cpu", "--threads", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

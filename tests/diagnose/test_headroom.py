@@ -80,3 +80,12 @@ def test_no_headroom_leaves_the_findings_as_they_are():
     findings = [_finding(3.0)]
     assert cap_findings(findings, None) == findings
     assert cap_findings(findings, headroom_of(_facts(flops=None), LIMITS)) == findings
+
+
+def test_a_data_bound_line_gives_the_replay_probes_measurement_and_a_tiny_mfu_its_digits():
+    facts = _facts(data_ms=60.0, forward_ms=20.0, backward_ms=10.0, optimizer_ms=5.0, flops=1e6,
+                   replay_step_ms=[25.0, 20.0, 30.0])
+    h = headroom_of(facts, LIMITS)
+    assert h.bound == "data" and "fed batches from memory, with no loader work, it ran 4.0x faster" in h.why
+    assert h.line.startswith("This step runs at 0.02% of this machine's fp32 matmul peak")
+    assert "fed batches from memory" not in headroom_of(_facts(data_ms=60.0), LIMITS).why  # the twin: no replay

@@ -29,6 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from torchboost.diagnose.data_bound import replay_bound
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.steps import summarize
@@ -77,10 +78,11 @@ class Headroom:
         """The one line the reports lead with."""
         if self.mfu_pct is None or self.best_speedup is None:
             return f"The step's FLOPs against this machine's peak: not known ({self.why}); bound: {self.bound}."
+        share = f"{self.mfu_pct:.0f}%" if self.mfu_pct >= 1 else f"{self.mfu_pct:.2g}%"
         if self.best_speedup <= 1.0:
-            return (f"This step runs at {self.mfu_pct:.0f}% of this machine's {self.dtype} matmul peak, "
+            return (f"This step runs at {share} of this machine's {self.dtype} matmul peak, "
                     f"at or above what the probe measured; nothing is left in compute. Bound: {self.bound}.")
-        return (f"This step runs at {self.mfu_pct:.0f}% of this machine's {self.dtype} matmul peak; at most "
+        return (f"This step runs at {share} of this machine's {self.dtype} matmul peak; at most "
                 f"{self.best_speedup:.1f}x is left in compute. Bound: {self.bound} ({self.why}).")
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,7 +117,10 @@ def _matmul_time_pct(facts: Facts) -> float | None:
 
 def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak: float | None) -> tuple[str, str]:
     if pct["data"] >= DATA_BOUND_PCT:
-        return "data", f"{pct['data']:.0f}% of the step waits for the DataLoader"
+        replayed = replay_bound(facts)
+        measured = (f"; fed batches from memory, with no loader work, it ran {replayed[0]:.1f}x faster"
+                    if replayed else "")
+        return "data", f"{pct['data']:.0f}% of the step waits for the DataLoader{measured}"
     busy_ms = phase_ms["forward"] + phase_ms["backward"] + phase_ms["optimizer"]
     rate_pct = (100.0 * facts.flops_per_step / (busy_ms / 1000.0) / peak
                 if facts.flops_per_step and peak and busy_ms > 0 else None)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
 from torchboost.diagnose._input_rules import memory_headroom, sync_host_device
+from torchboost.diagnose.data_bound import cap_by_replay
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.steps import Summary, summarize
@@ -80,4 +81,4 @@ def diagnose(facts: Facts, **overrides: float) -> list[Finding]:
             if finding.id != rule_id:
                 raise RuntimeError(f"rule {rule.__name__} returned id {finding.id!r}, registered as {rule_id!r}")
             findings.append(finding)
-    return sorted(findings, key=lambda f: -f.expected_speedup)
+    return sorted(cap_by_replay(findings, facts), key=lambda f: -f.expected_speedup)

@@ -275,6 +275,9 @@ class Facts:
     """Those FLOPs by aten op (the largest few)."""
     flops_error: str | None = None
     """Why the FLOPs could not be counted, when they could not."""
+    replay_step_ms: list[float] = field(default_factory=list)
+    """Total time of each replay step: steps after the profiler window fed with batches
+    already seen, re-served from memory (no loader work); [] when none ran."""
 
     def __getattr__(self, name: str) -> Any:
         # ``facts.precision``: a technique's facts by its name, as in the JSON.

@@ -95,12 +95,18 @@ def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.p
 
         return __iter__
 
+    # the doctor's replay probe (torchboost.observe.replay), on the recorder's stages
+    replay = getattr(getattr(observer, "stages", None), "replay", None)
+
     def wrap_next(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
             observer.data_begin()
             start = clock()
-            batch = original(iterator)
+            if replay is None:
+                batch = original(iterator)
+            else:  # a replay step re-serves a batch already seen: no loader work
+                batch = replay.serve() if replay.active else replay.keep(original(iterator))
             observer.loader_batch(iterator, (clock() - start) * 1000.0)
             return batch
 

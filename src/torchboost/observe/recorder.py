@@ -61,7 +61,7 @@ class StepRecorder:
         self.timing = StepTiming(spec, clock)
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
-        self.stages = RunStages(spec)
+        self.stages = RunStages(spec, self.timing)
         self.output = RunOutput(spec, clock)
         self.step_source = "backward"
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it

@@ -4,7 +4,9 @@ A run warms up for ``spec.warmup`` steps, records ``spec.steps``, then profiles
 ``spec.profile_steps`` in the :class:`~torchboost.observe.profile.ProfileWindow` this part
 drives, and is over (unless ``spec.full``: then it records to the script's own end).
 The profiler's first warm-up step is also the one whose FLOPs are counted
-(:class:`~torchboost.observe.flop_count.StepFlops`): neither recorded nor profiled.
+(:class:`~torchboost.observe.flop_count.StepFlops`): neither recorded nor profiled. After
+the window, a bounded run times a few steps fed with batches already seen
+(:class:`~torchboost.observe.replay.ReplayBatches`), then is over.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Callable
 
 from torchboost.observe.flop_count import StepFlops
 from torchboost.observe.profile import ProfileWindow
+from torchboost.observe.replay import REPLAY_STEPS, ReplayBatches
 from torchboost.observe.spec import ObserveSpec
+from torchboost.observe.step_timing import StepTiming
 
 __all__ = ["RunStages"]
 
@@ -21,12 +25,15 @@ __all__ = ["RunStages"]
 class RunStages:
     """The run's course by step boundaries, and the profiler window it drives."""
 
-    def __init__(self, spec: ObserveSpec) -> None:
+    def __init__(self, spec: ObserveSpec, timing: StepTiming | None = None) -> None:
         self._spec = spec
+        self._timing = timing
         self.profile = self._window()
         """The profiler window of this run (replaced when step counting restarts)."""
         self.flops = StepFlops()
         """The FLOP count of one step (the profiler's first warm-up step)."""
+        self.replay = ReplayBatches()
+        """The replay probe: steps after the profiler window fed with batches already seen."""
 
     def warmup_ends(self, done: int) -> bool:
         """The ``done``-th boundary ends warm-up (the first one when there is none)."""
@@ -45,7 +52,22 @@ class RunStages:
         elif self.profile.running:
             self.profile.step()
         self.profile.annotate(f"torchboost: step {done}")  # the report's step numbers
-        return not spec.full and done >= recorded_end + spec.profile_steps
+        return not spec.full and self._replayed(done, recorded_end + spec.profile_steps)
+
+    def _replayed(self, done: int, profiled_end: int) -> bool:
+        """Drive the replay probe after the profiler window (bounded runs with one only);
+        True when it is over (or there is none)."""
+        replay = self.replay
+        if replay.active and self._timing is not None:
+            replay.step_ms.append(self._timing.last_ms)
+        if done < profiled_end:
+            return False
+        if done == profiled_end and self._spec.profile_steps and replay.start():
+            return False
+        if replay.active and len(replay.step_ms) < REPLAY_STEPS:
+            return False
+        replay.stop()
+        return True
 
     def restart(self) -> None:
         """Step counting restarts: a profiler window of the old count is closed, a new one waits."""

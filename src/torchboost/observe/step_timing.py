@@ -47,6 +47,8 @@ class StepTiming:
         """Backward passes in each recorded step (a closure's count once)."""
         self.cuda: CudaPhases | None = None
         """Device timing of the step in flight; None off CUDA."""
+        self.last_ms = 0.0
+        """Total time of the last step closed, kept or not, milliseconds."""
         self._step_start = clock()
         self._discard_next = False
         self._micro = 0
@@ -96,8 +98,9 @@ class StepTiming:
         recorded_end = spec.warmup + spec.steps
         recording = spec.warmup <= index < recorded_end or (spec.full and index >= recorded_end + spec.profile_steps)
         kind = None
+        self.last_ms = (now - self._step_start) * 1000.0
         if recording and not self._discard_next:
-            self.steps.append(StepRecord(index, (now - self._step_start) * 1000.0, *self.acc))
+            self.steps.append(StepRecord(index, self.last_ms, *self.acc))
             self.micro_counts.append(self._micro)
             kind = RECORDED
         elif index < spec.warmup and not self._discard_next:

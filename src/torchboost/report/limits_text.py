@@ -25,7 +25,8 @@ def busy_words(limits: MachineLimits) -> str | None:
     share = min((m.cpu_share for m in limits.matmul), default=1.0)
     if limits.device != "cpu" or share >= BUSY_SHARE:
         return None
-    return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of its {limits.threads} threads' CPU time, "
+    threads = f"{limits.threads} thread{'s' if limits.threads > 1 else ''}"
+    return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of the CPU time of its {threads}, "
             "so its peaks are below the machine's; rerun when it is quiet: torchboost probe --refresh")
 
 

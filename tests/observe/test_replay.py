@@ -1,0 +1,84 @@
+"""The replay probe: after the profiler window, steps fed from memory, with no loader work."""
+
+from __future__ import annotations
+
+import sys
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from torchboost.cli import main
+from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
+from torchboost.observe.loader_patch import timed_iteration
+from torchboost.observe.replay import REPLAY_STEPS
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+
+
+class _Counted(Dataset):
+    def __init__(self) -> None:
+        self.fetched = 0
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.fetched += 1
+        return torch.full((4,), float(i))
+
+
+def _run(tmp_path, **spec_kw) -> tuple[StepRecorder, list[int], int]:
+    """A loop of 40 steps under the loader patch; the dataset's fetch count after each step."""
+    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1, **spec_kw)
+    rec = StepRecorder(spec)
+    dataset = _Counted()
+    fetched, steps = [], 0
+    patch = timed_iteration(rec).install()
+    try:
+        for batch in DataLoader(dataset, batch_size=2):
+            batch.sum()
+            rec.backward_done()
+            steps += 1
+            fetched.append(dataset.fetched)
+            if steps == 40:
+                break
+    except StopObserving:
+        pass
+    finally:
+        patch.uninstall()
+    return rec, fetched, steps
+
+
+def test_the_replay_steps_fetch_nothing_and_are_timed(tmp_path):
+    rec, fetched, steps = _run(tmp_path)
+    # warm-up 1, recorded 3, profiled 2, then the replay steps; the run stops after them
+    assert steps == 1 + 3 + 2 + REPLAY_STEPS - 1  # the last replay step's boundary raises StopObserving
+    assert fetched[-1] == fetched[5] == 2 * 6  # after the profiled steps the dataset is never read again
+    facts = rec.facts()
+    assert len(facts.replay_step_ms) == REPLAY_STEPS and all(ms >= 0 for ms in facts.replay_step_ms)
+    assert [s.index for s in facts.steps] == [1, 2, 3]  # replay steps are not recorded steps
+
+
+def test_twin_a_full_run_never_replays(tmp_path):
+    rec, fetched, steps = _run(tmp_path, full=True)
+    assert steps == 40 and fetched[-1] == 2 * 40  # every batch fetched: the script's training is its own
+    assert rec.facts().replay_step_ms == []
+
+
+def test_on_a_loader_bound_script_no_data_finding_claims_more_than_the_replay_bound(tmp_path, capsys):
+    out = tmp_path / "doctor"
+    code = main(["doctor", "--steps", "5", "--warmup", "1", "--out", str(out), "--json", "--",
+                 sys.executable, str(SCRIPTS / "doctor_data_bound.py")])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    replay = report["facts"]["replay_step_ms"]
+    assert len(replay) == REPLAY_STEPS
+    bound = report["step_time_ms"]["median"] / sorted(replay)[len(replay) // 2]
+    data = [f for f in report["findings"] if f["id"].startswith("data.")]
+    assert data, "the loader-bound script has a data finding"
+    for finding in data:
+        assert finding["expected_speedup"] <= bound + 1e-9
+        assert any(note.startswith("measured: fed batches already seen from memory") for note in finding["notes"])
