@@ -46,3 +46,14 @@ def test_twin_without_headroom_no_line_is_printed(tmp_path):
     assert json.loads(paths["json"].read_text())["headroom"] is None
     assert "matmul peak" not in terminal and "matmul peak" not in paths["md"].read_text()
     assert 'id="headroom"' not in paths["html"].read_text()
+
+
+def test_the_hottest_operators_give_the_flop_carrying_ops_rate_against_the_peak(tmp_path):
+    paths, _ = _written(tmp_path, with_headroom=True)
+    markdown = paths["md"].read_text()
+    # addmm: 2e9 FLOPs per step in 12 ms per step (24 ms over the window's 2 steps), of a 100 GFLOP/s peak
+    addmm = next(line for line in markdown.splitlines() if line.startswith("| `aten::addmm`"))
+    assert addmm.endswith("| 167 GFLOP/s (167%) |")
+    loader = next(line for line in markdown.splitlines() if line.startswith("| `enumerate(DataLoader)"))
+    assert loader.endswith("|  |")  # the twin: an op that carries no FLOPs has no rate
+    assert "167 GFLOP/s (167%)" in paths["html"].read_text()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from torchboost.report.limits_text import flops_text
+
 PHASE_LABELS = {
     "data": "waiting for data",
     "forward": "forward",
@@ -70,13 +72,27 @@ def headline(report: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def op_rate(report: dict[str, Any], name: str, ms_per_step: float) -> str:
+    """An operator's achieved FLOP/s (its FLOPs in the counted step over its time per step)
+    and its share of the machine's measured peak: "11.6 GFLOP/s (54%)"; "" for an op that
+    carries no FLOPs (or when none were counted)."""
+    flops = ((report.get("facts") or {}).get("flops_by_op") or {}).get(name.replace("::", "."))
+    if not flops or ms_per_step <= 0:
+        return ""
+    rate = flops / (ms_per_step / 1000.0)
+    peak = (report.get("headroom") or {}).get("peak_flops_per_s")
+    return flops_text(rate) + (f" ({100.0 * rate / peak:.0f}%)" if peak else "")
+
+
 def hottest_ops(report: dict[str, Any], n: int = 10) -> list[dict[str, Any]]:
     """The profiler window's top operators by self time, per step, with their share of the
-    window's op time (the view TensorBoard's operator page and Lightning's profiler give)."""
+    window's op time (the view TensorBoard's operator page and Lightning's profiler give),
+    and for those that carry FLOPs their rate against the machine's peak (``rate``)."""
     profile = (report.get("facts") or {}).get("profile") or {}
     ops, steps = profile.get("top_ops") or [], max(1, int(profile.get("steps") or 1))
     total = sum(max(op["self_cpu_ms"], op["self_device_ms"]) for op in ops) or 1.0
     return [{"name": op["name"], "self_cpu_ms": op["self_cpu_ms"] / steps, "self_device_ms": op["self_device_ms"] / steps,
              "calls": op["calls"] / steps, "share_pct": 100.0 * max(op["self_cpu_ms"], op["self_device_ms"]) / total,
-             "shapes": op.get("input_shapes")}
+             "shapes": op.get("input_shapes"),
+             "rate": op_rate(report, op["name"], max(op["self_cpu_ms"], op["self_device_ms"]) / steps)}
             for op in ops[:n]]
