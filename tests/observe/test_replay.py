@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,27 +20,31 @@ SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 class _Counted(Dataset):
-    def __init__(self) -> None:
+    def __init__(self, fetch_s: float) -> None:
         self.fetched = 0
+        self.fetch_s = fetch_s
 
     def __len__(self) -> int:
         return 10_000
 
     def __getitem__(self, i: int) -> torch.Tensor:
         self.fetched += 1
+        time.sleep(self.fetch_s)
         return torch.full((4,), float(i))
 
 
-def _run(tmp_path, **spec_kw) -> tuple[StepRecorder, list[int], int]:
-    """A loop of 40 steps under the loader patch; the dataset's fetch count after each step."""
+def _run(tmp_path, fetch_s: float = 0.002, work_s: float = 0.0, **spec_kw) -> tuple[StepRecorder, list[int], int]:
+    """A loop of 40 steps under the loader patch, each sample taking ``fetch_s`` to load
+    and each step ``work_s`` of its own; the dataset's fetch count after each step."""
     spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1, **spec_kw)
     rec = StepRecorder(spec)
-    dataset = _Counted()
+    dataset = _Counted(fetch_s)
     fetched, steps = [], 0
     patch = timed_iteration(rec).install()
     try:
         for batch in DataLoader(dataset, batch_size=2):
             batch.sum()
+            time.sleep(work_s)
             rec.backward_done()
             steps += 1
             fetched.append(dataset.fetched)
@@ -60,6 +65,11 @@ def test_the_replay_steps_fetch_nothing_and_are_timed(tmp_path):
     facts = rec.facts()
     assert len(facts.replay_step_ms) == REPLAY_STEPS and all(ms >= 0 for ms in facts.replay_step_ms)
     assert [s.index for s in facts.steps] == [1, 2, 3]  # replay steps are not recorded steps
+
+
+def test_twin_a_step_that_hardly_waits_for_data_is_not_replayed(tmp_path):
+    rec, fetched, steps = _run(tmp_path, fetch_s=0.0, work_s=0.02)  # data well under 5% of the step
+    assert steps == 1 + 3 + 2 - 1 and rec.facts().replay_step_ms == []
 
 
 def test_twin_a_full_run_never_replays(tmp_path):

@@ -6,8 +6,9 @@ DataLoader is not asked for a batch: the patched ``__next__``
 returned instead. Those steps cost the script's compute and host work, and no loader
 work at all (its workers, if any, idle once their prefetch queue is full), so their time
 is what no loader change can beat: the data findings' gains are capped by it
-(:func:`torchboost.diagnose.data_bound.replay_bound`). Only a bounded run replays: the
-script is stopped right after, so its training never sees a batch twice.
+(:func:`torchboost.diagnose.data_bound.replay_bound`). Only a bounded run replays (the
+script is stopped right after, so its training never sees a batch twice), and only when
+its recorded steps waited for data ``REPLAY_MIN_DATA_PCT`` of the time or more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ __all__ = ["ReplayBatches", "REPLAY_STEPS", "KEPT_BATCHES"]
 
 REPLAY_STEPS = 3
 """Steps timed with re-served batches, after the profiler window."""
+REPLAY_MIN_DATA_PCT = 5.0
+"""The recorded steps' share waiting for data, percent, under which there is no replay: no
+data finding to bound, and a compute-bound script's doctor run stays as long as it was."""
 KEPT_BATCHES = 2
 """The last batches kept for re-serving (references only: no copy)."""
 

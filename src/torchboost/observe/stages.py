@@ -15,7 +15,7 @@ from typing import Callable
 
 from torchboost.observe.flop_count import StepFlops
 from torchboost.observe.profile import ProfileWindow
-from torchboost.observe.replay import REPLAY_STEPS, ReplayBatches
+from torchboost.observe.replay import REPLAY_MIN_DATA_PCT, REPLAY_STEPS, ReplayBatches
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.step_timing import StepTiming
 
@@ -62,12 +62,18 @@ class RunStages:
             replay.step_ms.append(self._timing.last_ms)
         if done < profiled_end:
             return False
-        if done == profiled_end and self._spec.profile_steps and replay.start():
+        if done == profiled_end and self._spec.profile_steps and self._waits_for_data() and replay.start():
             return False
         if replay.active and len(replay.step_ms) < REPLAY_STEPS:
             return False
         replay.stop()
         return True
+
+    def _waits_for_data(self) -> bool:
+        """The recorded steps waited for data long enough for the replay probe to matter."""
+        steps = self._timing.steps if self._timing is not None else []
+        total = sum(s.total_ms for s in steps)
+        return total > 0 and 100.0 * sum(s.data_ms for s in steps) / total >= REPLAY_MIN_DATA_PCT
 
     def restart(self) -> None:
         """Step counting restarts: a profiler window of the old count is closed, a new one waits."""
