@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -48,3 +49,24 @@ def test_the_folder_is_xdg_cache_home_else_home_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache.cache_dir() == tmp_path / "home" / ".cache" / "torchboost"
+
+
+def _rate(flops: float, share: float) -> MachineLimits:
+    return MachineLimits(key="k", device="cpu", name="x", threads=2, matmul=[MatmulRate("fp32", 64, flops, share)],
+                         bandwidth_bytes_per_s=flops / 10)
+
+
+def test_a_busy_probe_is_measured_again_when_allowed_and_the_best_rates_are_kept(tmp_path, monkeypatch):
+    measured = iter([_rate(2e10, 0.3), _rate(5e10, 0.9), _rate(3e10, 0.95)])
+    monkeypatch.setattr(cache, "measure_limits", lambda device, threads, key="": dataclasses.replace(
+        next(measured), key=key))
+    first, _ = cache.machine_limits("cpu", 2, folder=tmp_path)
+    assert first.busy
+    same, cached = cache.machine_limits("cpu", 2, folder=tmp_path)  # the twin: not allowed to measure again
+    assert cached and same.peak_flops_per_s() == 2e10
+    better, cached = cache.machine_limits("cpu", 2, folder=tmp_path, refresh_busy=True)
+    assert not cached and better.peak_flops_per_s() == 5e10 and not better.busy
+    kept, cached = cache.machine_limits("cpu", 2, folder=tmp_path, refresh_busy=True)  # quiet now: from the cache
+    assert cached and kept.peak_flops_per_s() == 5e10
+    again, _ = cache.machine_limits("cpu", 2, folder=tmp_path, refresh=True)  # a lower measurement keeps the best
+    assert again.peak_flops_per_s() == 5e10 and again.bandwidth_bytes_per_s == 5e9

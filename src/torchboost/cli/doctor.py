@@ -83,11 +83,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _headroom(facts: Facts, err: Console) -> Headroom | None:
     """The step against this machine's measured peak: the probe's cached figures, measured
-    once (a few seconds, after the script has ended) when absent; None when it fails."""
+    (a few seconds, after the script has ended) when absent or when the cached probe ran on
+    a busy machine (the best of both is kept); None when it fails."""
     device = "cuda" if facts.model is not None and facts.model.device.startswith("cuda") else "cpu"
     try:
         with err.status("measuring this machine's matmul peak (once per machine)..."):
-            limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None)
+            limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None, refresh_busy=True)
         return headroom_of(facts, limits, busy_words(limits))
     except Exception as exc:  # noqa: BLE001 - the report is written without it
         err.print(f"torchboost doctor: the machine's limits could not be measured ({type(exc).__name__}: {exc}); "

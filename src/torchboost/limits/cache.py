@@ -2,8 +2,11 @@
 
 ``$XDG_CACHE_HOME/torchboost/`` (else ``~/.cache/torchboost/``), one file per machine key:
 the CPU's model, vector flags and the thread count (or the GPU's name), and the torch
-version (its kernels set the rates). A machine probed once is never probed again unless
-asked (``torchboost probe --refresh``).
+version (its kernels set the rates). A machine probed once on a quiet machine is not probed
+again unless asked (``torchboost probe --refresh``); a probe that shared the CPU with other
+work (:attr:`MachineLimits.busy`) is measured again when the caller allows it
+(``refresh_busy``: the doctor does). A new measurement keeps, rate by rate, the best of it
+and the cached one: a machine's limit is the best it has shown.
 """
 
 from __future__ import annotations
@@ -41,21 +44,29 @@ def _path(folder: Path, key: str) -> Path:
     return folder / f"limits-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
+def _cached(path: Path, key: str) -> MachineLimits | None:
+    try:
+        found = MachineLimits.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent or from an older layout: measure again
+    return found if found.key == key else None
+
+
 def machine_limits(device: str = "cpu", threads: int | None = None, *, refresh: bool = False,
-                   folder: Path | None = None) -> tuple[MachineLimits, bool]:
+                   refresh_busy: bool = False, folder: Path | None = None) -> tuple[MachineLimits, bool]:
     """This machine's limits and whether they came from the cache; measured (a few seconds)
-    and saved when absent, unreadable, or ``refresh``. ``threads``: the current count when None."""
+    and saved when absent, unreadable, ``refresh``, or ``refresh_busy`` and the cached probe
+    was busy; a new measurement keeps the best of it and the cached one, rate by rate.
+    ``threads``: the current count when None."""
     threads = threads or torch.get_num_threads()
     key = machine_key(device, threads)
     path = _path(folder or cache_dir(), key)
-    if not refresh:
-        try:
-            found = MachineLimits.from_dict(json.loads(path.read_text(encoding="utf-8")))
-            if found.key == key:
-                return found, True
-        except (OSError, ValueError, TypeError, KeyError):
-            pass  # absent or from an older layout: measure again
+    cached = _cached(path, key)
+    if cached is not None and not refresh and not (refresh_busy and cached.busy):
+        return cached, True
     limits = measure_limits(device, threads, key=key)
+    if cached is not None:
+        limits = limits.best_of(cached)
     try:
         atomic_write_bytes(path, (json.dumps(limits.to_dict(), indent=1) + "\n").encode("utf-8"))
     except OSError:

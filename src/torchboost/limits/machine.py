@@ -6,7 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MachineLimits", "MatmulRate"]
+__all__ = ["BUSY_SHARE", "MachineLimits", "MatmulRate"]
+
+BUSY_SHARE = 0.75
+"""Below this share of its threads' CPU time, the probe ran on a busy machine: its peaks are low."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,19 @@ class MachineLimits:
         """The best matmul rate measured in ``dtype`` (any size), None when not measured."""
         rates = [m.flops_per_s for m in self.matmul if m.dtype == dtype]
         return max(rates) if rates else None
+
+    @property
+    def busy(self) -> bool:
+        """A CPU probe whose matmuls got under :data:`BUSY_SHARE` of their threads' CPU time."""
+        return self.device == "cpu" and min((m.cpu_share for m in self.matmul), default=1.0) < BUSY_SHARE
+
+    def best_of(self, other: "MachineLimits") -> "MachineLimits":
+        """These limits with each rate (dtype and size) and the bandwidth the better of
+        the two probes': a machine's limit is the best it has shown."""
+        theirs = {(m.dtype, m.size): m for m in other.matmul}
+        best = [max(m, theirs.get((m.dtype, m.size), m), key=lambda r: r.flops_per_s) for m in self.matmul]
+        return dataclasses.replace(self, matmul=best,
+                                   bandwidth_bytes_per_s=max(self.bandwidth_bytes_per_s, other.bandwidth_bytes_per_s))
 
     @property
     def dtypes(self) -> list[str]:

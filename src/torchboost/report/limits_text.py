@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from torchboost.limits.machine import MachineLimits
 
-__all__ = ["flops_text", "limits_lines", "BUSY_SHARE"]
-
-BUSY_SHARE = 0.75
-"""Below this share of its threads' CPU time, the probe ran on a busy machine: its peaks are low."""
+__all__ = ["busy_words", "flops_text", "limits_lines"]
 
 
 def flops_text(value: float | None, unit: str = "FLOP/s") -> str:
@@ -22,12 +19,13 @@ def flops_text(value: float | None, unit: str = "FLOP/s") -> str:
 
 def busy_words(limits: MachineLimits) -> str | None:
     """A warning when the probe shared the CPU with other work; None on a quiet machine."""
-    share = min((m.cpu_share for m in limits.matmul), default=1.0)
-    if limits.device != "cpu" or share >= BUSY_SHARE:
+    if not limits.busy:
         return None
+    share = min(m.cpu_share for m in limits.matmul)
     threads = f"{limits.threads} thread{'s' if limits.threads > 1 else ''}"
     return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of the CPU time of its {threads}, "
-            "so its peaks are below the machine's; rerun when it is quiet: torchboost probe --refresh")
+            "so its peaks are below the machine's; measured again at the next doctor run, or now with "
+            "torchboost probe --refresh (the best of every probe is kept)")
 
 
 def limits_lines(limits: MachineLimits) -> list[str]:
