@@ -22,8 +22,8 @@ class MatmulRate:
     flops_per_s: float
     """2 * size**3 over the best of a few timed runs, FLOP per second."""
     cpu_share: float = 1.0
-    """CPU time the process got during that run over its wall time times the threads (CPU
-    only): below 1, a neighbour took cores and the rate is lower than the machine's."""
+    """CPU time the process got while that size was timed over the wall time times the
+    threads (CPU only): below 1, a neighbour took cores and the rate is lower than the machine's."""
 
 
 @dataclass(frozen=True)

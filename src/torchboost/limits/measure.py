@@ -48,19 +48,19 @@ def native_dtypes(device: str, flags: tuple[str, ...] = ()) -> list[str]:
 
 
 def _best_seconds(fn: Callable[[], object], sync: Callable[[], None]) -> tuple[float, float]:
-    """(seconds of the fastest run, CPU seconds the process got during it)."""
+    """(seconds of the fastest run, CPU seconds per wall second the process got over all
+    the runs: the other threads' CPU time is accounted at scheduler ticks, so a single
+    millisecond run would under-count it)."""
     fn()  # the first call picks and loads kernels
     sync()
-    best, cpu, runs, start = float("inf"), 0.0, 0, time.perf_counter()
+    best, runs, start, cpu0 = float("inf"), 0, time.perf_counter(), time.process_time()
     while runs < _MIN_RUNS or time.perf_counter() - start < _RUN_BUDGET_S:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0 = time.perf_counter()
         fn()
         sync()
-        seconds = time.perf_counter() - t0
-        if seconds < best:
-            best, cpu = seconds, time.process_time() - c0
+        best = min(best, time.perf_counter() - t0)
         runs += 1
-    return best, cpu
+    return best, (time.process_time() - cpu0) / (time.perf_counter() - start)
 
 
 def _matmul_rate(dtype: str, size: int, device: str, sync: Callable[[], None]) -> MatmulRate:
@@ -70,10 +70,10 @@ def _matmul_rate(dtype: str, size: int, device: str, sync: Callable[[], None]) -
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # fp32 means fp32 on the GPU too
     try:
-        seconds, cpu = _best_seconds(lambda: torch.mm(a, b), sync)
+        seconds, cores = _best_seconds(lambda: torch.mm(a, b), sync)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    share = min(1.0, cpu / (seconds * torch.get_num_threads())) if device == "cpu" else 1.0
+    share = min(1.0, cores / torch.get_num_threads()) if device == "cpu" else 1.0
     return MatmulRate(dtype, size, 2.0 * size**3 / seconds, share)
 
 
