@@ -75,8 +75,8 @@ class Recompile:
     count: int
     """Recompiles of this function."""
     kind: str = "other"
-    """What changed: "shape", "dtype", "a Python value" (a number or object the code was
-    specialised on), or "other"."""
+    """What changed: "shape", "dtype", "grad mode" (training and evaluation), "a Python
+    value" (a number or object the code was specialised on), or "other"."""
     fix: str = ""
     """What to change, in words."""
 
@@ -160,7 +160,7 @@ def _graph_breaks(utils: Any) -> tuple[GraphBreak, ...]:
                             fix=_fix(reason), count=n) for (reason, where, code), n in seen.items())
 
 
-_GUARD_KINDS = (("size mismatch", "shape"), ("stride mismatch", "shape"), ("dtype mismatch", "dtype"),
+_GUARD_KINDS = (("grad_mode", "grad mode"), ("size mismatch", "shape"), ("stride mismatch", "shape"), ("dtype mismatch", "dtype"),
                 ("==", "a Python value"), ("___check_obj_id", "a Python value"), ("type_id", "a Python value"))
 
 
@@ -176,6 +176,8 @@ _RECOMPILE_FIXES = {
     "shape": "the input's shape changes between calls: pad inputs to a few fixed sizes, or compile with "
              "dynamic=True (or torch._dynamo.mark_dynamic on that dimension)",
     "dtype": "the input's dtype changes between calls: cast to one dtype before the call",
+    "grad mode": "the model runs both with gradients (training) and without (evaluation under torch.no_grad): "
+                 "one compile for each is expected; nothing to change",
     "a Python value": "the code is specialised on a Python number or object that changes between calls "
                       "(often an .item() result past a graph break, or a counter passed in): pass it as a "
                       "tensor, or remove the graph break before it",
