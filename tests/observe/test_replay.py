@@ -92,3 +92,11 @@ def test_on_a_loader_bound_script_no_data_finding_claims_more_than_the_replay_bo
     for finding in data:
         assert finding["expected_speedup"] <= bound + 1e-9
         assert any(note.startswith("measured: fed batches already seen from memory") for note in finding["notes"])
+
+
+def test_the_progress_line_names_the_replay_steps():
+    from torchboost.observe.progress_file import stage_of
+
+    spec = ObserveSpec(out_dir=".", steps=3, warmup=1, profile_warmup=1, profile_active=1)
+    assert stage_of(7, spec) == {"stage": "replay", "step": 1, "of": REPLAY_STEPS}
+    assert stage_of(9, ObserveSpec(out_dir=".", steps=3, warmup=1, full=True))["stage"] == "running"  # the twin
