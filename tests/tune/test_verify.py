@@ -138,3 +138,11 @@ def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path
     assert result.error is None and result.pairs == 2
     # A B, B A: the baseline (plain python) never has torchboost in its process; the tuned run does.
     assert log.read_text().split() == ["False", "True", "True", "False"]
+
+
+@pytest.mark.parametrize("budget_s, pairs", [(45.0, 2), (0.0, 3)])
+def test_a_pair_that_would_not_fit_the_checks_time_is_not_started(budget_s, pairs):
+    run_one, _ = _fake_runs({"baseline": [10.0] * 3, "tuned": [8.0] * 3})
+    result = EndToEnd()
+    _measure_pairs(result, 3, run_one, None, budget_s=budget_s)  # twin: no budget given, all three pairs
+    assert result.pairs == pairs and result.out_of_time is (pairs == 2)

@@ -84,7 +84,8 @@ is baseline step time / this step time (above 1 is faster)::
                        configuration against the baseline (the user's own command when they
                        had no configuration), each run end to end as the user will run it,
                        in pairs of alternating order; interval: the lowest and highest pair
-                       speedup (from five pairs, bar the extreme on each side); null when
+                       speedup (from five pairs, bar the extreme on each side); out_of_time:
+                       fewer pairs than planned, the next would not fit; null when
                        nothing was kept or there was no time; steps: per run (null: the
                        whole script)
     elapsed_s          float   seconds the search took

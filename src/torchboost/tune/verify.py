@@ -67,6 +67,8 @@ class EndToEnd:
     """Steps each run took; None: every run was the whole script."""
     error: str | None = None
     """Why the check could not finish (a crash of the tuned configuration, say)."""
+    out_of_time: bool = False
+    """Fewer pairs than planned: the next would not have fitted in the check's time."""
 
     @property
     def pairs(self) -> int:
@@ -129,8 +131,10 @@ class EndToEnd:
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``end_to_end``."""
         return {"baseline_s": self.baseline_s, "tuned_s": self.tuned_s, "speedup": self.speedup,
-                "interval": list(self.interval) if self.interval else None, "pairs": self.pairs, "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
-                **{k: v for k, v in asdict(self).items() if k in ("baseline_runs_s", "tuned_runs_s", "error")}}
+                "interval": list(self.interval) if self.interval else None, "pairs": self.pairs,
+                "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
+                **{k: v for k, v in asdict(self).items()
+                   if k in ("baseline_runs_s", "tuned_runs_s", "error", "out_of_time")}}
 
 
 def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: float, trial_steps: int,
@@ -237,13 +241,13 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
             return seconds
 
         try:
-            _measure_pairs(result, plan.pairs, run_one, on_run)
-            if result.steps is None and result.pairs < plan.pairs:
+            _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
+            if result.steps is None and result.pairs < plan.pairs and not result.out_of_time:
                 # A whole run took too long: every run stops after the same steps instead.
                 result.steps = plan.fallback_steps
                 result.baseline_runs_s.clear()
                 result.tuned_runs_s.clear()
-                _measure_pairs(result, plan.pairs, run_one, on_run)
+                _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
             _more_pairs(result, plan, run_one, on_run, min_gain)
         except RuntimeError as exc:
             result.error = str(exc)
@@ -266,10 +270,15 @@ def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int]
 
 
 def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], float | None],
-                   on_run: Callable[[str, int], None] | None, *, start: int = 0) -> None:
+                   on_run: Callable[[str, int], None] | None, *, start: int = 0, budget_s: float = 0.0) -> None:
     """A B, B A, A B ... (each pair's order alternates); stops at the first run that returns
-    None (a whole run too long)."""
+    None (a whole run too long), and, with ``budget_s``, before a pair that would not fit
+    in it at the pace of the pairs so far (``result.out_of_time``)."""
     for pair in range(start, pairs):
+        spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s)
+        if budget_s and result.pairs and spent + spent / result.pairs > budget_s:
+            result.out_of_time = True
+            return
         order = (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s))
         for name, runs in (order if pair % 2 == 0 else order[::-1]):
             if on_run is not None:
