@@ -30,5 +30,14 @@ def test_doctor_on_a_trainer_script_takes_its_length_and_speaks_its_words(tmp_pa
     assert (facts["planned_steps"], facts["planned_from"]) == (40, "the Trainer's max_steps=40")
     assert any("the script would have run 40 (the Trainer's max_steps=40)" in note for note in report["notes"])
     fixes = {f["id"]: f["fix"].get("transformers") for f in report["findings"]}
-    assert fixes["optimizer.fused"] == "TrainingArguments(optim='adamw_torch_fused')"
     assert fixes["data.workers"].startswith("TrainingArguments(dataloader_num_workers=")
+    # The optimizer's share of a loader-bound step is a few percent, either side of the rule's
+    # 5%: the same facts, diagnosed with the threshold lowered, must give its fix in the
+    # Trainer's words (and the doctor's own, when it gave it).
+    from torchboost.diagnose import diagnose
+    from torchboost.evidence.observed import Facts
+
+    again = {f.id: f for f in diagnose(Facts.from_dict(facts), optimizer_pct=0.1)}
+    assert again["optimizer.fused"].words()["transformers"] == "TrainingArguments(optim='adamw_torch_fused')"
+    assert fixes.get("optimizer.fused", "TrainingArguments(optim='adamw_torch_fused')") == (
+        "TrainingArguments(optim='adamw_torch_fused')")
