@@ -30,9 +30,9 @@ _HARVESTED: list[Any] = []
 _SEEN: set[int] = set()
 
 
-_OURS = str(Path(__file__).resolve().parents[1])
-"""torchboost's own package: the observer's hooks, which Dynamo may trace as frames of
-their own (folded to nothing), are not the script's compiles."""
+_OURS = str(Path(__file__).resolve().parents[1] / "observe")
+"""The observer's own code: its hooks, which Dynamo may trace as frames of their own
+(folded to nothing), are not the script's compiles (the built-in workloads' are)."""
 
 
 def harvest() -> None:
