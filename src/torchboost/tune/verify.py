@@ -257,16 +257,13 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
 def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int], float | None],
                 on_run: Callable[[str, int], None] | None, min_gain: float) -> None:
     """While the verdict is open and another pair fits the budget (at the pace so far), one more."""
-    spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s)
-    while result.undecided(min_gain) and result.pairs < plan.max_pairs and result.pairs:
-        per_pair = spent / result.pairs
-        if spent + per_pair > plan.budget_s:
-            return
+    short = result.out_of_time  # an extra pair that does not fit leaves the planned ones complete
+    while plan.budget_s and result.pairs and result.undecided(min_gain) and result.pairs < plan.max_pairs:
         before = result.pairs
-        _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs)
-        if result.pairs == before:
-            return
-        spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s)
+        _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs, budget_s=plan.budget_s)
+        if result.pairs == before:  # it did not fit, or a run was too long
+            break
+    result.out_of_time = short
 
 
 def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], float | None],
