@@ -37,3 +37,15 @@ def test_twin_bad_usage_exits_2_without_measuring(monkeypatch, tmp_path, capsys)
     assert main(["probe", "--", "python", "train.py"]) == 2
     assert "--threads must be 1 or more" in capsys.readouterr().err
     assert not (tmp_path / "torchboost").exists()
+
+
+def test_a_peak_above_the_nominal_clocks_is_said_to_be_a_turbo_and_one_below_is_not():
+    import dataclasses
+
+    from torchboost.report.limits_text import limits_lines
+
+    below = " ".join(limits_lines(_fake("cpu", 1)))
+    above_limits = dataclasses.replace(_fake("cpu", 1), theoretical_flops_per_s=2.5e10)  # 30 is 120% of 25
+    above = " ".join(limits_lines(above_limits))
+    assert "measured 120% of it: the cores ran above that clock (turbo)" in above
+    assert "turbo" not in below

@@ -26,7 +26,15 @@ def test_cpuinfo_is_read_for_the_model_the_vector_flags_and_the_highest_clock(tm
     (freq / "cpuinfo_max_freq").write_text("3300000\n")  # kHz: the turbo clock is the bound
     info = cpu_info(path, tmp_path / "cpu")
     assert info == CpuInfo("Example CPU 9000", ("sse2", "avx", "avx2", "fma"), 3300.0)
-    assert cpu_info(path, tmp_path / "none").mhz == pytest.approx(2245.78)
+    nominal = cpu_info(path, tmp_path / "none")  # no cpufreq: a virtual machine's nominal clock
+    assert nominal.mhz == pytest.approx(2245.78) and nominal.turbo_known is False
+
+
+def test_a_nominal_clock_is_said_to_be_one_and_a_cpufreq_maximum_is_not():
+    nominal = cpu_theoretical_peak(1, CpuInfo("x", ("avx2", "fma"), 2000.0, turbo_known=False))
+    known = cpu_theoretical_peak(1, CpuInfo("x", ("avx2", "fma"), 2000.0, turbo_known=True))
+    assert "nominal clock" in nominal.formula and "nominal" not in known.formula
+    assert nominal.flops_per_s == known.flops_per_s
 
 
 def test_avx2_with_fma_is_32_flop_per_cycle_per_core():

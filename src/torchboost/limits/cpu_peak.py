@@ -7,8 +7,10 @@
 
 Two vector pipes is what server cores since Haswell (Intel) and Zen 2 (AMD) have; a core
 with one pipe has half this, so the figure is an upper bound. The clock is the highest
-reported: ``cpufreq``'s ``cpuinfo_max_freq`` when the kernel exposes it, else ``cpu MHz``
-(a virtual machine reports its nominal clock; a turbo clock above it is not known).
+reported: ``cpufreq``'s ``cpuinfo_max_freq`` when the kernel exposes it, else ``cpu MHz``.
+A virtual machine exposes no cpufreq and reports its nominal clock: the cores may run up to
+a turbo clock above it (server CPUs' highest boost is up to about 1.6 times their base), so
+there the peak is at the nominal clock and a matmul may measure above it; the formula says so.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class CpuInfo:
     """The :data:`VECTOR_FLAGS` present."""
     mhz: float | None
     """The highest clock reported, MHz."""
+    turbo_known: bool = True
+    """Whether ``mhz`` is the highest clock the cores reach (cpufreq's maximum), not a
+    nominal clock a turbo may exceed (``cpu MHz`` alone, as on a virtual machine)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,10 @@ def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo"), sys_cpu: Path = Path("/sys/d
                 mhz = float(value)
             except ValueError:
                 pass
-    highest = max((m for m in (mhz, _max_freq_mhz(sys_cpu)) if m), default=None)
-    return CpuInfo(model=model, flags=tuple(f for f in VECTOR_FLAGS if f in flags), mhz=highest)
+    max_freq = _max_freq_mhz(sys_cpu)
+    highest = max((m for m in (mhz, max_freq) if m), default=None)
+    return CpuInfo(model=model, flags=tuple(f for f in VECTOR_FLAGS if f in flags), mhz=highest,
+                   turbo_known=max_freq is not None)
 
 
 def flops_per_cycle(flags: tuple[str, ...]) -> int | None:
@@ -101,5 +108,6 @@ def cpu_theoretical_peak(threads: int, info: CpuInfo | None = None) -> CpuPeak |
         available = os.cpu_count() or 1
     cores = max(1, min(threads, available))
     flops = cores * info.mhz * 1e6 * per_cycle
-    return CpuPeak(flops, f"{cores} cores x {info.mhz / 1000:.2f} GHz x {per_cycle} FLOP/cycle "
+    clock = "GHz" if info.turbo_known else "GHz (nominal clock; a turbo above it is not reported)"
+    return CpuPeak(flops, f"{cores} cores x {info.mhz / 1000:.2f} {clock} x {per_cycle} FLOP/cycle "
                           f"({', '.join(f for f in info.flags if f in ('avx', 'avx2', 'fma', 'avx512f'))})")

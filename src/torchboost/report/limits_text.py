@@ -37,8 +37,10 @@ def limits_lines(limits: MachineLimits) -> list[str]:
     lines.append(f"memory bandwidth (triad a = b + s*c)   {flops_text(limits.bandwidth_bytes_per_s, 'B/s')}")
     fp32 = limits.peak_flops_per_s("fp32")
     if limits.theoretical_flops_per_s and fp32:
+        share = fp32 / limits.theoretical_flops_per_s
+        above = ": the cores ran above that clock (turbo)" if share > 1 else ""
         lines.append(f"theoretical fp32 peak {flops_text(limits.theoretical_flops_per_s)} = "
-                     f"{limits.theoretical_formula}; measured {100 * fp32 / limits.theoretical_flops_per_s:.0f}% of it")
+                     f"{limits.theoretical_formula}; measured {100 * share:.0f}% of it{above}")
     busy = busy_words(limits)
     if busy:
         lines.append(busy)
