@@ -1,10 +1,11 @@
-"""What the doctor's FLOP count costs: one step under FlopCounterMode against the same step plain.
+"""What the doctor's FLOP and byte count costs: one counted step against the same step plain.
 
     python benchmarks/flop_count_cost.py [--workload gpt] [--size tiny] [--rounds 5]
 
 The doctor counts FLOPs in one step it runs anyway (the profiler's warm-up step), so its
-cost to the doctor's run is that step's extra time under the counter: printed here per
-workload, with the FLOPs counted. Plain and counted steps alternate (A B A B ...), medians
+cost to the doctor's run is that step's extra time under the counters (FlopCounterMode
+and the byte counter, as the doctor enters them: ``StepFlops``): printed here per
+workload, with the FLOPs and bytes counted. Plain and counted steps alternate (A B A B ...), medians
 of ``--rounds``; the ratio, not the absolute times, is what a shared machine lets one read.
 """
 
@@ -15,9 +16,8 @@ import importlib
 import statistics
 import time
 
-from torch.utils.flop_counter import FlopCounterMode
-
 from _mfu import one_step as _step
+from torchboost.observe.flop_count import StepFlops
 from torchboost.workloads._loop import make_loader
 
 
@@ -32,18 +32,21 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = workload.make_optimizer(workload.model.parameters())
     batch = next(iter(make_loader(workload)))
     _step(workload, optimizer, batch)  # warm-up
-    plain, counted, flops = [], [], 0
+    plain, counted, counter = [], [], StepFlops()
     for _ in range(args.rounds):
         start = time.perf_counter()
         _step(workload, optimizer, batch)
         plain.append(time.perf_counter() - start)
         start = time.perf_counter()
-        with FlopCounterMode(display=False) as counter:
-            _step(workload, optimizer, batch)
+        counter = StepFlops()
+        counter.start()
+        _step(workload, optimizer, batch)
+        counter.stop()
         counted.append(time.perf_counter() - start)
-        flops = counter.get_total_flops()
     a, b = statistics.median(plain) * 1000, statistics.median(counted) * 1000
-    print(f"{args.workload} {args.size}: {flops:.3e} FLOPs per step; plain step {a:.1f} ms, counted {b:.1f} ms "
+    moved = sum(counter.bytes_by_op.values())
+    print(f"{args.workload} {args.size}: {counter.flops or 0:.3e} FLOPs and at least {moved:.3e} bytes per step "
+          f"(top ops); plain step {a:.1f} ms, counted {b:.1f} ms "
           f"(x{b / a:.2f}); the count adds {b - a:.1f} ms, once per doctor run")
     return 0
 

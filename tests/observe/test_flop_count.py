@@ -84,3 +84,9 @@ def test_doctor_counts_the_step_and_its_mfu_is_a_share_of_the_measured_peak(tmp_
     assert 1 <= headroom["mfu_pct"] <= 100
     assert headroom["dtype"] == "fp32" and headroom["best_speedup"] == pytest.approx(100 / headroom["mfu_pct"])
     assert headroom["line"].startswith(f"This step runs at {headroom['mfu_pct']:.0f}% of this machine's fp32")
+    # the roofline: the matmuls (85 FLOP per byte) are right of this CPU's ridge, compute-bound
+    matmuls = [op for op in headroom["ops"] if op["name"] in ("aten::addmm", "aten::mm")]
+    assert matmuls and all(op["bound"] == "compute" and op["bytes"] > 0 and 0 < op["pct_of_roof"] for op in matmuls)
+    ridge = headroom["peak_flops_per_s"] / headroom["machine"]["bandwidth_bytes_per_s"]
+    assert all(op["intensity"] > ridge for op in matmuls)
+    assert 'id="plot-roofline"' in (out / "report.html").read_text()

@@ -16,8 +16,9 @@ LIMITS = MachineLimits(key="k", device="cpu", name="Example CPU", threads=6,
                        matmul=[MatmulRate("fp32", 2048, 1.0e11, 0.5)], bandwidth_bytes_per_s=2e10)
 
 
-def _written(tmp_path, with_headroom: bool):
-    facts = replace(data_bound_facts(), flops_per_step=2_000_000_000, flops_by_op={"aten.addmm": 2_000_000_000})
+def _written(tmp_path, with_headroom: bool, bytes_by_op: dict[str, int] | None = None):
+    facts = replace(data_bound_facts(), flops_per_step=2_000_000_000, flops_by_op={"aten.addmm": 2_000_000_000},
+                    bytes_by_op=bytes_by_op or {})
     headroom = headroom_of(facts, LIMITS, "busy machine: the probe got 50%") if with_headroom else None
     paths = write_doctor_report(facts, findings_for(facts), tmp_path, headroom=headroom)
     console = Console(record=True, width=200)
@@ -53,7 +54,21 @@ def test_the_hottest_operators_give_the_flop_carrying_ops_rate_against_the_peak(
     markdown = paths["md"].read_text()
     # addmm: 2e9 FLOPs per step in 12 ms per step (24 ms over the window's 2 steps), of a 100 GFLOP/s peak
     addmm = next(line for line in markdown.splitlines() if line.startswith("| `aten::addmm`"))
-    assert addmm.endswith("| 167 GFLOP/s (167%) |")
+    assert addmm.endswith("| 167 GFLOP/s, 167% of its roof |")  # no bytes counted: the roof is the peak
     loader = next(line for line in markdown.splitlines() if line.startswith("| `enumerate(DataLoader)"))
     assert loader.endswith("|  |")  # the twin: an op that carries no FLOPs has no rate
-    assert "167 GFLOP/s (167%)" in paths["html"].read_text()
+    assert "167 GFLOP/s, 167% of its roof" in paths["html"].read_text()
+    assert 'id="plot-roofline"' not in paths["html"].read_text()  # no op has both FLOPs and bytes
+
+
+def test_with_bytes_counted_each_op_stands_against_its_roof_and_the_html_plots_the_roofline(tmp_path):
+    # addmm: 2e9 FLOPs and 1e8 bytes (20 FLOP/byte) in 12 ms; the ridge is 1e11 / 2e10 = 5 FLOP/byte,
+    # so its roof is the peak: 167 GFLOP/s, 167%, compute-bound
+    paths, _ = _written(tmp_path, with_headroom=True, bytes_by_op={"aten.addmm": 100_000_000})
+    report = json.loads(paths["json"].read_text())
+    addmm = next(op for op in report["headroom"]["ops"] if op["name"] == "aten::addmm")
+    assert addmm["intensity"] == 20.0 and addmm["bound"] == "compute"
+    markdown = paths["md"].read_text()
+    assert next(line for line in markdown.splitlines()
+                if line.startswith("| `aten::addmm`")).endswith("| 167 GFLOP/s, 167% of its roof (compute) |")
+    assert 'id="plot-roofline"' in paths["html"].read_text()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchboost.diagnose.data_bound import replay_bound
+from torchboost.diagnose.roofline import OpRoof, op_roofs
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.steps import summarize
@@ -72,6 +73,8 @@ class Headroom:
     """The probe's figures the headroom rests on: name, threads, cpu_share, peaks, bandwidth."""
     notes: tuple[str, ...] = ()
     """Caveats: the dtype's peak was not measured, the probe ran on a busy machine..."""
+    ops: tuple[OpRoof, ...] = ()
+    """The hottest operators against their roofs (:mod:`torchboost.diagnose.roofline`)."""
 
     @property
     def line(self) -> str:
@@ -161,7 +164,8 @@ def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) ->
                "bandwidth_bytes_per_s": limits.bandwidth_bytes_per_s}
     return Headroom(flops_per_step=flops, achieved_flops_per_s=achieved, peak_flops_per_s=peak, dtype=dtype,
                     mfu_pct=mfu, bound=bound, why=why, best_speedup=max(1.0, 100.0 / mfu) if mfu else None,
-                    machine=machine, notes=tuple(notes))
+                    machine=machine, notes=tuple(notes),
+                    ops=op_roofs(facts, peak, limits.bandwidth_bytes_per_s or None))
 
 
 def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Finding]:

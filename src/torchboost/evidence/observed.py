@@ -273,6 +273,9 @@ class Facts:
     attention), in one unrecorded step after the recorded ones; None when not counted."""
     flops_by_op: dict[str, int] = field(default_factory=dict)
     """Those FLOPs by aten op (the largest few)."""
+    bytes_by_op: dict[str, int] = field(default_factory=dict)
+    """Bytes each aten op of the same step read and wrote (its tensors' sizes, in and out;
+    the largest few): the roofline's traffic."""
     flops_error: str | None = None
     """Why the FLOPs could not be counted, when they could not."""
     replay_step_ms: list[float] = field(default_factory=list)

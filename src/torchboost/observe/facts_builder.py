@@ -118,6 +118,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         profile=recorder.stages.profile.facts, gpu=recorder.stages.profile.gpu,
         profile_error=recorder.stages.profile.error,
         flops_per_step=recorder.stages.flops.flops, flops_by_op=dict(recorder.stages.flops.by_op),
+        bytes_by_op=dict(recorder.stages.flops.bytes_by_op),
         flops_error=recorder.stages.flops.error or recorder.stages.flops.note,
         replay_step_ms=list(recorder.stages.replay.step_ms),
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),

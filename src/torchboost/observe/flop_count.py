@@ -10,16 +10,20 @@ the script's run goes on.
 The counter knows the ops that carry a model's arithmetic (matmuls, convolutions,
 attention); elementwise ops count nothing, which is how MFU is defined. A compiled
 region's kernels are not aten ops and are not counted: :attr:`StepFlops.note` says so.
+The same step's bytes per op (:mod:`torchboost.observe.byte_count`) are counted with them,
+for the roofline of the hottest operators.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["StepFlops", "TOP_FLOP_OPS"]
+__all__ = ["StepFlops", "TOP_BYTE_OPS", "TOP_FLOP_OPS"]
 
 TOP_FLOP_OPS = 8
 """Ops kept in ``flops_by_op``, by FLOPs."""
+TOP_BYTE_OPS = 16
+"""Ops kept in ``bytes_by_op``, by bytes."""
 
 
 class StepFlops:
@@ -30,9 +34,12 @@ class StepFlops:
         """FLOPs of the counted step; None until one was counted."""
         self.by_op: dict[str, int] = {}
         """FLOPs per aten op of that step (the largest :data:`TOP_FLOP_OPS`)."""
+        self.bytes_by_op: dict[str, int] = {}
+        """Bytes read and written per aten op of that step (the largest :data:`TOP_BYTE_OPS`)."""
         self.error: str | None = None
         """Why the count failed, when it did."""
         self._mode: Any = None
+        self._bytes: Any = None
 
     @property
     def counting(self) -> bool:
@@ -46,19 +53,27 @@ class StepFlops:
         try:
             from torch.utils.flop_counter import FlopCounterMode  # imported only when a step is counted
 
+            from torchboost.observe.byte_count import ByteCounterMode
+
             mode = FlopCounterMode(display=False)
             mode.__enter__()
             self._mode = mode
+            self._bytes = ByteCounterMode().__enter__()
         except Exception as exc:  # noqa: BLE001 - the user's run must go on
             self.error = f"FlopCounterMode could not start: {type(exc).__name__}: {exc}"
 
     def stop(self, keep: bool = True) -> None:
         """Stop counting at this boundary; ``keep`` False drops the count (a step cut in two)."""
         mode, self._mode = self._mode, None
+        byte_mode, self._bytes = self._bytes, None
         if mode is None:
             return
         try:
+            if byte_mode is not None:  # left first: the modes nest
+                byte_mode.__exit__(None, None, None)
             mode.__exit__(None, None, None)
+            if keep and byte_mode is not None:
+                self.bytes_by_op = dict(byte_mode.by_op.most_common(TOP_BYTE_OPS))
             if keep:
                 counts = mode.get_flop_counts().get("Global", {})
                 self.by_op = dict(sorted(((str(op), int(n)) for op, n in counts.items()),

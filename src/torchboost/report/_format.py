@@ -73,9 +73,16 @@ def headline(report: dict[str, Any]) -> str:
 
 
 def op_rate(report: dict[str, Any], name: str, ms_per_step: float) -> str:
-    """An operator's achieved FLOP/s (its FLOPs in the counted step over its time per step)
-    and its share of the machine's measured peak: "11.6 GFLOP/s (54%)"; "" for an op that
-    carries no FLOPs (or when none were counted)."""
+    """An operator against its roof (``headroom.ops``): "11.6 GFLOP/s, 54% of its roof
+    (compute)" for one that carries FLOPs, "9.1 GB/s, 35% of bandwidth" for one that moves
+    bytes only; without a roofline, its FLOP/s against the peak; "" when nothing was counted."""
+    roofs = {op["name"]: op for op in (report.get("headroom") or {}).get("ops") or []}
+    roof = roofs.get(name)
+    if roof is not None and roof.get("pct_of_roof") is not None:
+        if roof.get("flops"):
+            return (f"{flops_text(roof['achieved_flops_per_s'])}, {roof['pct_of_roof']:.0f}% of its roof"
+                    + (f" ({roof['bound']})" if roof.get("bound") else ""))
+        return f"{flops_text(roof['achieved_bytes_per_s'], 'B/s')}, {roof['pct_of_roof']:.0f}% of bandwidth"
     flops = ((report.get("facts") or {}).get("flops_by_op") or {}).get(name.replace("::", "."))
     if not flops or ms_per_step <= 0:
         return ""

@@ -48,8 +48,12 @@
                        mfu_pct, bound ("data"|"host"|"compute"|"memory"), why, best_speedup,
                        machine {name, device, threads, cpu_share, peak_flops_per_s {dtype: float},
                        bandwidth_bytes_per_s}, notes [str], line (the sentence the reports
-                       lead with)}   the step against the machine's measured matmul peak
-                       (torchboost.diagnose.headroom); null when not measured (a trace)
+                       lead with), ops [{name, ms_per_step, flops, bytes, intensity,
+                       achieved_flops_per_s, achieved_bytes_per_s, roof_flops_per_s,
+                       pct_of_roof, bound}] (the hottest operators against their roofs:
+                       torchboost.diagnose.roofline)}   the step against the machine's
+                       measured matmul peak (torchboost.diagnose.headroom); null when not
+                       measured (a trace)
     trace              str | null   profiler trace file, relative to the report folder
     facts              object  torchboost.evidence.observed.Facts.to_dict(): everything observed;
                        facts.trainer: a Hugging Face Trainer's TrainingArguments (TrainerFacts:

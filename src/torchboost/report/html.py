@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from torchboost.evidence.observed import PHASES, StepRecord
 from torchboost.report import _format as fmt
 from torchboost.report.compile_section import compile_lines
-from torchboost.report.plots import PHASE_COLORS, breakdown_png, timeline_png
+from torchboost.report.plots import PHASE_COLORS, breakdown_png, roofline_png, timeline_png
 
 __all__ = ["render_html", "TEMPLATE_NAME", "data_uri", "load_template"]
 
@@ -65,4 +65,14 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
         environment=[(k, fmt.value(env_facts[k])) for k in _ENV_KEYS if env_facts.get(k) not in (None, "")],
         breakdown_src=data_uri(breakdown_png(report["breakdown_pct"])),
         timeline_src=data_uri(timeline_png(list(steps))),
+        roofline_src=_roofline_src(report.get("headroom")),
     )
+
+
+def _roofline_src(headroom: dict[str, Any] | None) -> str:
+    """The roofline plot's data URI; "" without a headroom or an operator to place."""
+    if not headroom:
+        return ""
+    png = roofline_png(headroom.get("ops") or [], headroom.get("peak_flops_per_s"),
+                       (headroom.get("machine") or {}).get("bandwidth_bytes_per_s"))
+    return data_uri(png) if png else ""

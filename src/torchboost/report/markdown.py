@@ -74,7 +74,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     hot = fmt.hottest_ops(report)
     if hot:
         lines += ["", "## Hottest operators (per step, by self time)", "",
-                  "| operator | self CPU ms | self device ms | calls | share | FLOP/s (of peak) |",
+                  "| operator | self CPU ms | self device ms | calls | share | achieved (against its roof) |",
                   "|---|---:|---:|---:|---:|---:|"]
         lines += [f"| `{_cell(op['name'])}` | {op['self_cpu_ms']:.3f} | {op['self_device_ms']:.3f} | "
                   f"{op['calls']:g} | {op['share_pct']:.1f}% | {op['rate']} |" for op in hot]

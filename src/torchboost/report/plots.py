@@ -1,4 +1,4 @@
-"""PNG plots for the HTML report: step-time breakdown and per-step timeline.
+"""PNG plots for the HTML report: step-time breakdown, per-step timeline, roofline.
 
 Only the HTML writer calls these. matplotlib is imported inside each function and drawn
 on an Agg canvas attached to a bare Figure, so no global backend or pyplot state changes.
@@ -7,11 +7,11 @@ on an Agg canvas attached to a bare Figure, so no global backend or pyplot state
 from __future__ import annotations
 
 import io
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from torchboost.evidence.observed import PHASES, StepRecord
 
-__all__ = ["breakdown_png", "robust_top", "timeline_png", "PHASE_COLORS"]
+__all__ = ["breakdown_png", "robust_top", "roofline_png", "timeline_png", "PHASE_COLORS"]
 
 PHASE_COLORS = {
     "data": "#e45756",
@@ -98,3 +98,30 @@ def robust_top(values: Sequence[float]) -> float | None:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
     return 1.5 * p90 if p90 > 0 and ordered[-1] > 3 * p90 else None
+
+
+def roofline_png(ops: Sequence[Mapping[str, Any]], peak: float | None, bandwidth: float | None) -> bytes | None:
+    """Log-log: each operator with FLOPs and bytes at (FLOP per byte, achieved FLOP/s) under
+    the roof min(peak, intensity x bandwidth); PNG bytes, None when no operator has both or
+    the peak or the bandwidth is unknown (``ops``: ``headroom.ops`` of report.json)."""
+    placed = [op for op in ops if op.get("intensity") and op.get("achieved_flops_per_s")]
+    if not placed or not peak or not bandwidth:
+        return None
+    ridge = peak / bandwidth
+    xs = [op["intensity"] for op in placed]
+    low, high = min([*xs, ridge]) / 4, max([*xs, ridge]) * 4
+    fig = _figure(8.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.plot([low, ridge, high], [low * bandwidth, peak, peak], color="#333333", linewidth=1.5,
+            label=f"roof: {peak / 1e9:.3g} GFLOP/s peak, {bandwidth / 1e9:.3g} GB/s")
+    for op in placed:
+        color = PHASE_COLORS["forward"] if op.get("bound") == "compute" else PHASE_COLORS["data"]
+        ax.scatter([op["intensity"]], [op["achieved_flops_per_s"]], color=color, zorder=3)
+        ax.annotate(op["name"].replace("aten::", ""), (op["intensity"], op["achieved_flops_per_s"]),
+                    xytext=(4, 4), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("FLOP per byte moved")
+    ax.set_ylabel("FLOP/s")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    return _png(fig)
