@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All GPU checks in one prepared run (about 5 minutes on an H200): the bf16 GEMM ceiling,
-# GPT-2 124M tokens/s and MFU (bf16 + compile + fused AdamW), and the vision workload's
+# GPT-2 124M tokens/s and MFU naive, by hand (bf16 + fused AdamW) and tuned (+ compile, loader), and the vision workload's
 # data-wait share before and after loader tuning, then the doctor's GPU facts on that live
 # run's trace against HolisticTraceAnalysis's (when installed). Prints short tables; full results
 # go to the folder given as the first argument (default gpu-results).

@@ -65,7 +65,11 @@ def test_a_torn_last_line_is_cut_before_the_next_is_appended(tmp_path):
 
 def test_the_run_journal_keys_its_runs_the_same_way(tmp_path):
     ident = _ident(tmp_path)
-    RunJournal(tmp_path / "verify.jsonl", ident=ident).put("baseline-0", 4.5)
-    assert RunJournal(tmp_path / "verify.jsonl", resume=True, ident=ident).get("baseline-0") == 4.5
+    written = RunJournal(tmp_path / "verify.jsonl", ident=ident)
+    written.put("baseline-0", 4.5)
+    written.put("tuned-0", 3.5, pace_ms=61.0)  # a capped run keeps its pace for the projection
+    resumed = RunJournal(tmp_path / "verify.jsonl", resume=True, ident=ident)
+    assert resumed.get("baseline-0") == 4.5 and resumed.pace("baseline-0") is None
+    assert resumed.get("tuned-0") == 3.5 and resumed.pace("tuned-0") == 61.0
     changed = RunJournal(tmp_path / "verify.jsonl", resume=True, ident=_ident(tmp_path, "x = 1\n"))
     assert changed.get("baseline-0") is None and changed.restarted

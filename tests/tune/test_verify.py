@@ -146,3 +146,78 @@ def test_a_pair_that_would_not_fit_the_checks_time_is_not_started(budget_s, pair
     result = EndToEnd()
     _measure_pairs(result, 3, run_one, None, budget_s=budget_s)  # twin: no budget given, all three pairs
     assert result.pairs == pairs and result.out_of_time is (pairs == 2)
+
+
+def _capped(planned: int | None) -> EndToEnd:
+    """Runs of 100 steps. Baseline: 10 s, pace 80 ms. Tuned: a 3 s compile more (12 s in
+    all), then 60 ms a step. Over 5,000 steps: 10 + 4,900 x 0.08 = 402 s against
+    12 + 4,900 x 0.06 = 306 s; over the capped 100 the tuned run is the slower."""
+    return EndToEnd(baseline_runs_s=[10.0, 10.0, 10.0], tuned_runs_s=[12.0, 12.0, 12.0], steps=100,
+                    planned_steps=planned, baseline_pace_ms=[80.0] * 3, tuned_pace_ms=[60.0] * 3)
+
+
+def test_capped_runs_are_projected_to_the_planned_run_and_a_repaid_fixed_cost_is_faster():
+    e2e = _capped(5000)
+    assert e2e.projected_to == 5000
+    assert e2e.baseline_s == pytest.approx(402.0) and e2e.tuned_s == pytest.approx(306.0)
+    assert e2e.speedup == pytest.approx(402.0 / 306.0) and e2e.faster(0.03)
+    assert "projected to the planned 5000" in e2e.how and e2e.to_dict()["projected_to"] == 5000
+    assert e2e.to_dict()["baseline_runs_s"] == [10.0, 10.0, 10.0]  # what was measured stays in the report
+
+
+@pytest.mark.parametrize("planned", [None, 100, 50])
+def test_twin_with_no_longer_planned_run_the_capped_runs_are_judged_as_measured(planned):
+    e2e = _capped(planned)
+    assert e2e.projected_to is None and e2e.speedup == pytest.approx(10.0 / 12.0) and not e2e.faster(0.03)
+    assert "projected" not in e2e.how
+
+
+def test_the_verdict_on_projected_runs_says_they_are_projected():
+    from torchboost.tune.tuner import end_to_end_verdict
+
+    kept, why = end_to_end_verdict(Overlay({"compile.mode": "default"}), [], _capped(5000), 0.03)
+    assert kept and why.startswith("verified end to end: 1.31x")
+    assert "runs of 100 steps, projected to the planned 5000" in why
+    dropped, why = end_to_end_verdict(Overlay({"compile.mode": "default"}), [], _capped(None), 0.03)
+    assert not dropped and "took 12.0 s against 10.0 s" in why and "projected" not in why
+
+
+def test_a_run_without_its_pace_is_not_projected():
+    e2e = _capped(5000)
+    e2e.tuned_pace_ms.pop()  # a run replayed from an older journal, without its pace
+    assert e2e.projected_to is None
+
+
+def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypatch):
+    from torchboost.tune import verify as verify_module
+
+    def fake_capped(command, config, steps, out_dir, limit_s):
+        return (12.0, 60.0) if config.compile.mode != "off" else (10.0, 80.0)
+
+    monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
+    plan = VerifyPlan(pairs=3, steps=100, run_limit_s=100.0, fallback_steps=100, planned_steps=5000)
+    result = verify(["python", "train.py"], BoostConfig.off(), Overlay({"compile.mode": "default"}), plan,
+                    out_dir=tmp_path)
+    assert result.error is None and result.pairs == 3 and result.projected_to == 5000
+    assert result.speedup == pytest.approx(402.0 / 306.0)
+
+
+def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed(tmp_path, monkeypatch):
+    from torchboost.tune import verify as verify_module
+
+    limits = []
+
+    def fake_capped(command, config, steps, out_dir, limit_s):
+        limits.append(limit_s)
+        return None if len(limits) == 3 else (10.0, 80.0)  # the third run is ended at its limit
+
+    monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
+    plan = VerifyPlan(pairs=3, steps=100, run_limit_s=10.0, fallback_steps=100, budget_s=60.0)
+    result = verify(["python", "train.py"], BoostConfig.off(), Overlay({"cpu.threads": 1}), plan, out_dir=tmp_path)
+    assert result.error is None and result.out_of_time and result.pairs == 1
+    # each run may take twice its share (20 s), never more than the check has left (60 - 20 = 40 s)
+    assert limits == [20.0, 20.0, 20.0]
+    limits.clear()
+    tight = VerifyPlan(pairs=3, steps=100, run_limit_s=10.0, fallback_steps=100, budget_s=25.0)
+    verify(["python", "train.py"], BoostConfig.off(), Overlay({"cpu.threads": 1}), tight, out_dir=tmp_path)
+    assert limits[:2] == [20.0, 15.0]  # twin: with 15 s left, the second run gets 15, not 20

@@ -41,9 +41,10 @@ def _headline(report: dict[str, Any]) -> Text:
         if e2e.get("interval"):
             low, high = e2e["interval"]
             gain = (f"{gain[0]} ({low:.2f}–{high:.2f}, {e2e['pairs']} pairs)", gain[1])
+        projected = f" (projected to the planned {e2e['projected_to']} steps)" if e2e.get("projected_to") else ""
         return Text.assemble(
             ("Before: ", "bold"), f"{e2e['baseline_s']:.1f} s", ("  →  After: ", "bold"), f"{e2e['tuned_s']:.1f} s",
-            " end to end   ", gain, (f"   (per step: {fmt.ms(before['ms_per_step'])} → "
+            f" end to end{projected}   ", gain, (f"   (per step: {fmt.ms(before['ms_per_step'])} → "
                                     f"{fmt.ms(after['ms_per_step'])}, {words.times(report['search_speedup'])})", "dim"),
         )
     return Text.assemble(

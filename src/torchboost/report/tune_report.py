@@ -80,14 +80,20 @@ is baseline step time / this step time (above 1 is faster)::
                        kept change had to clear
     warnings           [str]   what makes the figures less trustworthy (a busy or noisy machine)
     end_to_end         {baseline_s, tuned_s, speedup, interval [low, high], pairs, steps,
-                        whole_run, noise, baseline_runs_s, tuned_runs_s} | null   the tuned
+                        whole_run, noise, projected_to, baseline_runs_s, tuned_runs_s,
+                        baseline_pace_ms, tuned_pace_ms} | null   the tuned
                        configuration against the baseline (the user's own command when they
                        had no configuration), each run end to end as the user will run it,
                        in pairs of alternating order; interval: the lowest and highest pair
                        speedup (from five pairs, bar the extreme on each side); out_of_time:
                        fewer pairs than planned, the next would not fit; null when
                        nothing was kept or there was no time; steps: per run (null: the
-                       whole script)
+                       whole script); projected_to: the planned steps that runs capped
+                       at ``steps`` were projected to (each run's seconds plus the steps
+                       it did not run at its own pace, baseline_pace_ms / tuned_pace_ms:
+                       the mean step of each run's second half), null when not projected;
+                       baseline_s, tuned_s, speedup, interval and noise are then of the
+                       projected runs
     elapsed_s          float   seconds the search took
     config             {path: str | null, toml: str | null}   torchboost.toml and its text
                        (null toml: not written because the baseline failed)

@@ -125,15 +125,19 @@ class Journal(_Lines):
 
 
 class RunJournal(_Lines):
-    """The end-to-end check's runs, one JSON line each (``{"key", "seconds"}``), so that
-    ``--resume`` replays them as the search replays its trials."""
+    """The end-to-end check's runs, one JSON line each (``{"key", "seconds", "pace_ms"}``;
+    the pace of a capped run, else null), so that ``--resume`` replays them as the search
+    replays its trials."""
 
     def __init__(self, path: str | Path, *, resume: bool = False, ident: dict[str, Any] | None = None):
         super().__init__(path, resume=resume, ident=ident)
         self._recorded: dict[str, float] = {}
+        self._paces: dict[str, float] = {}
         for entry in self.entries:
             try:
                 self._recorded[str(entry["key"])] = float(entry["seconds"])
+                if entry.get("pace_ms") is not None:
+                    self._paces[str(entry["key"])] = float(entry["pace_ms"])
             except (TypeError, KeyError, ValueError):
                 continue
 
@@ -141,7 +145,13 @@ class RunJournal(_Lines):
         """The recorded seconds of this run, if any."""
         return self._recorded.get(key)
 
-    def put(self, key: str, seconds: float) -> None:
-        """Record a finished run durably."""
+    def pace(self, key: str) -> float | None:
+        """The recorded pace (ms per step) of this capped run, if any."""
+        return self._paces.get(key)
+
+    def put(self, key: str, seconds: float, pace_ms: float | None = None) -> None:
+        """Record a finished run (and a capped run's pace) durably."""
         self._recorded[key] = seconds
-        self._write({"key": key, "seconds": seconds})
+        if pace_ms is not None:
+            self._paces[key] = pace_ms
+        self._write({"key": key, "seconds": seconds, "pace_ms": pace_ms})

@@ -311,7 +311,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
                              trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
-                             whole_run_s=_whole_run_estimate(outcome, run_steps))
+                             whole_run_s=_whole_run_estimate(outcome, run_steps), planned_steps=run_steps)
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
                  journal=journal, min_gain=options.min_gain)
@@ -324,7 +324,7 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
     """What to write after the end-to-end check, and why: the tuned settings when they are
     faster beyond the runs' noise and ``min_gain``, or when a memory lever was kept to bring
     the peak under the memory limit (the check then gives its cost); else nothing."""
-    how = "whole runs" if e2e.steps is None else f"runs of {e2e.steps} steps"
+    how, took = e2e.how, "would take" if e2e.projected_to else "took"
     if e2e.faster(min_gain):
         return settings, (f"verified end to end: {e2e.words()} faster ({e2e.tuned_s:.1f} s against "
                           f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how})")
@@ -332,9 +332,9 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
         return Overlay(), f"not kept: {e2e.error}; your configuration is left as it was"
     if any(d.status == "kept" and d.memory_lever for d in decisions):
         # Kept to fit under the memory limit, not for speed: the check gives its cost.
-        return settings, (f"kept to bring the peak under the memory limit: end to end it took {e2e.tuned_s:.1f} s "
+        return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "
                           f"against {e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), the time it costs")
-    return Overlay(), (f"not kept: end to end the tuned configuration took {e2e.tuned_s:.1f} s against "
+    return Overlay(), (f"not kept: end to end the tuned configuration {took} {e2e.tuned_s:.1f} s against "
                        f"{e2e.baseline_s:.1f} s ({e2e.words()} of {how}); the interval's lower end is not "
                        f"faster beyond the runs' own noise ({e2e.noise:.1%}) and {min_gain:.0%}; your "
                        "configuration is left as it was")

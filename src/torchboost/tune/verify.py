@@ -9,7 +9,11 @@ their own command, as they run it today (``python train.py ARGS``: no torchboost
 process). Pairs alternate their order (A B, B A, ...), so a drifting machine or a cache
 warmed by the first run favours neither. When the whole script fits the verification's time
 it runs to its own end; otherwise each run stops after the same number of steps, and the
-report says so. The speedup comes with its interval (the pairs' own spread); the tuned
+report says so. A capped run holds a fixed cost (start-up, workers, a compile) that the
+user's longer run pays once: when the planned run is known and longer, each capped run is
+projected to it, from its own measurements only: its wall time, plus the steps it did not
+run at its own pace (the mean of its second half of steps), and the report says
+"projected". The speedup comes with its interval (the pairs' own spread); the tuned
 configuration is kept only when the interval's lower end is faster beyond the runs'
 noise (how much each configuration's runs differ from one another) and the least gain;
 while the median clears that gate and the lower end does not, more pairs are run as the
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -55,6 +59,8 @@ class VerifyPlan:
     """The check's whole time: pairs beyond ``pairs`` run only within it."""
     max_pairs: int = 0
     """At most this many pairs when the first ones leave the verdict open (0: ``pairs``)."""
+    planned_steps: int | None = None
+    """The user's planned run in steps, when known: capped runs are projected to it."""
 
 
 @dataclass
@@ -69,6 +75,26 @@ class EndToEnd:
     """Why the check could not finish (a crash of the tuned configuration, say)."""
     out_of_time: bool = False
     """Fewer pairs than planned: the next would not have fitted in the check's time."""
+    planned_steps: int | None = None
+    """The user's planned run: capped runs are projected to it when it is longer."""
+    baseline_pace_ms: list[float] = field(default_factory=list)
+    """Each capped baseline run's own pace: the mean step of its second half."""
+    tuned_pace_ms: list[float] = field(default_factory=list)
+
+    @property
+    def projected_to(self) -> int | None:
+        """The planned steps the capped runs are projected to; None when they are not
+        (whole runs, an unknown or shorter planned run, a run without its pace)."""
+        planned, steps = self.planned_steps, self.steps
+        complete = (len(self.baseline_pace_ms) == len(self.baseline_runs_s)
+                    and len(self.tuned_pace_ms) == len(self.tuned_runs_s))
+        return planned if steps is not None and planned is not None and planned > steps and complete else None
+
+    def _runs(self, runs: list[float], paces: list[float]) -> list[float]:
+        """``runs`` as the check judges them: measured, or projected to the planned run."""
+        if self.projected_to is None or self.steps is None:
+            return list(runs)
+        return [run + (self.projected_to - self.steps) * pace / 1e3 for run, pace in zip(runs, paces)]
 
     @property
     def pairs(self) -> int:
@@ -76,16 +102,30 @@ class EndToEnd:
 
     @property
     def ratios(self) -> list[float]:
-        """Tuned / baseline, pair by pair (below 1: the tuned run was faster)."""
-        return [t / b for b, t in zip(self.baseline_runs_s, self.tuned_runs_s) if b > 0]
+        """Tuned / baseline, pair by pair (below 1: the tuned run was faster); projected runs
+        when :attr:`projected_to` is set."""
+        base, tuned = self._runs(self.baseline_runs_s, self.baseline_pace_ms), self._runs(self.tuned_runs_s,
+                                                                                         self.tuned_pace_ms)
+        return [t / b for b, t in zip(base, tuned) if b > 0]
 
     @property
     def baseline_s(self) -> float | None:
-        return statistics.median(self.baseline_runs_s) if self.baseline_runs_s else None
+        runs = self._runs(self.baseline_runs_s, self.baseline_pace_ms)
+        return statistics.median(runs) if runs else None
 
     @property
     def tuned_s(self) -> float | None:
-        return statistics.median(self.tuned_runs_s) if self.tuned_runs_s else None
+        runs = self._runs(self.tuned_runs_s, self.tuned_pace_ms)
+        return statistics.median(runs) if runs else None
+
+    @property
+    def how(self) -> str:
+        """"whole runs", "runs of 178 steps", or "runs of 178 steps, projected to the planned 5000"."""
+        if self.steps is None:
+            return "whole runs"
+        projected = (f", projected to the planned {self.projected_to} (each run's time plus the steps it did "
+                     "not run at its own pace)") if self.projected_to else ""
+        return f"runs of {self.steps} steps{projected}"
 
     @property
     def speedup(self) -> float | None:
@@ -117,8 +157,9 @@ class EndToEnd:
     def noise(self) -> float:
         """Run-to-run noise of whole runs: the median departure from 1 of each arm's
         consecutive runs' ratios (its own A/A; whole runs vary far less than short trials)."""
-        drift = [abs(later / earlier - 1.0) for runs in (self.baseline_runs_s, self.tuned_runs_s)
-                 for earlier, later in zip(runs, runs[1:]) if earlier > 0]
+        judged = (self._runs(self.baseline_runs_s, self.baseline_pace_ms),
+                  self._runs(self.tuned_runs_s, self.tuned_pace_ms))
+        drift = [abs(later / earlier - 1.0) for runs in judged for earlier, later in zip(runs, runs[1:]) if earlier > 0]
         return statistics.median(drift) if drift else 0.0
 
     def faster(self, min_gain: float) -> bool:
@@ -133,12 +174,14 @@ class EndToEnd:
         return {"baseline_s": self.baseline_s, "tuned_s": self.tuned_s, "speedup": self.speedup,
                 "interval": list(self.interval) if self.interval else None, "pairs": self.pairs,
                 "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
+                "projected_to": self.projected_to,
                 **{k: v for k, v in asdict(self).items()
-                   if k in ("baseline_runs_s", "tuned_runs_s", "error", "out_of_time")}}
+                   if k in ("baseline_runs_s", "tuned_runs_s", "baseline_pace_ms", "tuned_pace_ms", "error",
+                            "out_of_time")}}
 
 
 def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: float, trial_steps: int,
-                      warmup: int, whole_run_s: float | None = None) -> VerifyPlan:
+                      warmup: int, whole_run_s: float | None = None, planned_steps: int | None = None) -> VerifyPlan:
     """Whole runs, each allowed a ``2 * pairs``-th of ``budget_s``, unless ``whole_run_s``
     (the baseline's whole run, estimated) says they will not fit; the fallback is as many
     steps as that share holds at the tuned pace, never fewer than a trial's."""
@@ -147,7 +190,8 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
     fallback = max(trial_steps + warmup, fitting)
     too_long = whole_run_s is not None and whole_run_s > run_limit
     return VerifyPlan(pairs=pairs, steps=fallback if too_long else None, run_limit_s=run_limit,
-                      fallback_steps=fallback, budget_s=budget_s, max_pairs=pairs + EXTRA_PAIRS)
+                      fallback_steps=fallback, budget_s=budget_s, max_pairs=pairs + EXTRA_PAIRS,
+                      planned_steps=planned_steps)
 
 
 EXTRA_PAIRS = 2
@@ -193,13 +237,35 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float)
     return time.monotonic() - start
 
 
-def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir: Path) -> float:
+def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir: Path,
+                limit_s: float | None = None) -> tuple[float, float] | None:
+    """Seconds of a run stopped after ``steps``, and its pace: the mean step (ms) of its
+    second half; None when it ran past ``limit_s`` (it is then ended)."""
     start = time.monotonic()
     observed = run_observed(command, steps=steps, warmup=0, out_dir=out_dir, apply=config, profile=False,
-                            echo=False, timeout_s=None)
+                            echo=False, timeout_s=limit_s)
+    if observed.timed_out:
+        return None
     if observed.exit_code != 0 or observed.facts is None or not observed.facts.steps:
         raise RuntimeError(f"the script exited with code {observed.exit_code} after {observed.steps_seen} steps")
-    return time.monotonic() - start
+    seconds = time.monotonic() - start
+    later = observed.facts.steps[len(observed.facts.steps) // 2:]
+    return seconds, statistics.fmean(s.total_ms for s in later)
+
+
+CAPPED_RUN_SLACK = 2.0
+"""A capped run may take this many times its share of the check's time (a pair's share
+over two) before it is ended; never longer than the check has left."""
+
+
+def _capped_limit(result: "EndToEnd", plan: VerifyPlan) -> float:
+    """How long the next capped run may take: :data:`CAPPED_RUN_SLACK` x its share, and no
+    longer than what the check's budget has left (at least a second)."""
+    limit = CAPPED_RUN_SLACK * plan.run_limit_s
+    if plan.budget_s:
+        left = plan.budget_s - sum(result.baseline_runs_s) - sum(result.tuned_runs_s)
+        limit = min(limit, max(left, 1.0))
+    return limit
 
 
 def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str, Path]:
@@ -217,7 +283,7 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
     """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
     turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
     ``journal`` are replayed instead of run again."""
-    result = EndToEnd(steps=plan.steps)
+    result = EndToEnd(steps=plan.steps, planned_steps=plan.planned_steps)
     configs = {"baseline": base, "tuned": settings.on(base)}
     with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
         files: dict[str, Path | None] = {**_config_files(Path(tmp), configs["baseline"], configs["tuned"])}
@@ -226,28 +292,41 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
 
         def run_one(name: str, pair: int) -> float | None:
             key = json.dumps([name, pair, result.steps, settings.to_dict(), list(command)], sort_keys=True)
+            paces = result.baseline_pace_ms if name == "baseline" else result.tuned_pace_ms
             recorded = journal.get(key) if journal is not None else None
             if recorded is not None:
+                paces.extend([p for p in [journal.pace(key)] if p is not None])  # type: ignore[union-attr]
                 return recorded
+            pace = None
             try:
                 if result.steps is None:
                     seconds = _whole_run(command, files[name], plan.run_limit_s)
                 else:
-                    seconds = _capped_run(command, configs[name], result.steps, out_dir)
+                    seconds, pace = _capped_run(command, configs[name], result.steps, out_dir,
+                                                _capped_limit(result, plan)) or (None, None)
             except RuntimeError as exc:
                 raise RuntimeError(f"the {name} configuration failed end to end: {exc}") from None
+            if pace is not None:
+                paces.append(pace)
             if seconds is not None and journal is not None:
-                journal.put(key, seconds)
+                journal.put(key, seconds, pace)
             return seconds
 
         try:
             _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
             if result.steps is None and result.pairs < plan.pairs and not result.out_of_time:
-                # A whole run took too long: every run stops after the same steps instead.
+                # A whole run took too long: every run stops after the same steps instead, in
+                # what the check has left after the whole runs (the one cut took its limit).
+                spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s) + plan.run_limit_s
+                if plan.budget_s:
+                    plan = replace(plan, budget_s=max(plan.budget_s - spent, 1e-3))
                 result.steps = plan.fallback_steps
-                result.baseline_runs_s.clear()
-                result.tuned_runs_s.clear()
+                for runs in (result.baseline_runs_s, result.tuned_runs_s, result.baseline_pace_ms,
+                             result.tuned_pace_ms):
+                    runs.clear()
                 _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
+            if result.steps is not None and result.pairs < plan.pairs:
+                result.out_of_time = True  # a capped run ran past what the check had left
             _more_pairs(result, plan, run_one, on_run, min_gain)
         except RuntimeError as exc:
             result.error = str(exc)
