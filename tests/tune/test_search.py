@@ -434,3 +434,27 @@ def test_a_screened_candidate_far_slower_stops_early():
     full = FakeScript(factors={("precision.mode", "bf16"): 3.0})
     outcome = run_search(default_levers(), CPU2, full, SearchOptions())
     assert len([r for s, r in full.calls if s.get("precision.mode") == "bf16"]) > 1
+
+
+# A vision trial's losses (43 steps) with 0 workers, and with persistent workers: the same
+# batches for the first epoch (32 steps), then another shuffle order (persistent workers
+# draw no new base seed from the loader's generator at the second epoch), so other batches.
+_ZERO_WORKERS = [1.37, 1.37, 1.46, 1.37, 1.38, 1.35, 1.38, 1.4, 1.4, 1.31, 1.29, 1.28, 1.15, 1.16, 1.11, 1.0,
+                 1.01, 0.96, 0.86, 0.8, 0.69, 0.74, 0.61, 0.55, 0.5, 0.39, 0.42, 0.4, 0.33, 0.44, 0.36, 0.27,
+                 0.14, 0.45, 0.15, 0.17, 0.13, 0.22, 0.14, 0.08, 0.16, 0.07, 0.03]
+_PERSISTENT = _ZERO_WORKERS[:31] + [0.22, 0.25, 0.22, 0.18, 0.27, 0.1, 0.11, 0.44, 0.17, 0.16, 0.24, 0.15]
+
+
+def test_other_batches_after_the_first_epoch_are_not_a_divergence():
+    from torchboost.tune.parity import STATISTICAL
+
+    verdict = check_parity(_ZERO_WORKERS, _PERSISTENT, kind=STATISTICAL)
+    assert verdict.ok, verdict.detail
+
+
+def test_twin_a_run_that_stops_learning_after_the_first_epoch_still_diverges():
+    from torchboost.tune.parity import STATISTICAL
+
+    stalled = _ZERO_WORKERS[:31] + [0.36] * 12  # flat where the baseline kept falling
+    verdict = check_parity(_ZERO_WORKERS, stalled, kind=STATISTICAL)
+    assert not verdict.ok and "diverged" in verdict.detail

@@ -7,9 +7,13 @@ Same seed, same data order, so the comparison is step by step:
   reassociation, so only the first steps are held to this.
 - ``reduced`` (bf16/fp16): the mean of the last ``last_steps`` losses within
   ``reduced_rtol`` relative.
-- ``statistical`` (loader settings whose workers draw other random augmentations, so
-  the data differ sample by sample): no step-by-step comparison, only the divergence
-  test with ``statistical_rtol``.
+- ``statistical`` (loader settings whose workers draw other random augmentations, or
+  whose persistent workers shuffle later epochs in another order, so the batches differ):
+  no step-by-step comparison, only the divergence test with ``statistical_rtol``. As the
+  last losses then come from other batches, it takes the mean of the last quarter of the
+  run (``last_steps`` at least), and also allows three standard errors of the difference
+  of the two means, each from its own losses' spread about their straight-line trend: a
+  batch's loss varies from batch to batch far more than 10% near convergence.
 - Any NaN/inf rejects the candidate, and so does divergence: the mean of the last losses
   above the baseline's by more than the tolerance of the kind (``reduced_rtol``, or
   ``statistical_rtol`` for statistical) times the loss's scale, which is the larger of
@@ -46,6 +50,22 @@ def _mean_last(losses: Sequence[float], n: int) -> float:
     return statistics.fmean(losses[-n:])
 
 
+def _spread(losses: Sequence[float]) -> float:
+    """Variance of ``losses`` about their least-squares straight line (n - 2 degrees of
+    freedom): the batch-to-batch noise, the trend left out."""
+    steps = list(range(len(losses)))
+    slope, intercept = statistics.linear_regression(steps, losses)
+    return sum((y - (slope * x + intercept)) ** 2 for x, y in zip(steps, losses)) / (len(losses) - 2)
+
+
+def _sampling_noise(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """Three standard errors of the difference of two means of per-batch losses (0 with
+    fewer than three losses on a side)."""
+    if len(baseline) < 3 or len(candidate) < 3:
+        return 0.0
+    return 3.0 * math.sqrt(_spread(baseline) / len(baseline) + _spread(candidate) / len(candidate))
+
+
 def check_parity(
     baseline: Sequence[float],
     candidate: Sequence[float],
@@ -68,7 +88,7 @@ def check_parity(
     if steps == 0:
         return ParityVerdict(False, kind, "no losses recorded to compare")
 
-    n_last = min(last_steps, steps)
+    n_last = min(last_steps if kind != STATISTICAL else max(last_steps, steps // 4), steps)
     base_last = _mean_last(baseline[:steps], n_last)
     cand_last = _mean_last(candidate[:steps], n_last)
     last_rel = abs(cand_last - base_last) / max(abs(base_last), 1e-12)
@@ -77,11 +97,14 @@ def check_parity(
     # "higher" and nothing like divergence; 0.3 against it is.
     scale = max(abs(base_last), statistics.fmean(baseline[:n_last]) - base_last, 1e-12)
     diverged_by = (cand_last - base_last) / scale
-    if diverged_by > diverge_rtol:
+    sampling = _sampling_noise(baseline[:steps][-n_last:], candidate[:steps][-n_last:]) if kind == STATISTICAL else 0.0
+    if diverged_by > diverge_rtol and cand_last - base_last > sampling:
         return ParityVerdict(
             False, kind,
             f"diverged: mean of the last {n_last} losses {cand_last:.4g} vs baseline {base_last:.4g} "
-            f"(higher by {100 * diverged_by:.1f}% of the loss scale {scale:.3g}, limit {100 * diverge_rtol:.0f}%)",
+            f"(higher by {100 * diverged_by:.1f}% of the loss scale {scale:.3g}, limit {100 * diverge_rtol:.0f}%"
+            + (f", and by more than three standard errors of batches' losses, {sampling:.3g}" if sampling else "")
+            + ")",
         )
     if kind == STATISTICAL:
         return ParityVerdict(
