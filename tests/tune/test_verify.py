@@ -221,3 +221,11 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
     tight = VerifyPlan(pairs=3, steps=100, run_limit_s=10.0, fallback_steps=100, budget_s=25.0)
     verify(["python", "train.py"], BoostConfig.off(), Overlay({"cpu.threads": 1}), tight, out_dir=tmp_path)
     assert limits[:2] == [20.0, 15.0]  # twin: with 15 s left, the second run gets 15, not 20
+
+
+def test_a_check_that_finished_no_pair_says_so_and_keeps_nothing():
+    from torchboost.tune.tuner import end_to_end_verdict
+
+    none = EndToEnd(baseline_runs_s=[10.0], steps=100, planned_steps=5000, baseline_pace_ms=[80.0], out_of_time=True)
+    kept, why = end_to_end_verdict(Overlay({"cpu.threads": 1}), [], none, 0.03)
+    assert not kept and "finished no pair of runs of 100 steps" in why

@@ -330,6 +330,9 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
                           f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how})")
     if e2e.error is not None:
         return Overlay(), f"not kept: {e2e.error}; your configuration is left as it was"
+    if not e2e.pairs:
+        return Overlay(), (f"not kept: the end-to-end check finished no pair of {how} within its time (a run "
+                           "took longer than the check had left); your configuration is left as it was")
     if any(d.status == "kept" and d.memory_lever for d in decisions):
         # Kept to fit under the memory limit, not for speed: the check gives its cost.
         return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "
