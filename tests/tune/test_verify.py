@@ -229,3 +229,14 @@ def test_a_check_that_finished_no_pair_says_so_and_keeps_nothing():
     none = EndToEnd(baseline_runs_s=[10.0], steps=100, planned_steps=5000, baseline_pace_ms=[80.0], out_of_time=True)
     kept, why = end_to_end_verdict(Overlay({"cpu.threads": 1}), [], none, 0.03)
     assert not kept and "finished no pair of runs of 100 steps" in why
+
+
+def test_pairs_that_agree_on_a_noisy_machine_still_get_an_interval_as_wide_as_the_runs_noise():
+    # every pair 0.85, but each configuration's runs differ by ~18% from one another
+    noisy = EndToEnd(baseline_runs_s=[10.0, 12.0, 10.0], tuned_runs_s=[8.5, 10.2, 8.5])
+    low, high = noisy.interval
+    assert low == pytest.approx(noisy.speedup / (1 + noisy.noise)) and high == pytest.approx(noisy.speedup * (1 + noisy.noise))
+    assert low < 1.0 < noisy.speedup and not noisy.faster(0.03)
+    # twin: the same pairs on a quiet machine: the interval is the pairs' own, one point
+    quiet = EndToEnd(baseline_runs_s=[10.0] * 3, tuned_runs_s=[8.5] * 3)
+    assert quiet.interval == pytest.approx((10 / 8.5, 10 / 8.5)) and quiet.faster(0.03)

@@ -322,7 +322,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
 def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEnd,
                        min_gain: float) -> tuple[Overlay, str]:
     """What to write after the end-to-end check, and why: the tuned settings when they are
-    faster beyond the runs' noise and ``min_gain``, or when a memory lever was kept to bring
+    faster by ``min_gain`` at the lower end of their interval (the runs' noise in it), or when a memory lever was kept to bring
     the peak under the memory limit (the check then gives its cost); else nothing."""
     how, took = e2e.how, "would take" if e2e.projected_to else "took"
     if e2e.faster(min_gain):
@@ -338,9 +338,9 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
         return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "
                           f"against {e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), the time it costs")
     return Overlay(), (f"not kept: end to end the tuned configuration {took} {e2e.tuned_s:.1f} s against "
-                       f"{e2e.baseline_s:.1f} s ({e2e.words()} of {how}); the interval's lower end is not "
-                       f"faster beyond the runs' own noise ({e2e.noise:.1%}) and {min_gain:.0%}; your "
-                       "configuration is left as it was")
+                       f"{e2e.baseline_s:.1f} s ({e2e.words()} of {how}); the interval's lower end (the "
+                       f"pairs' spread, and the runs' own noise, {e2e.noise:.1%}) is not {min_gain:.0%} faster; "
+                       "your configuration is left as it was")
 
 
 def _identity(command: Sequence[str]) -> dict[str, Any]:

@@ -13,11 +13,11 @@ report says so. A capped run holds a fixed cost (start-up, workers, a compile) t
 user's longer run pays once: when the planned run is known and longer, each capped run is
 projected to it, from its own measurements only: its wall time, plus the steps it did not
 run at its own pace (the mean of its second half of steps), and the report says
-"projected". The speedup comes with its interval (the pairs' own spread); the tuned
-configuration is kept only when the interval's lower end is faster beyond the runs'
-noise (how much each configuration's runs differ from one another) and the least gain;
-while the median clears that gate and the lower end does not, more pairs are run as the
-budget allows. Otherwise the user's own configuration stays.
+"projected". The speedup comes with its interval: the pairs' own spread, each side at
+least the runs' noise (how much each configuration's runs differ from one another) from
+the median; the tuned configuration is kept only when the interval's lower end is faster
+by the least gain; while the median clears that gate and the lower end does not, more
+pairs are run as the budget allows. Otherwise the user's own configuration stays.
 """
 
 from __future__ import annotations
@@ -134,13 +134,16 @@ class EndToEnd:
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        """The speedup's interval from the pairs: the lowest and highest pair speedup, the
-        most extreme pair on each side left out from five pairs on."""
+        """The speedup's interval: the lowest and highest pair speedup (from five pairs on,
+        the most extreme pair on each side left out), each side at least the runs' own
+        :attr:`noise` from the median (a few pairs that happen to agree say little of
+        the next run on a noisy machine)."""
         speedups = sorted(1.0 / r for r in self.ratios if r > 0)
         if not speedups:
             return None
         trim = 1 if len(speedups) >= 5 else 0
-        return speedups[trim], speedups[len(speedups) - 1 - trim]
+        median, spread = self.speedup or speedups[0], 1.0 + self.noise
+        return min(speedups[trim], median / spread), max(speedups[len(speedups) - 1 - trim], median * spread)
 
     def words(self) -> str:
         """"1.22x (1.05-1.38, 3 pairs)"."""
@@ -149,8 +152,7 @@ class EndToEnd:
 
     def undecided(self, min_gain: float) -> bool:
         """The median pair clears the gate and the interval's lower end does not: more pairs would tell."""
-        threshold = 1.0 - max(min_gain, self.noise)
-        return (self.error is None and bool(self.ratios) and statistics.median(self.ratios) < threshold
+        return (self.error is None and bool(self.ratios) and statistics.median(self.ratios) < 1.0 - min_gain
                 and not self.faster(min_gain))
 
     @property
@@ -163,11 +165,11 @@ class EndToEnd:
         return statistics.median(drift) if drift else 0.0
 
     def faster(self, min_gain: float) -> bool:
-        """The interval's lower end is faster than 1 / (1 - max(``min_gain``, :attr:`noise`)):
-        the slowest pair (bar one, from five) still clears the gate."""
-        threshold = 1.0 - max(min_gain, self.noise)
+        """The interval's lower end (the runs' noise in it) is at least ``min_gain`` faster:
+        the slowest pair (bar one, from five) clears the gate, and so does the median
+        slowed by the noise."""
         interval = self.interval
-        return interval is not None and self.error is None and 1.0 / interval[0] < threshold
+        return interval is not None and self.error is None and 1.0 / interval[0] < 1.0 - min_gain
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``end_to_end``."""
