@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 
 import pytest
 
@@ -458,3 +459,14 @@ def test_twin_a_run_that_stops_learning_after_the_first_epoch_still_diverges():
     stalled = _ZERO_WORKERS[:31] + [0.36] * 12  # flat where the baseline kept falling
     verdict = check_parity(_ZERO_WORKERS, stalled, kind=STATISTICAL)
     assert not verdict.ok and "diverged" in verdict.detail
+
+
+def test_the_saving_a_fixed_cost_is_weighed_against_follows_the_paired_ratio():
+    from torchboost.tune.decision import paired_step_ms
+
+    # The machine slowed down at the third pair: the candidate is 4% faster in two pairs of
+    # three, yet the median of its steps (86.4) is far above the incumbent's (60).
+    incumbent, candidate = [60.0, 60.0, 90.0], [57.6, 86.4, 86.4]
+    ratios = [c / i for i, c in zip(incumbent, candidate)]
+    assert paired_step_ms(incumbent, ratios) == pytest.approx(57.6)  # saves 2.4 ms a step
+    assert statistics.median(incumbent) - statistics.median(candidate) < 0  # the twin: unpaired, "never pays off"

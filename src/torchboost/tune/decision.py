@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from torchboost.config import Overlay
 from torchboost.tune.trial_result import TrialResult
 
-__all__ = ["Decision", "Status", "TuneOutcome", "WaterfallStep", "compile_break_even"]
+__all__ = ["Decision", "Status", "TuneOutcome", "WaterfallStep", "compile_break_even", "paired_step_ms"]
 
 Settings = Overlay
 
@@ -132,3 +133,11 @@ def compile_break_even(compile_s: float, eager_ms: float, compiled_ms: float) ->
     """Steps after which compiling has paid for itself; inf when compiled is not faster."""
     saving_ms = eager_ms - compiled_ms
     return math.inf if saving_ms <= 0 else 1e3 * compile_s / saving_ms
+
+
+def paired_step_ms(incumbent_ms: list[float], ratios: list[float]) -> float:
+    """The candidate's step time as the pairs measured it: the incumbent's median step
+    times the median pair ratio. Unpaired medians of the two sides disagree with the
+    ratio when the machine drifts between pairs (a candidate 4% faster in every pair can
+    have a median step 9 ms slower than the incumbent's median)."""
+    return statistics.median(incumbent_ms) * statistics.median(ratios)

@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
+from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even, paired_step_ms
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.memory_limit import MemoryGate
@@ -323,7 +323,7 @@ class _Search:
                 f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
                 f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.noise:.1%})")
         else:
-            status, reason, break_even = self._repaid(lever, best, pairs, candidate_ms)
+            status, reason, break_even = self._repaid(lever, pairs)
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
         cold_s, warm_s = pairs.compile_costs() if lever.is_compile else (None, None)
@@ -331,13 +331,13 @@ class _Search:
                     break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
                     compile_cold_s=cold_s, compile_warm_s=warm_s)
 
-    def _repaid(self, lever: Lever, best: Screened, pairs: Pairs,
-               candidate_ms: float) -> tuple[Status, str, float | None]:
+    def _repaid(self, lever: Lever, pairs: Pairs) -> tuple[Status, str, float | None]:
         """Whether what a faster step saves over the planned run repays the fixed cost the
         change adds: compile's first-call time, or any start-up it costs (worker start, the
         hand-over's memory manager), measured as a trial's time outside its steps."""
         ratio, n, run_steps = statistics.median(pairs.ratios), len(pairs.ratios), self.options.run_steps
         eager_ms = statistics.median(pairs.incumbent_ms)
+        candidate_ms = paired_step_ms(pairs.incumbent_ms, pairs.ratios)  # the saving follows the paired ratio
         # Fixed costs vary from run to run too: only what exceeds the baseline's own spread counts.
         extra_s = statistics.median(pairs.candidate_fixed) - statistics.median(pairs.incumbent_fixed) - self.fixed_noise
         kept = f"median ratio {ratio:.3f} over {n} pair(s)"
