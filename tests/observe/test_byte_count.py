@@ -37,8 +37,11 @@ def test_an_in_place_add_reads_two_tensors_and_writes_one_and_a_view_moves_nothi
     with ByteCounterMode() as mode:
         a.add_(b)
         a.view(10, 100).t()
+        torch.ops.aten._unsafe_view(a, [10, 100])  # an alias the schema does not call a view
+        a.copy_(b)  # writes a: counted
     assert mode.by_op["aten.add_"] == 3 * 1000 * FP32
-    assert "aten.view" not in mode.by_op and "aten.t" not in mode.by_op
+    assert mode.by_op["aten.copy_"] == 2 * 1000 * FP32 + 1000 * FP32
+    assert "aten.view" not in mode.by_op and "aten.t" not in mode.by_op and "aten._unsafe_view" not in mode.by_op
 
 
 def test_the_backward_of_a_linear_layer_is_counted_too():

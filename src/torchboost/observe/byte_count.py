@@ -4,8 +4,10 @@ A ``TorchDispatchMode`` sees every aten op the step runs (forward, backward, opt
 with its tensors. An op's bytes are the sizes of its tensor inputs and outputs (elements x
 element size): what it must read and write at least once, the traffic a roofline divides
 the FLOPs by. An in-place op counts its tensor read and written (``add_`` reads two tensors
-and writes one). Views (``view``, ``t``, ``expand``...) move nothing and count nothing; a
-tensor that is not dense (sparse, nested) is left out. Caches can serve part of the
+and writes one). Views (``view``, ``t``, ``expand``...) move nothing and count nothing, nor
+does an op whose result shares its input's storage without writing it (``_unsafe_view``,
+which the schema does not mark as a view); a tensor that is not dense (sparse, nested) is
+left out. Caches can serve part of the
 traffic, so the count is the op's compulsory traffic, not DRAM's.
 
 Entered with :class:`~torchboost.observe.flop_count.StepFlops`, in the same unrecorded
@@ -22,6 +24,27 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 __all__ = ["ByteCounterMode", "tensor_bytes"]
+
+
+def _storages(values: Any) -> set[int]:
+    found = set()
+    for leaf in tree_leaves(values):
+        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
+            try:
+                found.add(leaf.untyped_storage().data_ptr())
+            except Exception:  # noqa: BLE001 - a tensor with no storage (fake, functional) aliases nothing
+                continue
+    return found
+
+
+def _aliases_only(func: Any, inputs: Any, out: Any) -> bool:
+    """A view, or a result that shares an input's storage without the op writing to it."""
+    if getattr(func, "is_view", False):
+        return True
+    schema = getattr(func, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return False
+    return bool(_storages(out) & _storages(inputs))
 
 
 def tensor_bytes(values: Any) -> int:
@@ -43,7 +66,7 @@ class ByteCounterMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
         out = func(*args, **(kwargs or {}))
-        if not getattr(func, "is_view", False):
+        if not _aliases_only(func, (args, kwargs or {}), out):
             moved = tensor_bytes((args, kwargs or {})) + tensor_bytes(out)
             if moved:
                 self.by_op[str(func.overloadpacket)] += moved

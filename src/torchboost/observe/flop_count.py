@@ -22,7 +22,7 @@ __all__ = ["StepFlops", "TOP_BYTE_OPS", "TOP_FLOP_OPS"]
 
 TOP_FLOP_OPS = 8
 """Ops kept in ``flops_by_op``, by FLOPs."""
-TOP_BYTE_OPS = 16
+TOP_BYTE_OPS = 32
 """Ops kept in ``bytes_by_op``, by bytes."""
 
 
