@@ -66,6 +66,12 @@ def _sampling_noise(baseline: Sequence[float], candidate: Sequence[float]) -> fl
     return 3.0 * math.sqrt(_spread(baseline) / len(baseline) + _spread(candidate) / len(candidate))
 
 
+def _exact(baseline: Sequence[float], candidate: Sequence[float], n_first: int, rtol: float) -> ParityVerdict:
+    """The first ``n_first`` losses within ``rtol`` relative: fp32 maths, same data."""
+    worst = max(abs(c - b) / max(abs(b), 1e-12) for b, c in zip(baseline[:n_first], candidate[:n_first]))
+    return ParityVerdict(worst <= rtol, EXACT, f"first {n_first} losses within {worst:.2e} relative (limit {rtol:.0e})")
+
+
 def check_parity(
     baseline: Sequence[float],
     candidate: Sequence[float],
@@ -114,15 +120,7 @@ def check_parity(
         )
 
     if kind == EXACT:
-        n_first = min(first_steps, steps)
-        worst = max(
-            abs(c - b) / max(abs(b), 1e-12) for b, c in zip(baseline[:n_first], candidate[:n_first])
-        )
-        ok = worst <= exact_rtol
-        return ParityVerdict(
-            ok, kind,
-            f"first {n_first} losses within {worst:.2e} relative (limit {exact_rtol:.0e})",
-        )
+        return _exact(baseline, candidate, min(first_steps, steps), exact_rtol)
     ok = last_rel <= reduced_rtol
     return ParityVerdict(
         ok, kind,
