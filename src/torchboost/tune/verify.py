@@ -90,11 +90,20 @@ class EndToEnd:
                     and len(self.tuned_pace_ms) == len(self.tuned_runs_s))
         return planned if steps is not None and planned is not None and planned > steps and complete else None
 
-    def _runs(self, runs: list[float], paces: list[float]) -> list[float]:
-        """``runs`` as the check judges them: measured, or projected to the planned run."""
+    @property
+    def judged_runs_s(self) -> tuple[list[float], list[float]]:
+        """(baseline, tuned) seconds as the check judges them: measured, or projected to the
+        planned run (each run plus the steps it did not run at its own pace)."""
         if self.projected_to is None or self.steps is None:
-            return list(runs)
-        return [run + (self.projected_to - self.steps) * pace / 1e3 for run, pace in zip(runs, paces)]
+            return list(self.baseline_runs_s), list(self.tuned_runs_s)
+        more = self.projected_to - self.steps
+        return ([run + more * pace / 1e3 for run, pace in zip(self.baseline_runs_s, self.baseline_pace_ms)],
+                [run + more * pace / 1e3 for run, pace in zip(self.tuned_runs_s, self.tuned_pace_ms)])
+
+    @property
+    def spent_s(self) -> float:
+        """Seconds the runs measured so far took."""
+        return sum(self.baseline_runs_s) + sum(self.tuned_runs_s)
 
     @property
     def pairs(self) -> int:
@@ -104,18 +113,17 @@ class EndToEnd:
     def ratios(self) -> list[float]:
         """Tuned / baseline, pair by pair (below 1: the tuned run was faster); projected runs
         when :attr:`projected_to` is set."""
-        base, tuned = self._runs(self.baseline_runs_s, self.baseline_pace_ms), self._runs(self.tuned_runs_s,
-                                                                                         self.tuned_pace_ms)
+        base, tuned = self.judged_runs_s
         return [t / b for b, t in zip(base, tuned) if b > 0]
 
     @property
     def baseline_s(self) -> float | None:
-        runs = self._runs(self.baseline_runs_s, self.baseline_pace_ms)
+        runs = self.judged_runs_s[0]
         return statistics.median(runs) if runs else None
 
     @property
     def tuned_s(self) -> float | None:
-        runs = self._runs(self.tuned_runs_s, self.tuned_pace_ms)
+        runs = self.judged_runs_s[1]
         return statistics.median(runs) if runs else None
 
     @property
@@ -159,9 +167,8 @@ class EndToEnd:
     def noise(self) -> float:
         """Run-to-run noise of whole runs: the median departure from 1 of each arm's
         consecutive runs' ratios (its own A/A; whole runs vary far less than short trials)."""
-        judged = (self._runs(self.baseline_runs_s, self.baseline_pace_ms),
-                  self._runs(self.tuned_runs_s, self.tuned_pace_ms))
-        drift = [abs(later / earlier - 1.0) for runs in judged for earlier, later in zip(runs, runs[1:]) if earlier > 0]
+        drift = [abs(later / earlier - 1.0) for runs in self.judged_runs_s
+                 for earlier, later in zip(runs, runs[1:]) if earlier > 0]
         return statistics.median(drift) if drift else 0.0
 
     def faster(self, min_gain: float) -> bool:
@@ -265,7 +272,7 @@ def _capped_limit(result: "EndToEnd", plan: VerifyPlan) -> float:
     longer than what the check's budget has left (at least a second)."""
     limit = CAPPED_RUN_SLACK * plan.run_limit_s
     if plan.budget_s:
-        left = plan.budget_s - sum(result.baseline_runs_s) - sum(result.tuned_runs_s)
+        left = plan.budget_s - result.spent_s
         limit = min(limit, max(left, 1.0))
     return limit
 
@@ -297,7 +304,9 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
             paces = result.baseline_pace_ms if name == "baseline" else result.tuned_pace_ms
             recorded = journal.get(key) if journal is not None else None
             if recorded is not None:
-                paces.extend([p for p in [journal.pace(key)] if p is not None])  # type: ignore[union-attr]
+                recorded_pace = journal.pace(key)  # type: ignore[union-attr]
+                if recorded_pace is not None:
+                    paces.append(recorded_pace)
                 return recorded
             pace = None
             try:
@@ -319,9 +328,8 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
             if result.steps is None and result.pairs < plan.pairs and not result.out_of_time:
                 # A whole run took too long: every run stops after the same steps instead, in
                 # what the check has left after the whole runs (the one cut took its limit).
-                spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s) + plan.run_limit_s
                 if plan.budget_s:
-                    plan = replace(plan, budget_s=max(plan.budget_s - spent, 1e-3))
+                    plan = replace(plan, budget_s=max(plan.budget_s - result.spent_s - plan.run_limit_s, 1e-3))
                 result.steps = plan.fallback_steps
                 for runs in (result.baseline_runs_s, result.tuned_runs_s, result.baseline_pace_ms,
                              result.tuned_pace_ms):
@@ -353,7 +361,7 @@ def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], f
     None (a whole run too long), and, with ``budget_s``, before a pair that would not fit
     in it at the pace of the pairs so far (``result.out_of_time``)."""
     for pair in range(start, pairs):
-        spent = sum(result.baseline_runs_s) + sum(result.tuned_runs_s)
+        spent = result.spent_s
         if budget_s and result.pairs and spent + spent / result.pairs > budget_s:
             result.out_of_time = True
             return
