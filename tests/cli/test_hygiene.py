@@ -131,6 +131,19 @@ def test_tune_on_a_hung_script_ends_with_the_stall_not_a_wait(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_diagnosis_cut_by_the_budget_is_not_called_a_failed_baseline(tmp_path):
+    # The same hung script with a stall timeout longer than the budget: the budget ends the
+    # diagnosis, and the script did not fail (the stall test above is the twin that did).
+    proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--budget", "10", "--stall-timeout", "300",
+                           "--out", str(tmp_path / "tune"), "--config", str(tmp_path / "torchboost.toml"),
+                           "--", "python", HANG, "sleep"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "the diagnosis did not finish within --budget 10 s" in proc.stderr
+    assert "larger --budget" in proc.stderr and "baseline run failed" not in proc.stderr
+    assert not _left(HANG)
+
+
+@pytest.mark.slow
 def test_tune_shows_the_scripts_traceback_when_the_baseline_crashes(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text("import torch\n\n\ndef load():\n    raise ValueError('my bug')\n\n\nload()\n")

@@ -90,3 +90,31 @@ def test_doctor_counts_the_step_and_its_mfu_is_a_share_of_the_measured_peak(tmp_
     ridge = headroom["peak_flops_per_s"] / headroom["machine"]["bandwidth_bytes_per_s"]
     assert all(op["intensity"] > ridge for op in matmuls)
     assert 'id="plot-roofline"' in (out / "report.html").read_text()
+
+
+def _attention_step(counter) -> None:
+    q, k, v = (torch.randn(2, 4, 32, 16, requires_grad=True) for _ in range(3))
+    counter.start()
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    counter.stop()
+
+
+def test_cpu_attention_counts_the_sdpa_formulas_forward_and_backward():
+    from torchboost.observe.flop_count import StepFlops
+
+    counter = StepFlops()
+    _attention_step(counter)
+    forward = 4 * 2 * 4 * 32 * 32 * 16  # two matmuls: q @ k^T and p @ v
+    assert counter.error is None
+    assert counter.by_op["aten._scaled_dot_product_flash_attention_for_cpu"] == forward
+    assert counter.by_op["aten._scaled_dot_product_flash_attention_for_cpu_backward"] == forward * 5 // 2
+    assert counter.flops == forward * 7 // 2
+
+
+def test_twin_torchs_counter_alone_counts_no_cpu_attention(monkeypatch):
+    from torchboost.observe import flop_count
+
+    monkeypatch.setattr(flop_count, "cpu_attention_formulas", dict)
+    counter = flop_count.StepFlops()
+    _attention_step(counter)
+    assert counter.flops == 0  # what the doctor reported for a CPU transformer's attention

@@ -156,6 +156,18 @@ def test_a_trial_far_slower_than_its_bound_stops_after_five_steps(tmp_path):
     assert len(rec.steps) == 5 and rec.stopped_slow and rec.facts().stopped_slow
 
 
+def test_one_recompile_among_the_first_steps_does_not_stop_a_trial(tmp_path):
+    # A compiled candidate's first recorded steps: a recompile (200 ms) then its pace (10 ms).
+    # Their mean (48 ms) is over the 20 ms bound, their median is not.
+    rec, clock = _recorder(tmp_path, steps=8, warmup=1, stop_slower_than_ms=20.0)
+    _step(rec, clock)  # warm-up
+    _step(rec, clock, fwd_ms=192.0)
+    with pytest.raises(StopObserving):
+        for _ in range(20):
+            _step(rec, clock)
+    assert len(rec.steps) == 8 and not rec.stopped_slow
+
+
 def test_a_trial_within_its_bound_runs_all_its_steps(tmp_path):
     rec, clock = _recorder(tmp_path, steps=8, warmup=1, stop_slower_than_ms=50.0)
     with pytest.raises(StopObserving):

@@ -126,6 +126,19 @@ def test_an_open_verdict_gets_more_pairs_while_the_budget_allows(budget_s, pairs
     assert result.faster(0.03) is (pairs == 5)
 
 
+@pytest.mark.parametrize("tuned, pairs", [([7.0, 8.0, 9.0, 8.0, 8.0], 5), ([7.9, 8.0, 8.1, 8.0, 8.0], 3)])
+def test_a_kept_claim_wider_than_ten_percent_gets_more_pairs(tuned, pairs):
+    # 7, 8, 9 s against 10: kept (its lower end 1.11x clears the gate) but the interval
+    # 1.11-1.43 reaches 14% over the claim 1.25x: two more pairs. Twin: 7.9-8.1 s is precise.
+    run_one, _ = _fake_runs({"baseline": [10.0] * 5, "tuned": tuned})
+    result = EndToEnd()
+    plan = VerifyPlan(pairs=3, steps=None, run_limit_s=100.0, fallback_steps=10, budget_s=1000.0, max_pairs=5)
+    _measure_pairs(result, plan.pairs, run_one, None)
+    assert result.faster(0.03) and result.imprecise() is (pairs == 5)
+    _more_pairs(result, plan, run_one, None, 0.03)
+    assert result.pairs == pairs
+
+
 def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path):
     script = tmp_path / "probe.py"
     log = tmp_path / "log.txt"

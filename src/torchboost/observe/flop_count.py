@@ -8,7 +8,10 @@ Python dispatch mode) is in no figure. A failure is kept in :attr:`StepFlops.err
 the script's run goes on.
 
 The counter knows the ops that carry a model's arithmetic (matmuls, convolutions,
-attention); elementwise ops count nothing, which is how MFU is defined. A compiled
+attention); elementwise ops count nothing, which is how MFU is defined. Its attention
+formulas cover the CUDA kernels; the CPU's flash attention (what
+``F.scaled_dot_product_attention`` runs on a CPU) is given the same formulas here
+(:func:`cpu_attention_formulas`), else a CPU transformer's attention would count nothing. A compiled
 region's kernels are not aten ops and are not counted: :attr:`StepFlops.note` says so.
 The same step's bytes per op (:mod:`torchboost.observe.byte_count`) are counted with them,
 for the roofline of the hottest operators.
@@ -18,12 +21,33 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["StepFlops", "TOP_BYTE_OPS", "TOP_FLOP_OPS"]
+__all__ = ["StepFlops", "TOP_BYTE_OPS", "TOP_FLOP_OPS", "cpu_attention_formulas"]
 
 TOP_FLOP_OPS = 8
 """Ops kept in ``flops_by_op``, by FLOPs."""
 TOP_BYTE_OPS = 32
 """Ops kept in ``bytes_by_op``, by bytes."""
+
+
+def cpu_attention_formulas() -> dict[Any, Any]:
+    """FLOP formulas for the CPU flash attention and its backward, torch's own for SDPA:
+    4·b·h·s_q·s_k·d forward (two matmuls), 2.5 times that backward. Causal masks count in
+    full, as torch counts its CUDA kernels. Empty when this torch has no such op."""
+    import torch
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    aten = torch.ops.aten
+    if not hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward"):
+        return {}
+
+    def forward(query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad: Any, query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
+        return sdpa_backward_flop_count(grad, query, key, value)
+
+    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
 
 
 class StepFlops:
@@ -55,7 +79,7 @@ class StepFlops:
 
             from torchboost.observe.byte_count import ByteCounterMode
 
-            mode = FlopCounterMode(display=False)
+            mode = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
             mode.__enter__()
             self._mode = mode
             self._bytes = ByteCounterMode().__enter__()

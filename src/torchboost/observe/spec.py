@@ -62,8 +62,8 @@ class ObserveSpec:
     tens of milliseconds with its fsync; facts are also written when recording ends and
     when the script exits or crashes)."""
     stop_slower_than_ms: float | None = None
-    """A tuning trial's bound: once ``SLOW_CHECK_STEPS`` steps are recorded, a mean step time
-    above this stops the script (a candidate already far slower than the incumbent)."""
+    """A tuning trial's bound: once ``SLOW_CHECK_STEPS`` steps are recorded, a median step
+    time above this stops the script (a candidate already far slower than the incumbent)."""
     stall_timeout_s: float | None = 60.0
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""

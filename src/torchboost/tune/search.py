@@ -237,7 +237,7 @@ class _Search:
             peak = result.peak_memory_bytes
             if result.ok and result.stopped_early:
                 self.record(lever, change, Status.SLOWER,
-                            f"stopped after {len(result.step_ms)} steps: {result.ms_per_step:.1f} ms/step, over "
+                            f"stopped after {len(result.step_ms)} steps: median {result.median_step_ms:.1f} ms/step, over "
                             f"{self.options.early_stop:g}x the {self.incumbent_ms:.1f} ms of the configuration kept so far",
                             ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)

@@ -233,17 +233,19 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
                             out_dir=doctor_dir, echo=False, timeout_s=options.budget_s,
                             stall_timeout_s=options.stall_timeout_s)
     facts = observed.facts
-    if observed.timed_out:
-        why = f"the diagnosis did not finish within --budget {options.budget_s:.0f} s"
+    if observed.timed_out:  # the script did not fail: the budget ended it
+        why = (f"the diagnosis did not finish within --budget {options.budget_s:.0f} s (the script's start-up, "
+               f"{options.warmup} warm-up steps and the observed steps): give tune a larger --budget")
     elif facts is None or not facts.steps or observed.exit_code != 0:
-        why = failure_words(facts, observed.exit_code, observed.stderr_tail, "no training step completed")
+        why = "the baseline run failed: " + failure_words(facts, observed.exit_code, observed.stderr_tail,
+                                                          "no training step completed")
     else:
         return facts, None
     return facts, TrialResult(settings=Overlay(), ok=False, error=why, traceback=last_traceback(observed.stderr_tail))
 
 
 def _failed_run(facts: Facts | None, baseline: TrialResult, base: BoostConfig) -> TuneRun:
-    error = f"the baseline run failed: {baseline.error}"
+    error = baseline.error
     outcome = TuneOutcome(baseline=baseline, settings=Overlay(), waterfall=[], decisions=[], trials_run=0,
                           elapsed_s=0.0, error=error)
     return TuneRun(facts=facts, findings=[], outcome=outcome, config=base, run_steps=None, reused_trials=0, base=base)

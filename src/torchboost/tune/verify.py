@@ -163,6 +163,14 @@ class EndToEnd:
         return (self.error is None and bool(self.ratios) and statistics.median(self.ratios) < 1.0 - min_gain
                 and not self.faster(min_gain))
 
+    def imprecise(self) -> bool:
+        """The interval reaches farther than :data:`CLAIM_PRECISION` from the claim on either
+        side: what the user re-measures may differ from the claim by more than that, and
+        more pairs would narrow it."""
+        interval, claim = self.interval, self.speedup
+        return (self.error is None and interval is not None and claim is not None
+                and (interval[0] < claim / (1 + CLAIM_PRECISION) or interval[1] > claim * (1 + CLAIM_PRECISION)))
+
     @property
     def noise(self) -> float:
         """Run-to-run noise of whole runs: the median departure from 1 of each arm's
@@ -204,7 +212,11 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
 
 
 EXTRA_PAIRS = 2
-"""Pairs the check may add, within its budget, when the first leave the verdict open."""
+"""Pairs the check may add, within its budget, when the first leave the verdict open or
+the claim imprecise."""
+CLAIM_PRECISION = 0.10
+"""How close to the claim a user's own re-measure should come; an interval wider than
+this on either side gets more pairs while the budget allows."""
 
 
 def users_own_command(command: Sequence[str]) -> list[str]:
@@ -345,9 +357,14 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
 
 def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int], float | None],
                 on_run: Callable[[str, int], None] | None, min_gain: float) -> None:
-    """While the verdict is open and another pair fits the budget (at the pace so far), one more."""
+    """While the verdict is open, or the claim kept imprecise, and another pair fits the
+    budget (at the pace so far), one more."""
     short = result.out_of_time  # an extra pair that does not fit leaves the planned ones complete
-    while plan.budget_s and result.pairs and result.undecided(min_gain) and result.pairs < plan.max_pairs:
+
+    def open_or_imprecise() -> bool:
+        return result.undecided(min_gain) or (result.faster(min_gain) and result.imprecise())
+
+    while plan.budget_s and result.pairs and open_or_imprecise() and result.pairs < plan.max_pairs:
         before = result.pairs
         _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs, budget_s=plan.budget_s)
         if result.pairs == before:  # it did not fit, or a run was too long
