@@ -267,6 +267,33 @@ def test_failed_baseline_still_writes_a_report(tmp_path):
     assert "Not tuned" in out and "[red]boom[/red]" in out and "was not written" in out
 
 
+def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_path):
+    import dataclasses
+
+    from torchboost.tune.verify import EndToEnd
+
+    searched = mixed_run()  # the search kept 62 ms/step against 84
+    e2e = EndToEnd(baseline_runs_s=[9.9, 9.8, 10.0], tuned_runs_s=[10.0, 9.9, 10.1])
+    rejected = dataclasses.replace(searched, config=settings_to_config({}), end_to_end=e2e,
+                                   verdict="not kept: end to end the tuned configuration took 10.0 s")
+    config_path = _config_file(tmp_path, rejected)
+    paths = write_tune_report(tune_summary(rejected, config_path=config_path), tmp_path / "tune")
+    out = _terminal(rejected, paths, config_path)
+    assert "After: the same" in out and "After: 62.0" not in out
+    assert "the search's pick ran 62.0 ms/step in its trials, 1.35x; it did not hold end to end" in out
+    md = paths["md"].read_text(encoding="utf-8")
+    assert "after: the same, nothing was kept; the search's pick ran 62.0 ms/step" in md and "after 62.0" not in md
+    # Twin: the same search confirmed end to end shows its figures as the after.
+    kept = _terminal(searched, *_paths_of(searched, tmp_path / "kept"))
+    assert "After: 62.0 ms/step" in kept and "After: the same" not in kept
+
+
+def _paths_of(run: TuneRun, folder):
+    folder.mkdir()
+    config_path = _config_file(folder, run)
+    return write_tune_report(tune_summary(run, config_path=config_path), folder / "tune"), config_path
+
+
 def test_kept_and_incorrect_reduced_precision_are_said():
     close = [x * 1.005 for x in BASE_LOSSES]
     faster = _tune_run(FakeScript(factors={("precision.mode", "bf16"): 0.6}, losses={("precision.mode", "bf16"): close},

@@ -48,9 +48,12 @@ def before_after(report: dict[str, Any]) -> str:
         rate = f" ({part['samples_per_s']:.0f} samples/s)" if part["samples_per_s"] else ""
         return f"{fmt.ms(part['ms_per_step'])}/step{rate}"
 
-    gain = "no faster: nothing was kept" if report["status"] == "unchanged" else f"{words.times(report['speedup'])} faster"
     verdict = f" ({report['verdict']})" if report.get("verdict") else ""
-    return f"before {side(report['before'])}, after {side(report['after'])}: {gain}{verdict}"
+    if report["status"] == "unchanged":  # nothing written: the user's step stays as it was
+        pick = (f"; the search's pick ran {side(report['after'])} in its trials, "
+                f"{words.times(report['search_speedup'])}" if (report.get("search_speedup") or 1.0) > 1.0 else "")
+        return f"before {side(report['before'])}, after: the same, nothing was kept{pick}{verdict}"
+    return f"before {side(report['before'])}, after {side(report['after'])}: {words.times(report['speedup'])} faster{verdict}"
 
 
 def _waterfall(report: dict[str, Any]) -> list[str]:

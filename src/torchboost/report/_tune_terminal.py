@@ -47,10 +47,24 @@ def _headline(report: dict[str, Any]) -> Text:
             f" end to end{projected}   ", gain, (f"   (per step: {fmt.ms(before['ms_per_step'])} → "
                                     f"{fmt.ms(after['ms_per_step'])}, {words.times(report['search_speedup'])})", "dim"),
         )
+    if report["status"] == "unchanged":
+        return _unchanged_headline(report, gain)
     return Text.assemble(
         ("Before: ", "bold"), f"{fmt.ms(before['ms_per_step'])}/step{_rate(before)}",
         ("  →  After: ", "bold"), f"{fmt.ms(after['ms_per_step'])}/step{_rate(after)}", "   ", gain,
     )
+
+
+def _unchanged_headline(report: dict[str, Any], gain: tuple[str, str]) -> Text:
+    """Nothing written: what the user gets is their step as it was. A pick of the search's
+    that the end-to-end check did not confirm is named as such, never as the "After"."""
+    before, after = report["before"], report["after"]
+    text = Text.assemble(("Before: ", "bold"), f"{fmt.ms(before['ms_per_step'])}/step{_rate(before)}",
+                         ("  →  After: ", "bold"), "the same", "   ", gain)
+    if (report.get("search_speedup") or 1.0) > 1.0 and report.get("end_to_end"):
+        text.append(f"   (the search's pick ran {fmt.ms(after['ms_per_step'])}/step in its trials, "
+                    f"{words.times(report['search_speedup'])}; it did not hold end to end)", style="dim")
+    return text
 
 
 _STATUS_WIDTH = max(len(status) for status in _STATUS_STYLES)
