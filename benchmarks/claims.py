@@ -100,7 +100,7 @@ def claim_vs_remeasure(name: str, budget: float, pairs: int, work: Path) -> dict
     return {
         "target": name, "status": report["status"], "settings": report["settings"],
         "claim": report["speedup"], "search_speedup": report["search_speedup"],
-        "claim_steps": e2e.get("steps"), "noise": report["noise"]["floor"], "warnings": report["warnings"],
+        "claim_steps": e2e.get("steps"), "claim_pairs": e2e.get("pairs"), "noise": report["noise"]["floor"], "warnings": report["warnings"],
         "remeasured": remeasured, "plain_s": base_s, "run_s": run_s, "tune_s": tuned["tune_s"],
         "claim_over_remeasured": report["speedup"] / remeasured, "interval": interval,
         "inside_interval": None if not interval else interval[0] <= remeasured <= interval[1],
@@ -109,7 +109,8 @@ def claim_vs_remeasure(name: str, budget: float, pairs: int, work: Path) -> dict
 
 
 def _row_words(row: dict) -> str:
-    interval = (f"{row['interval'][0]:.3f}-{row['interval'][1]:.3f}" if row["interval"] else "none")
+    interval = (f"{row['interval'][0]:.3f}-{row['interval'][1]:.3f}, {row['claim_pairs']} pairs"
+                if row["interval"] else "none")
     inside = {None: "n/a", True: "yes", False: "NO"}[row["inside_interval"]]
     return (f"{row['target']:7} {row['status']:9} claim {row['claim']:.3f} [{interval}]  re-measured "
             f"{row['remeasured']:.3f}  inside {inside}  within 10% {'yes' if row['within_10pct'] else 'NO'}  "

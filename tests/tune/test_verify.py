@@ -78,8 +78,9 @@ def test_a_memory_lever_kept_to_fit_survives_a_slower_end_to_end_check_and_says_
 def test_the_claim_comes_with_its_interval_and_the_lower_end_decides():
     steady = EndToEnd(baseline_runs_s=[10.0, 10.0, 10.0], tuned_runs_s=[8.0, 8.2, 7.9])
     low, high = steady.interval
-    assert (low, high) == pytest.approx((10 / 8.2, 10 / 7.9))
-    assert steady.words() == "1.25x (1.22-1.27, 3 pairs)"
+    # the slower pair, 2.5% under the median, sets both sides (the faster one is 1.3% over)
+    assert (low, high) == pytest.approx((10 / 8.2, 1.25 * 1.25 / (10 / 8.2)))
+    assert steady.words() == "1.25x (1.22-1.28, 3 pairs)"
     assert steady.to_dict()["interval"] == pytest.approx([low, high])
     assert steady.faster(0.03) and not steady.undecided(0.03)
     # Twin: the same median, but one pair no faster: the lower end does not clear the gate.
@@ -90,7 +91,7 @@ def test_the_claim_comes_with_its_interval_and_the_lower_end_decides():
 
 def test_from_five_pairs_the_most_extreme_pair_on_each_side_is_left_out():
     e2e = EndToEnd(baseline_runs_s=[10.0] * 5, tuned_runs_s=[8.0, 8.1, 7.9, 12.0, 5.0])
-    assert e2e.interval == pytest.approx((10 / 8.1, 10 / 7.9))
+    assert e2e.interval == pytest.approx((1.25 * 1.25 / (10 / 7.9), 10 / 7.9))  # not 12 s nor 5 s
     assert e2e.faster(0.03)
     four = EndToEnd(baseline_runs_s=[10.0] * 4, tuned_runs_s=[8.0, 8.1, 7.9, 12.0])  # twin: nothing left out
     assert four.interval[0] == pytest.approx(10 / 12.0) and not four.faster(0.03)
@@ -242,6 +243,18 @@ def test_a_check_that_finished_no_pair_says_so_and_keeps_nothing():
     none = EndToEnd(baseline_runs_s=[10.0], steps=100, planned_steps=5000, baseline_pace_ms=[80.0], out_of_time=True)
     kept, why = end_to_end_verdict(Overlay({"cpu.threads": 1}), [], none, 0.03)
     assert not kept and "finished no pair of runs of 100 steps" in why
+
+
+def test_a_one_sided_interval_reaches_as_far_on_the_other_side():
+    # Pairs 1.15, 1.28, 1.29: the median's upper side is 1% away, its lower 10%; the next
+    # pairs may fall either way, so the upper end is set 10% above too.
+    e2e = EndToEnd(baseline_runs_s=[11.5, 12.8, 12.9], tuned_runs_s=[10.0] * 3)
+    low, high = e2e.interval
+    assert low == pytest.approx(1.15) and high == pytest.approx(1.28 * 1.28 / 1.15)
+    assert high > 1.33  # where the independent re-measure fell
+    # twin: pairs spread evenly keep their own ends
+    even = EndToEnd(baseline_runs_s=[11.5, 12.8, 12.8 * 12.8 / 11.5], tuned_runs_s=[10.0] * 3)
+    assert even.interval == pytest.approx((1.15, 12.8 * 12.8 / 11.5 / 10))
 
 
 def test_pairs_that_agree_on_a_noisy_machine_still_get_an_interval_as_wide_as_the_runs_noise():
