@@ -283,9 +283,13 @@ def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_pa
     assert "the search's pick ran 62.0 ms/step in its trials, 1.35x; it did not hold end to end" in out
     md = paths["md"].read_text(encoding="utf-8")
     assert "after: the same, nothing was kept; the search's pick ran 62.0 ms/step" in md and "after 62.0" not in md
+    # Nothing written, nothing to run it under: `torchboost run` would only add its start-up.
+    assert "use it: nothing changed: run your script as you did before" in out and "use it: torchboost run" not in out
+    assert "Use it: nothing changed" in md
     # Twin: the same search confirmed end to end shows its figures as the after.
     kept = _terminal(searched, *_paths_of(searched, tmp_path / "kept"))
     assert "After: 62.0 ms/step" in kept and "After: the same" not in kept
+    assert "use it: torchboost run -- python train.py" in kept
 
 
 def _paths_of(run: TuneRun, folder):

@@ -111,7 +111,9 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
         lines.append("Not written: the baseline did not run.")
     else:
         where = f"Written to `{_cell(config['path'])}`" if config["path"] else "The tuned configuration"
-        lines += [f"{where}. Use it: `{_cell(report['next_step']['text'])}`", "",
+        use = ("nothing changed: run your script as you did before" if not report["settings"]
+               else f"`{_cell(report['next_step']['text'])}`")
+        lines += [f"{where}. Use it: {use}", "",
                   _fence(config["toml"].rstrip("\n"), "toml")]
     lines += ["", "## Notes", ""]
     lines += [f"- {_text(n)}" for n in report["notes"]]
