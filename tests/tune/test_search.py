@@ -405,6 +405,24 @@ def test_a_pair_run_on_a_busy_machine_is_measured_again():
     assert outcome.settings == {"optimizer.implementation": "fused"}
 
 
+@pytest.mark.parametrize("load, warned", [(50.0, True), (10.0, False)])
+def test_a_machine_busy_throughout_is_said_though_no_pair_stands_out(load, warned):
+    # Another process took half the machine in every trial, the baseline's too (a 2-thread
+    # matmul loop beside the vision workload: 1269 ms a step): no pair is busier than the
+    # baseline, so only this says it. Twin: a little load is not worth a word.
+    class Busy(FakeScript):
+        def __call__(self, settings, repeat):
+            result = super().__call__(settings, repeat)
+            result.load_pct = load
+            return result
+
+    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, has_loader=False), Busy(),
+                         SearchOptions())
+    said = [w for w in outcome.warnings if "while the baseline ran" in w]
+    assert bool(said) is warned
+    assert not warned or f"used {load:.0f}% of the machine" in said[0]
+
+
 def test_bf16_is_skipped_when_the_probe_shows_its_matmul_far_slower():
     slow = TuneContext(device="cpu", cpu_cores=2, cpu_bf16_speedup=0.01)
     script = FakeScript()

@@ -109,6 +109,10 @@ class _Search:
                 f"the baseline measured against itself varied by {self.noise:.0%} (A/A ratios "
                 f"{', '.join(f'{r:.3f}' for r in self.aa_ratios)}): the machine is too noisy for "
                 "these verdicts to be reliable; tune again on a quieter machine")
+        if self.baseline.load_pct > self.options.busy_pct:  # busy throughout: no pair stands out
+            self.warnings.append(f"other processes used {self.baseline.load_pct:.0f}% of the machine while the "
+                                 "baseline ran: every figure here was measured beside them, and a setting's "
+                                 "gain may differ without them; tune again when they are done")
 
     def outcome(self, error: str | None) -> TuneOutcome:
         if error is not None:
