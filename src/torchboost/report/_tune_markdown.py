@@ -111,7 +111,7 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
         lines.append("Not written: the baseline did not run.")
     else:
         where = f"Written to `{_cell(config['path'])}`" if config["path"] else "The tuned configuration"
-        use = ("nothing changed: run your script as you did before" if not report["settings"]
+        use = (words.NOTHING_TO_USE if not report["settings"]
                else f"`{_cell(report['next_step']['text'])}`")
         lines += [f"{where}. Use it: {use}", "",
                   _fence(config["toml"].rstrip("\n"), "toml")]

@@ -120,9 +120,6 @@ def _print_context(report: dict[str, Any], console: Console) -> None:
         console.print(Text(f"• {note}"))
 
 
-NOTHING_TO_USE = "nothing changed: run your script as you did before"
-
-
 def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path]) -> None:
     for kind, path in paths.items():
         console.print(Text.assemble((f"{kind:>5}: ", "bold"), str(path)))
@@ -134,7 +131,7 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
     console.print(Text.assemble(("torchboost.toml: ", "bold"), str(config["path"] or "(not written)")))
     console.print(Text(f"  it changes: {changes}"))
     if not report["settings"]:  # `torchboost run` would apply nothing new and cost its start-up
-        console.print(Text(f"  use it: {NOTHING_TO_USE}", style="dim"))
+        console.print(Text(f"  use it: {words.NOTHING_TO_USE}", style="dim"))
         return
     console.print(Text(f"  use it: {report['next_step']['text']}", style="dim"))
 

@@ -14,6 +14,8 @@ from torchboost._units import bytes_text
 
 _SAME_SPEED = 0.005
 """Ratios within this of 1 read as "the same speed"."""
+NOTHING_TO_USE = "nothing changed: run your script as you did before"
+"""The next step when tune wrote nothing: `torchboost run` would apply nothing and cost its start-up."""
 
 
 def times(x: float) -> str:
