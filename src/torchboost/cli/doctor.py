@@ -23,7 +23,8 @@ from rich.console import Console
 from torchboost.diagnose import Facts, diagnose
 from torchboost.diagnose.headroom import Headroom, cap_findings, headroom_of
 from torchboost.limits import machine_limits
-from torchboost.report.limits_text import busy_words
+from torchboost.env import LoadMeter
+from torchboost.report.limits_text import busy_words, shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.no_stdin import stdin_words
 from torchboost.observe.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_out_dir(args.out)
         check_seconds(args.stall_timeout, "--stall-timeout")
-        observed = _observe(args, err)
+        with LoadMeter() as load:  # what a neighbour took from the run's figures
+            observed = _observe(args, err)
     except UsageError as exc:
         print(f"torchboost doctor: error: {exc}", file=sys.stderr)
         return 2
@@ -70,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if facts is None or not facts.steps:
         _explain_no_steps(observed, err)
         return observed.exit_code or 1
-    headroom = _headroom(facts, err)
+    shared = shared_run_words(load.pct)
+    if shared is not None:
+        err.print(f"torchboost doctor: {shared}.", highlight=False)
+    headroom = _headroom(facts, err, shared)
     findings = cap_findings(diagnose(facts), headroom)
     paths = write_doctor_report(facts, findings, observed.out_dir, observed.ranks, headroom)
     if args.json:
@@ -81,15 +86,17 @@ def run(args: argparse.Namespace) -> int:
     return observed.exit_code
 
 
-def _headroom(facts: Facts, err: Console) -> Headroom | None:
+def _headroom(facts: Facts, err: Console, shared: str | None = None) -> Headroom | None:
     """The step against this machine's measured peak: the probe's cached figures, measured
     (a few seconds, after the script has ended) when absent or when the cached probe ran on
-    a busy machine (the best of both is kept); None when it fails."""
+    a busy machine (the best of both is kept); None when it fails. ``shared``: the note that
+    the run itself shared the machine."""
     device = "cuda" if facts.model is not None and facts.model.device.startswith("cuda") else "cpu"
     try:
         with err.status("measuring this machine's matmul peak (once per machine)..."):
             limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None, refresh_busy=True)
-        return headroom_of(facts, limits, busy_words(limits))
+        notes = [words for words in (shared, busy_words(limits)) if words]
+        return headroom_of(facts, limits, "; ".join(notes) or None)
     except Exception as exc:  # noqa: BLE001 - the report is written without it
         err.print(f"torchboost doctor: the machine's limits could not be measured ({type(exc).__name__}: {exc}); "
                   "the report has no headroom.", highlight=False)

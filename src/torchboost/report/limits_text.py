@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchboost.limits.machine import MachineLimits
 
-__all__ = ["busy_words", "flops_text", "limits_lines"]
+__all__ = ["SHARED_PCT", "busy_words", "flops_text", "limits_lines", "shared_run_words"]
 
 
 def flops_text(value: float | None, unit: str = "FLOP/s") -> str:
@@ -26,6 +26,21 @@ def busy_words(limits: MachineLimits) -> str | None:
     return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of the CPU time of its {threads}, "
             "so its peaks are below the machine's; measured again at the next doctor run, or now with "
             "torchboost probe --refresh (the best of every probe is kept)")
+
+
+SHARED_PCT = 25.0
+"""Other processes' CPU use (percent of the machine) during an observed run above which the
+report says the run shared the machine (tune's busy-pair check uses the same 25%)."""
+
+
+def shared_run_words(load_pct: float) -> str | None:
+    """A warning when other processes took more than :data:`SHARED_PCT` of the machine while
+    the script ran; None otherwise."""
+    if load_pct <= SHARED_PCT:
+        return None
+    return (f"busy machine: other processes used {load_pct:.0f}% of its CPU while the script ran, so its "
+            "steps ran slower than they would alone and the share of the peak above is of a shared "
+            "machine; run the doctor again when they are done")
 
 
 def limits_lines(limits: MachineLimits) -> list[str]:
