@@ -39,8 +39,8 @@ def shared_run_words(load_pct: float) -> str | None:
     if load_pct <= SHARED_PCT:
         return None
     return (f"busy machine: other processes used {load_pct:.0f}% of its CPU while the script ran, so its "
-            "steps ran slower than they would alone and the share of the peak above is of a shared "
-            "machine; run the doctor again when they are done")
+            "steps ran slower than they would alone and this report's share of the peak is of a "
+            "shared machine; run the doctor again when they are done")
 
 
 def limits_lines(limits: MachineLimits) -> list[str]:
