@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import psutil
 import torch
 
-__all__ = ["Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
+__all__ = ["BUSY_PCT", "Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
            "world_size", "is_torchrun_rank"]
 
 DIST_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -260,6 +260,11 @@ def _own_cpu_s() -> float:
     # This process and its children that have ended (a trial's script and its workers).
     cpu = own.cpu_times()
     return cpu.user + cpu.system + cpu.children_user + cpu.children_system
+
+
+BUSY_PCT = 25.0
+"""Other processes' CPU use, percent of the machine, above which a measurement is said to
+have shared it: tune's trials and the doctor's run (see :class:`LoadMeter`)."""
 
 
 class LoadMeter:

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from torchboost.cli import main
-from torchboost.report.limits_text import SHARED_PCT, shared_run_words
+from torchboost.env import BUSY_PCT
+from torchboost.report.limits_text import shared_run_words
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "linear_flops.py"
 
 
 def test_the_words_appear_only_above_the_threshold():
-    assert shared_run_words(SHARED_PCT) is None and shared_run_words(10.0) is None
+    assert shared_run_words(BUSY_PCT) is None and shared_run_words(10.0) is None
     assert "other processes used 60% of its CPU" in shared_run_words(60.0)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from torchboost.env import BUSY_PCT
 from torchboost.limits.machine import MachineLimits
 
-__all__ = ["SHARED_PCT", "busy_words", "flops_text", "limits_lines", "shared_run_words"]
+__all__ = ["busy_words", "flops_text", "limits_lines", "shared_run_words"]
 
 
 def flops_text(value: float | None, unit: str = "FLOP/s") -> str:
@@ -28,15 +29,10 @@ def busy_words(limits: MachineLimits) -> str | None:
             "torchboost probe --refresh (the best of every probe is kept)")
 
 
-SHARED_PCT = 25.0
-"""Other processes' CPU use (percent of the machine) during an observed run above which the
-report says the run shared the machine (tune's busy-pair check uses the same 25%)."""
-
-
 def shared_run_words(load_pct: float) -> str | None:
-    """A warning when other processes took more than :data:`SHARED_PCT` of the machine while
+    """A warning when other processes took more than :data:`~torchboost.env.BUSY_PCT` of the machine while
     the script ran; None otherwise."""
-    if load_pct <= SHARED_PCT:
+    if load_pct <= BUSY_PCT:
         return None
     return (f"busy machine: other processes used {load_pct:.0f}% of its CPU while the script ran, so its "
             "steps ran slower than they would alone and this report's share of the peak is of a "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchboost.env import BUSY_PCT
+
 __all__ = ["SearchOptions"]
 
 
@@ -39,6 +41,6 @@ class SearchOptions:
     early_stop: float = 2.0
     """A screened candidate whose first steps are this many times slower than the incumbent's
     stops early and is recorded as slower (when the measure can stop a trial)."""
-    busy_pct: float = 25.0
+    busy_pct: float = BUSY_PCT
     """Other processes' CPU load (percent of the machine) above the baseline's by more than
     this during a pair: the pair is measured again, and the decision says so if it stays."""
