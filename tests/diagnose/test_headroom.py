@@ -26,7 +26,9 @@ def test_mfu_is_the_steps_flops_per_second_over_the_dtypes_peak():
     assert h.achieved_flops_per_s == pytest.approx(1e10)
     assert (h.dtype, h.peak_flops_per_s) == ("fp32", 5.0e10)
     assert h.mfu_pct == pytest.approx(20.0) and h.best_speedup == pytest.approx(5.0)
-    assert h.line.startswith("This step runs at 20% of this machine's fp32 matmul peak; at most 5.0x is left")
+    assert h.line.startswith("This step runs at 20% of this machine's fp32 matmul peak; its bf16 peak is 4.0x higher")
+    assert headroom_of(_facts(flops=1e9), FP32_ONLY).line.startswith(
+        "This step runs at 20% of this machine's fp32 matmul peak; at most 5.0x is left")
 
 
 def test_twin_an_autocast_bf16_step_is_measured_against_the_bf16_peak():
@@ -89,3 +91,41 @@ def test_a_data_bound_line_gives_the_replay_probes_measurement_and_a_tiny_mfu_it
     assert h.bound == "data" and "fed batches from memory, with no loader work, it ran 4.0x faster" in h.why
     assert h.line.startswith("This step runs at 0.02% of this machine's fp32 matmul peak")
     assert "fed batches from memory" not in headroom_of(_facts(data_ms=60.0), LIMITS).why  # the twin: no replay
+
+
+FP32_ONLY = MachineLimits(key="k", device="cpu", name="Example CPU", threads=2,
+                          matmul=[MatmulRate("fp32", 1024, 4.0e10), MatmulRate("fp32", 2048, 5.0e10)])
+
+
+def test_the_headline_names_a_faster_dtype_and_what_it_leaves():
+    h = headroom_of(_facts(flops=4e9), LIMITS)  # 40 GFLOP/s: 80% of fp32's 50, 20% of bf16's 200
+    assert h.faster_dtype == "bf16" and h.best_speedup_in("bf16") == pytest.approx(5.0)
+    assert h.line.startswith("This step runs at 80% of this machine's fp32 matmul peak; its bf16 peak is 4.0x "
+                             "higher: 1.2x is left in fp32 compute, up to 5.0x in bf16.")
+    assert "at most 1.2x" not in h.line
+
+
+def test_twin_with_fp32_alone_the_headline_is_the_fp32_one():
+    h = headroom_of(_facts(flops=4e9), FP32_ONLY)
+    assert h.faster_dtype is None and h.best_speedup_in("bf16") == pytest.approx(1.25)
+    assert h.line.startswith("This step runs at 80% of this machine's fp32 matmul peak; at most 1.2x is left in compute")
+
+
+def test_a_step_already_in_the_fastest_dtype_names_no_other():
+    facts = _facts(flops=1e9, techniques={"precision": PrecisionFacts(autocast=True, autocast_dtype="bfloat16")})
+    assert headroom_of(facts, LIMITS).faster_dtype is None
+
+
+def test_a_finding_that_moves_the_step_to_bf16_is_capped_at_the_bf16_peak():
+    h = headroom_of(_facts(flops=4e9), LIMITS)
+    to_bf16, same_dtype = cap_findings([_finding(1.9, dtype="bf16"), _finding(1.9)], h)
+    assert to_bf16.expected_speedup == 1.9 and to_bf16.notes == []  # bf16's peak leaves 5x
+    assert same_dtype.expected_speedup == pytest.approx(1.25) and "fp32 matmul peak" in same_dtype.notes[-1]
+    capped, = cap_findings([_finding(9.0, dtype="bf16")], h)
+    assert capped.expected_speedup == pytest.approx(5.0) and "measured bf16 matmul peak" in capped.notes[-1]
+
+
+def test_twin_without_a_bf16_peak_a_bf16_finding_is_capped_as_before():
+    h = headroom_of(_facts(flops=4e9), FP32_ONLY)
+    capped, = cap_findings([_finding(1.9, dtype="bf16")], h)
+    assert capped.expected_speedup == pytest.approx(1.25) and "measured fp32 matmul peak" in capped.notes[-1]

@@ -9,7 +9,13 @@ the probe's :class:`~torchboost.limits.MachineLimits` and returns a :class:`Head
                            autocast's or the parameters' bf16/fp16, tf32 when allowed on
                            a GPU, else fp32; fp32's when that dtype was not measured)
     best_speedup         = 100 / mfu_pct: the step's FLOPs at the peak, the most any
-                           setting can give (1.0 when the step already runs at the peak)
+                           setting can give in the step's dtype (1.0 when the step already
+                           runs at the peak)
+    best_speedup_in(d)   = peak(d) / achieved: the most a change that moves the matmuls to
+                           dtype d (bf16 autocast, bf16 math in fp32 matmuls) can give; such a
+                           finding (``Finding.dtype``) is capped by it, not by the step's own peak.
+                           The headline names the fastest measured dtype when its peak is over
+                           ``FASTER_DTYPE_RATIO`` times the step's.
 
 What bounds the step (``bound``), the first rule that holds:
 
@@ -37,7 +43,7 @@ from torchboost.evidence.steps import summarize
 from torchboost.limits.machine import MachineLimits
 
 __all__ = ["Headroom", "headroom_of", "cap_findings", "step_dtype", "DATA_BOUND_PCT", "COMPUTE_BOUND_PCT",
-           "HOST_BOUND_PCT", "MATMUL_TIME_PCT"]
+           "HOST_BOUND_PCT", "MATMUL_TIME_PCT", "FASTER_DTYPE_RATIO"]
 
 DATA_BOUND_PCT = 30.0
 """Share of the step spent waiting for data from which the step is data-bound, percent."""
@@ -47,6 +53,8 @@ HOST_BOUND_PCT = 30.0
 """Share of the step outside every phase from which the step is host-bound, percent."""
 MATMUL_TIME_PCT = 50.0
 """Share of the profiled op time in FLOP-carrying ops under which the step is memory-bound, percent."""
+FASTER_DTYPE_RATIO = 1.2
+"""How many times the step's dtype's peak another dtype's must be for the headline to name it."""
 
 _DTYPES = {"bfloat16": "bf16", "torch.bfloat16": "bf16", "float16": "fp16", "torch.float16": "fp16"}
 
@@ -76,17 +84,45 @@ class Headroom:
     ops: tuple[OpRoof, ...] = ()
     """The hottest operators against their roofs (:mod:`torchboost.diagnose.roofline`)."""
 
+    def peak_of(self, dtype: str) -> float | None:
+        """The probe's matmul peak in ``dtype``, FLOP/s; None when it was not measured."""
+        return (self.machine.get("peak_flops_per_s") or {}).get(dtype)
+
+    def best_speedup_in(self, dtype: str) -> float | None:
+        """The most a change that moves the step's matmuls to ``dtype`` can give: the step's
+        FLOPs at that dtype's peak (the step's own cap where ``dtype`` was not measured)."""
+        peak = self.peak_of(dtype) if dtype and dtype != self.dtype else None
+        if peak is None or not self.achieved_flops_per_s:
+            return self.best_speedup
+        return max(1.0, peak / self.achieved_flops_per_s)
+
+    @property
+    def faster_dtype(self) -> str | None:
+        """The measured dtype whose peak is highest, where it is over ``FASTER_DTYPE_RATIO``
+        times the step's dtype's peak; None when the step already runs in the fastest."""
+        peaks = {d: p for d, p in (self.machine.get("peak_flops_per_s") or {}).items() if p}
+        if not peaks or not self.peak_flops_per_s:
+            return None
+        best = max(peaks, key=lambda d: peaks[d])
+        return best if best != self.dtype and peaks[best] > FASTER_DTYPE_RATIO * self.peak_flops_per_s else None
+
     @property
     def line(self) -> str:
         """The one line the reports lead with."""
         if self.mfu_pct is None or self.best_speedup is None:
             return f"The step's FLOPs against this machine's peak: not known ({self.why}); bound: {self.bound}."
         share = f"{self.mfu_pct:.0f}%" if self.mfu_pct >= 1 else f"{self.mfu_pct:.2g}%"
+        head = f"This step runs at {share} of this machine's {self.dtype} matmul peak"
+        faster = self.faster_dtype
+        if faster is not None:
+            ratio = self.peak_of(faster) / self.peak_flops_per_s
+            return (f"{head}; its {faster} peak is {ratio:.1f}x higher: {self.best_speedup:.1f}x is left in "
+                    f"{self.dtype} compute, up to {self.best_speedup_in(faster):.1f}x in {faster}. "
+                    f"Bound: {self.bound} ({self.why}).")
         if self.best_speedup <= 1.0:
-            return (f"This step runs at {share} of this machine's {self.dtype} matmul peak, "
-                    f"at or above what the probe measured; nothing is left in compute. Bound: {self.bound}.")
-        return (f"This step runs at {share} of this machine's {self.dtype} matmul peak; at most "
-                f"{self.best_speedup:.1f}x is left in compute. Bound: {self.bound} ({self.why}).")
+            return f"{head}, at or above what the probe measured; nothing is left in compute. Bound: {self.bound}."
+        return (f"{head}; at most {self.best_speedup:.1f}x is left in compute. "
+                f"Bound: {self.bound} ({self.why}).")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict, the line included."""
@@ -169,16 +205,19 @@ def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) ->
 
 
 def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Finding]:
-    """``findings`` with every per-step gain above ``headroom.best_speedup`` capped at it
-    (a note says so); unchanged without a headroom. Memory fixes (a time cost) are left alone."""
-    best = headroom.best_speedup if headroom is not None else None
-    if best is None:
+    """``findings`` with every per-step gain above what its dtype leaves capped at it (a note
+    says so): a finding that moves the step to another dtype (:attr:`Finding.dtype`) is held
+    to that dtype's peak, the others to the step's own. Unchanged without a headroom; memory
+    fixes (a time cost) are left alone."""
+    if headroom is None or headroom.best_speedup is None:
         return list(findings)
     out = []
     for f in findings:
+        best = headroom.best_speedup_in(f.dtype)
         if f.unit == "step" and f.memory_ratio is None and f.expected_speedup > best:
+            dtype = f.dtype if headroom.peak_of(f.dtype) else headroom.dtype
             note = (f"capped at {best:.2f}x (estimated {f.expected_speedup:.2f}x): the step's FLOPs at this "
-                    f"machine's measured {headroom.dtype} matmul peak allow no more")
+                    f"machine's measured {dtype} matmul peak allow no more")
             f = dataclasses.replace(f, expected_speedup=best, severity="", notes=[*f.notes, note])
         out.append(f)
     return out

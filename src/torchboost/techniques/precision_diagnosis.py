@@ -111,6 +111,7 @@ def precision_lower(
         },
         fix=Overlay.of(PrecisionConfig, mode=dtype),
         expected_speedup=speedup,
+        dtype=dtype,
         formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, {basis}",
         notes=notes,
     )
