@@ -19,12 +19,13 @@ _MATMUL_OPS = (
 
 @dataclass(frozen=True)
 class View:
-    """The step as rules see it: mean times in ms, shares as fractions of the step."""
+    """The step as rules see it: the typical steps' mean times in ms (steps far from the
+    median set aside, :func:`~torchboost.evidence.steps.typical_steps`), shares as fractions."""
 
     device: str
     """"cuda", "mps" or "cpu" (the model's device, else the environment's)."""
     step_ms: float
-    """Mean measured step time; 0.0 when no step was observed."""
+    """Mean typical step time (the phases' sum); 0.0 when no step was observed."""
     ms: dict[str, float]
     """Mean ms per step of each phase (data, forward, backward, optimizer, other)."""
     share: dict[str, float]
@@ -44,7 +45,7 @@ def view(facts: Facts) -> View:
     device = facts.model.device if facts.model and facts.model.device else facts.env.get("device", "cpu")
     return View(
         device=str(device).split(":")[0],
-        step_ms=summary.step_time_ms["mean"] or 0.0,
+        step_ms=sum(summary.phase_ms.values()),
         ms=dict(summary.phase_ms),
         share={k: v / 100.0 for k, v in summary.breakdown_pct.items()},
         cores=int(facts.env.get("cpu_cores") or 0),

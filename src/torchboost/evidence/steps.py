@@ -1,4 +1,12 @@
-"""Summary: step-time statistics and the per-phase breakdown of an observed run."""
+"""Summary: step-time statistics and the per-phase breakdown of an observed run.
+
+The headline figure is the median step. The phase table, the breakdown and the rules read
+the *typical* steps: those within ``OUTLIER_RATIO`` of the median either way. A few steps
+slowed by another process, a collection pause or a recompile would otherwise pull every
+phase's mean away from the step the headline quotes (six steps at twice the time move a
+20-step mean by 30%), and make a finding of what the script does not do. The steps set
+aside are counted and the report says so.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,11 @@ from typing import Any
 
 from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
-__all__ = ["Summary", "summarize", "measured_steps", "percentile"]
+__all__ = ["OUTLIER_RATIO", "Summary", "summarize", "measured_steps", "percentile", "typical_steps"]
+
+OUTLIER_RATIO = 1.5
+"""A measured step over this many times the median, or under the median over it, is set
+aside from the phase table and the rules."""
 
 
 @dataclass
@@ -24,12 +36,15 @@ class Summary:
     step_time_ms: dict[str, float | None]
     """{"median", "p90", "mean"} of the step time; None when no step was observed."""
     breakdown_pct: dict[str, float]
-    """Percent of the total measured step time per phase (data, forward, backward,
-    optimizer, other); sums to 100 (all 0.0 when no step was observed)."""
+    """Percent of the typical steps' time per phase (data, forward, backward, optimizer,
+    other); sums to 100 (all 0.0 when no step was observed)."""
     phase_ms: dict[str, float]
-    """Mean time per step of each phase, milliseconds."""
+    """Mean time per typical step of each phase, milliseconds: adds up to about the median."""
     samples_per_s: float | None
     """loader batch size x steps / measured seconds; None when the batch size is unknown."""
+    steps_set_aside: int = 0
+    """Measured steps left out of ``phase_ms`` and ``breakdown_pct``: more than
+    :data:`OUTLIER_RATIO` from the median step."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict."""
@@ -66,8 +81,19 @@ def _phase_times(step: StepRecord) -> dict[str, float]:
     return {**known, "other": span - sum(known.values())}
 
 
+def typical_steps(steps: list[StepRecord]) -> list[StepRecord]:
+    """The steps within :data:`OUTLIER_RATIO` of the median step time, either way (every step
+    when that would leave none)."""
+    if not steps:
+        return []
+    median = percentile([s.total_ms for s in steps], 50)
+    typical = [s for s in steps if median / OUTLIER_RATIO <= s.total_ms <= median * OUTLIER_RATIO]
+    return typical or list(steps)
+
+
 def summarize(facts: Facts) -> Summary:
-    """Median, p90 and mean step time and the per-phase breakdown; plain arithmetic, no plots."""
+    """Median, p90 and mean step time over the measured steps and the per-phase breakdown of
+    the typical ones (:func:`typical_steps`); plain arithmetic, no plots."""
     steps = measured_steps(facts)
     if not steps:
         return Summary(
@@ -79,8 +105,9 @@ def summarize(facts: Facts) -> Summary:
             samples_per_s=None,
         )
     totals = [s.total_ms for s in steps]
+    typical = typical_steps(steps)
     sums = {p: 0.0 for p in PHASES}
-    for step in steps:
+    for step in typical:
         for phase, ms in _phase_times(step).items():
             sums[phase] += ms
     span = sum(sums.values())
@@ -96,6 +123,7 @@ def summarize(facts: Facts) -> Summary:
             "mean": sum(totals) / len(totals),
         },
         breakdown_pct=breakdown,
-        phase_ms={p: sums[p] / len(steps) for p in PHASES},
+        phase_ms={p: sums[p] / len(typical) for p in PHASES},
         samples_per_s=(batch * len(steps) / total_s) if batch and total_s > 0 else None,
+        steps_set_aside=len(steps) - len(typical),
     )

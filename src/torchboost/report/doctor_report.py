@@ -81,7 +81,7 @@ from torchboost.report.markdown import render_markdown
 from torchboost.report.terminal import print_report
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
-from torchboost.evidence.steps import Summary, summarize
+from torchboost.evidence.steps import OUTLIER_RATIO, Summary, summarize
 from torchboost.diagnose.headroom import Headroom
 
 __all__ = ["SCHEMA_VERSION", "build_report", "run_notes", "write_doctor_report", "print_doctor_report"]
@@ -154,6 +154,11 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
         planned = f"; the script would have run {facts.planned_steps}{source}" if facts.planned_steps else ""
         notes.append(f"Stopped after {n} observed steps, as planned (after {facts.warmup_steps} "
                      f"unrecorded warm-up steps){planned}.")
+    if summary.steps_set_aside:
+        notes.append(f"{summary.steps_set_aside} of {summary.steps_measured} measured steps took over "
+                     f"{OUTLIER_RATIO}x or under 1/{OUTLIER_RATIO} of the median step (another process, a "
+                     "collection pause, a recompile): the phase table and the findings rest on the other "
+                     f"{summary.steps_measured - summary.steps_set_aside}.")
     if 0 < summary.steps_measured < _FEW_STEPS:
         notes.append(f"Only {summary.steps_measured} steps measured: timings are rough; observe more with --steps.")
     median, p90 = summary.step_time_ms["median"], summary.step_time_ms["p90"]
@@ -253,6 +258,7 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "step_time_ms": dict(summary.step_time_ms),
         "breakdown_pct": dict(summary.breakdown_pct),
         "phase_ms": dict(summary.phase_ms),
+        "steps_set_aside": summary.steps_set_aside,
         "samples_per_s": summary.samples_per_s,
         "findings": [_finding_entry(f) for f in findings if not f.changes_training and f.memory_ratio is None],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
