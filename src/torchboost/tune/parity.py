@@ -18,6 +18,17 @@ Same seed, same data order, so the comparison is step by step:
   above the baseline's by more than the tolerance of the kind (``reduced_rtol``, or
   ``statistical_rtol`` for statistical) times the loss's scale, which is the larger of
   the baseline's last value and the drop from its first steps to its last.
+
+Two things change which check a candidate gets (:func:`judge`):
+
+- *A script that is not reproducible run to run* (no seed: the baseline's own repeats start
+  from other losses): no step-by-step comparison can hold, for an exact change or a reduced
+  one. The candidate is then judged like a statistical one, on the last quarter of the run,
+  with the tolerance widened to ``RUN_TO_RUN_MARGIN`` times how far the baseline's own
+  repeats ended apart (in the loss's scale): a change is held to the spread the script has
+  before any change.
+- *An exact change on top of reduced precision* (compile after bf16 was kept): bf16 kernels
+  fused in another order round differently, so it is held to the reduced tolerance.
 """
 
 from __future__ import annotations
@@ -29,7 +40,12 @@ from typing import Sequence
 
 from torchboost.techniques.registry import Lever, Parity
 
-__all__ = ["ParityVerdict", "check_parity", "judge", "EXACT", "REDUCED", "STATISTICAL"]
+__all__ = ["ParityVerdict", "RUN_TO_RUN_MARGIN", "check_parity", "judge", "reproducible", "run_to_run_spread",
+           "EXACT", "REDUCED", "STATISTICAL"]
+
+RUN_TO_RUN_MARGIN = 1.5
+"""How many times the baseline's own run-to-run spread an unreproducible script's candidate may
+depart from it (the spread of a few repeats understates the next run's)."""
 
 EXACT = Parity.EXACT
 REDUCED = Parity.REDUCED
@@ -129,17 +145,67 @@ def check_parity(
     )
 
 
-def judge(lever: Lever, losses: list[float], baseline: list[float], reference: list[float]) -> ParityVerdict:
+def reproducible(baseline: Sequence[float], repeats: Sequence[Sequence[float]], *, first_steps: int = 3,
+                 exact_rtol: float = 1e-3) -> bool:
+    """Whether the script gives the same losses run to run: each repeat's first ``first_steps``
+    losses within ``exact_rtol`` of the baseline's (True without repeats: nothing says otherwise)."""
+    for again in repeats:
+        n = min(first_steps, len(baseline), len(again))
+        if n and any(abs(a - b) > exact_rtol * max(abs(b), 1e-12) for b, a in zip(baseline[:n], again[:n])):
+            return False
+    return True
+
+
+def run_to_run_spread(baseline: Sequence[float], repeats: Sequence[Sequence[float]], last_steps: int = 5) -> float:
+    """How far the baseline and its repeats end apart: the range of their last-quarter mean
+    losses (``last_steps`` at least), over the loss's scale (as :func:`check_parity` takes it)."""
+    runs = [list(r) for r in (baseline, *repeats) if len(r)]
+    steps = min((len(r) for r in runs), default=0)
+    if len(runs) < 2 or steps == 0:
+        return 0.0
+    n_last = min(max(last_steps, steps // 4), steps)
+    means = [_mean_last(r[:steps], n_last) for r in runs]
+    base_last = means[0]
+    scale = max(abs(base_last), statistics.fmean(baseline[:n_last]) - base_last, 1e-12)
+    return (max(means) - min(means)) / scale
+
+
+def _unreproducible(losses: Sequence[float], reference: Sequence[float], kind: str, spread: float) -> ParityVerdict:
+    verdict = check_parity(reference, losses, kind=STATISTICAL, statistical_rtol=_spread_limit(kind, spread))
+    word = "within" if verdict.ok else "beyond"
+    return ParityVerdict(verdict.ok, kind,
+                         f"the script is not reproducible run to run (its own repeats ended {100 * spread:.1f}% of "
+                         f"the loss scale apart): {word} {RUN_TO_RUN_MARGIN:g}x that spread; {verdict.detail}")
+
+
+def _spread_limit(kind: str, spread: float) -> float:
+    """The divergence limit of an unreproducible script: the kind's own, or the margin times
+    the spread its repeats showed, whichever is larger."""
+    return max(0.10 if kind == STATISTICAL else 0.02, RUN_TO_RUN_MARGIN * spread)
+
+
+def judge(lever: Lever, losses: list[float], baseline: list[float], reference: list[float], *,
+          repeats: Sequence[Sequence[float]] = (), reduced: bool = False) -> ParityVerdict:
     """Loss parity of a candidate's ``losses``: against the incumbent's (``reference``) with
     the lever's own check, and, once the incumbent differs from the baseline, against the
     baseline's trend (no NaN, no divergence). Not closeness to the baseline: a kept loader
     change may legitimately reorder later epochs (persistent workers draw no new seed), and
-    then every later candidate trains on that order, like the incumbent it is held to."""
-    verdict = check_parity(reference, losses, kind=lever.parity)
-    if not verdict.ok and lever.fallback_parity is not None:
-        verdict = check_parity(reference, losses, kind=lever.fallback_parity)
+    then every later candidate trains on that order, like the incumbent it is held to.
+
+    ``repeats``: the baseline's own repeats (A/A runs); when they say the script is not
+    reproducible, the candidate is held to their spread instead. ``reduced``: the incumbent
+    runs in reduced precision, so an exact lever is held to the reduced tolerance."""
+    kind = REDUCED if reduced and lever.parity == EXACT else lever.parity
+    trend_limit = 0.10
+    if not reproducible(baseline, repeats):
+        spread = run_to_run_spread(baseline, repeats)
+        verdict, trend_limit = _unreproducible(losses, reference, kind, spread), _spread_limit(STATISTICAL, spread)
+    else:
+        verdict = check_parity(reference, losses, kind=kind)
+        if not verdict.ok and lever.fallback_parity is not None:
+            verdict = check_parity(reference, losses, kind=lever.fallback_parity)
     if verdict.ok and reference is not baseline:
-        trend = check_parity(baseline, losses, kind=STATISTICAL)
+        trend = check_parity(baseline, losses, kind=STATISTICAL, statistical_rtol=trend_limit)
         if not trend.ok:
             return trend
     return verdict
