@@ -59,6 +59,7 @@ TRIGGERS = {
     "sync.host_device": lambda: with_(make_facts("cuda"), profile=profile(sync=20.0)),
     "optimizer.fused": lambda: with_(make_facts(optimizer=20.0, forward=25.0), optimizer={"fused": None}),
     "memory.headroom": lambda: with_(make_facts("cuda"), peak_memory_bytes=10 * GIB),
+    "loss.nonfinite": lambda: with_(make_facts(), losses=[2.0, float("nan")]),
     "threads.oversubscribed": lambda: with_(make_facts(cores=8), cpu_threads=8),
     "cudnn.benchmark": lambda: with_(make_facts("cuda"), model=CONV, precision={"cudnn_benchmark": False}),
     "memory.channels_last": lambda: with_(make_facts("cuda"), model=CONV),

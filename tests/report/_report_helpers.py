@@ -37,7 +37,7 @@ def data_bound_facts(n_steps: int = 12) -> Facts:
         optimizer=OptimizerFacts(class_name="AdamW", supports_fused=True),
         cpu_threads=6,
         peak_rss_bytes=60 * 2**30,
-        losses=[2.3, 2.1, float("nan")],
+        losses=[2.3, 2.1, 2.0],  # a NaN loss would be the first finding: tests/diagnose/test_loss_nonfinite.py
         target_steps=20,
         ended="stopped",
         profile=ProfileFacts(steps=2, top_ops=[dict(op) for op in TOP_OPS], trace_path="trace.pt.trace.json"),

@@ -9,6 +9,7 @@ technique.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from torchboost.config import Overlay
@@ -17,11 +18,42 @@ from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
 from torchboost.techniques.accumulation import AccumulationConfig
 
-__all__ = ["memory_headroom", "sync_host_device"]
+__all__ = ["loss_nonfinite", "memory_headroom", "sync_host_device"]
 
 # Device idle per sync while the host queues the next kernels again, when the profile
 # does not time the syncs themselves: a few kernel launches' worth (assumed).
 _SYNC_GAP_MS = 0.05
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def loss_nonfinite(facts: Facts) -> Finding | None:
+    """The loss the script called backward on is NaN or inf at some step (warm-up included):
+    the run is wrong before it is slow, so this comes before every speedup."""
+    losses = [*facts.warmup_losses, *facts.losses]
+    bad = [i for i, x in enumerate(losses) if not math.isfinite(x)]
+    if not bad:
+        return None
+    first, value = bad[0], losses[bad[0]]
+    word = "NaN" if math.isnan(value) else str(value)
+    where = "from its first step" if first == 0 else f"from its {_ordinal(first + 1)} step"
+    return Finding(
+        id="loss.nonfinite",
+        title=f"The loss is {word} {where}: fix that before tuning",
+        evidence={"first_nonfinite_step": first + 1, "nonfinite_steps": len(bad), "steps": len(losses)},
+        expected_speedup=1.0,
+        severity="high",
+        blocking=True,
+        advice="Find where the loss first goes non-finite (torch.autograd.set_detect_anomaly(True) for one "
+               "run names the op); a learning rate too high, log(0), or an fp16 overflow without a GradScaler "
+               "are the usual causes. No speedup is worth measuring on a run that does not train.",
+        advice_code="torch.autograd.set_detect_anomaly(True)  # for one run: the traceback names the op",
+        formula="none: no speed is at stake until the loss is finite (steps counted from 1, the first step 1)",
+        notes=[f"{len(bad)} of the {len(losses)} observed steps had a non-finite loss."],
+    )
 
 
 def _is_sync(name: str) -> bool:

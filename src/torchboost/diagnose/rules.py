@@ -16,7 +16,7 @@ import inspect
 from typing import Any, Callable
 
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
-from torchboost.diagnose._input_rules import memory_headroom, sync_host_device
+from torchboost.diagnose._input_rules import loss_nonfinite, memory_headroom, sync_host_device
 from torchboost.diagnose.data_bound import cap_by_replay
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
@@ -29,6 +29,7 @@ Rule = Callable[..., "Finding | None"]
 """``rule(facts, *, <threshold>=<default>, ...) -> Finding | None``."""
 
 _OWN: dict[str, Rule] = {
+    "loss.nonfinite": loss_nonfinite,
     "sync.host_device": sync_host_device,
     "memory.headroom": memory_headroom,
     "gpu.idle": gpu_idle,
@@ -64,7 +65,8 @@ def thresholds() -> dict[str, Any]:
 
 
 def diagnose(facts: Facts, **overrides: float) -> list[Finding]:
-    """Run every rule on ``facts``; findings ranked by expected speedup, largest first.
+    """Run every rule on ``facts``; findings ranked by expected speedup, largest first,
+    after any blocking one (a NaN loss: :attr:`Finding.blocking`).
 
     ``overrides`` set thresholds by name (see :func:`thresholds`); a name no rule takes
     raises TypeError listing the valid ones. Ties keep the order of :data:`RULES`.
@@ -81,4 +83,4 @@ def diagnose(facts: Facts, **overrides: float) -> list[Finding]:
             if finding.id != rule_id:
                 raise RuntimeError(f"rule {rule.__name__} returned id {finding.id!r}, registered as {rule_id!r}")
             findings.append(finding)
-    return sorted(cap_by_replay(findings, facts), key=lambda f: -f.expected_speedup)
+    return sorted(cap_by_replay(findings, facts), key=lambda f: (not f.blocking, -f.expected_speedup))

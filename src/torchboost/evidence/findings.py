@@ -73,6 +73,9 @@ class Finding:
     """For a fix that trades time for memory: the expected peak memory before / after
     (above 1 is less memory); ``expected_speedup`` is then its time cost (below 1). Such
     findings are listed apart, as the way to fit in memory, never ranked as speedups."""
+    blocking: bool = False
+    """The run is wrong before it is slow (its loss is NaN or inf): listed first, above every
+    speedup, whatever ``expected_speedup`` says (1.0: no speed is at stake)."""
     dtype: str = ""
     """The dtype the fix moves the step's matmuls to ("bf16", "fp16", "tf32"), as the machine
     probe names it; empty: the step's own. Its gain is capped by that dtype's peak."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Any, Mapping
 
 from torchboost.report.limits_text import flops_text
 
@@ -24,6 +24,11 @@ def ms(value: float | None) -> str:
 def speedup(value: float) -> str:
     """"x1.25"."""
     return f"x{value:.2f}"
+
+
+def gain(finding: Mapping[str, Any]) -> str:
+    """A report finding's expected gain: "x1.25", or "fix first" for a blocking one (a NaN loss)."""
+    return "fix first" if finding.get("blocking") else speedup(finding["expected_speedup"])
 
 
 def memory_change(ratio: float | None) -> str:

@@ -199,6 +199,7 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
         "expected_speedup": finding.expected_speedup,
         "unit": finding.unit,
         "changes_training": finding.changes_training,
+        "blocking": finding.blocking,
         "memory_ratio": finding.memory_ratio,
         "formula": finding.formula,
         "notes": list(finding.notes),

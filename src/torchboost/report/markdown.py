@@ -30,8 +30,9 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
     lines = [
         f"### {rank}. `{f['id']}`: {_cell(f['title'])}",
         "",
-        f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** per {f.get('unit', 'step')} "
-        f"({f['severity']}).",
+        ("**Fix this first**: the run is wrong before it is slow." if f.get("blocking") else
+         f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** per {f.get('unit', 'step')} "
+         f"({f['severity']})."),
         "",
         "| evidence | value |",
         "|---|---:|",
@@ -80,7 +81,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                   f"{op['calls']:g} | {op['share_pct']:.1f}% | {op['rate']} |" for op in hot]
     lines += ["", "## Findings, ranked by expected speedup", ""]
     if report["findings"]:
-        lines += [f"{i}. `{f['id']}` {fmt.speedup(f['expected_speedup'])}: {_cell(f['title'])}"
+        lines += [f"{i}. `{f['id']}` {fmt.gain(f)}: {_cell(f['title'])}"
                   for i, f in enumerate(report["findings"], 1)]
         lines.append("")
         for i, f in enumerate(report["findings"], 1):

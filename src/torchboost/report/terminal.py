@@ -45,7 +45,7 @@ def _findings_table(findings: list[dict[str, Any]]) -> Table:
     table.add_column("finding")
     table.add_column("speedup", justify="right")
     for i, f in enumerate(findings, 1):
-        table.add_row(str(i), Text(f["id"]), Text(f["title"]), fmt.speedup(f["expected_speedup"]))
+        table.add_row(str(i), Text(f["id"]), Text(f["title"]), fmt.gain(f))
     return table
 
 
@@ -86,7 +86,7 @@ def _top_panel(f: dict[str, Any]) -> Panel:
     body.add_row(Text("estimate:", style="bold"), Text(f["formula"]))
     for note in f["notes"]:
         body.add_row(Text("note:", style="bold"), Text(note))
-    title = Text.assemble("top finding: ", (f["id"], "bold"), f"  {fmt.speedup(f['expected_speedup'])}")
+    title = Text.assemble("top finding: ", (f["id"], "bold"), f"  {fmt.gain(f)}")
     return Panel(body, title=title, title_align="left")
 
 
