@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 from pathlib import Path
 
+from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost.observe.launch import UsageError
 
 __all__ = ["check_out_dir", "check_seconds", "check_writable_file", "parse_size", "SIZE_UNITS"]
@@ -23,7 +25,31 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
         raise UsageError(f"{flag} {out}: cannot create it ({exc.strerror or exc})") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {out}: not writable")
+    _probe_space(out)
     return out
+
+
+_PROBE_BYTES = 64 * 1024
+"""What the report folder must take at once: a facts file and a report's first lines."""
+
+
+def _probe_space(folder: Path) -> None:
+    """Write and remove a small file in ``folder``: a full filesystem is said now, naming the
+    folder's own device (:class:`~torchboost._disk.NoSpaceError`), before any work, and no
+    file is left behind either way."""
+    probe = folder / ".torchboost-space-check"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"\0" * _PROBE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        if exc.errno in NO_SPACE:
+            raise NoSpaceError(folder, exc.errno) from None
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
 
 
 def check_writable_file(path: str | Path, flag: str = "--config") -> Path:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost.observe.launch import UsageError
 
 __all__ = ["LOCK_NAME", "folder_lock"]
@@ -27,6 +28,7 @@ LOCK_NAME = ".torchboost-tune.lock"
 def folder_lock(folder: Path, flag: str = "--out") -> Iterator[None]:
     """Hold the folder's lock for the block; :class:`UsageError` when another process holds it."""
     path = Path(folder) / LOCK_NAME
+    created = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -36,8 +38,16 @@ def folder_lock(folder: Path, flag: str = "--out") -> Iterator[None]:
             who = f" (process {holder})" if holder.isdigit() else ""
             raise UsageError(f"{flag} {folder}: another torchboost tune is running in this folder{who}; "
                              f"wait for it to end, or give this one another {flag}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        except OSError as exc:
+            if created:  # a lock that holds no process id is no use to the next tune: no 0-byte file left
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            if exc.errno in NO_SPACE:
+                raise NoSpaceError(path, exc.errno) from None
+            raise
         yield
     finally:
         os.close(fd)  # closing drops the lock

@@ -8,7 +8,8 @@ Three rules, so that two tunes in a row never lose a hand-written, commented fil
   the user's own (a file torchboost writes begins with :data:`HEADER_START`), or when
   there is no ``.bak`` yet. A ``.bak`` is never overwritten with torchboost's output, so
   it keeps the last file the user wrote.
-- The new file replaces the old one atomically (:mod:`torchboost._io`).
+- The new file replaces the old one atomically (:mod:`torchboost._io`), and so does the
+  ``.bak``: a full disk leaves neither an empty file nor a half-written one.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def write_config(path: Path, config: BoostConfig, header: str) -> ConfigWrite:
         backup = backup_path(path)
         if written_by_torchboost(path) and backup.exists():
             backup = None  # the .bak holds an earlier file, perhaps the user's own: keep it
-        else:
-            shutil.copy2(path, backup)
+        else:  # atomically too: a full disk leaves no empty .bak, and an earlier .bak intact
+            atomic_write_bytes(backup, path.read_bytes())
+            shutil.copystat(path, backup)
     atomic_write_bytes(path, config.to_toml_string(header=header).encode("utf-8"))
     return ConfigWrite(path=path, changed=True, backup=backup)
 
