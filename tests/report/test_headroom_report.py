@@ -72,3 +72,22 @@ def test_with_bytes_counted_each_op_stands_against_its_roof_and_the_html_plots_t
     assert next(line for line in markdown.splitlines()
                 if line.startswith("| `aten::addmm`")).endswith("| 167 GFLOP/s, 167% of its roof (compute) |")
     assert 'id="plot-roofline"' in paths["html"].read_text()
+
+
+def test_the_roofline_draws_a_roof_for_each_native_dtype():
+    from torchboost.report.plots import roof_lines, roofline_png
+
+    lines = roof_lines(5e10, 1e10, {"fp32": 5e10, "bf16": 2e11}, "fp32", [0.5, 20.0])
+    assert [label.split(" roof")[0] for label, _, _ in lines] == ["fp32", "bf16"]
+    (_, x32, y32), (_, x16, y16) = lines
+    assert (x32[1], y32[1]) == (5.0, 5e10) and (x16[1], y16[1]) == (20.0, 2e11)  # each its own ridge and peak
+    assert x16[0] == x32[0] and x16[-1] == 80.0  # one x range, 4x past the farthest ridge
+    ops = [{"name": "aten::mm", "intensity": 8.0, "achieved_flops_per_s": 3e10, "bound": "compute"}]
+    assert roofline_png(ops, 5e10, 1e10, {"fp32": 5e10, "bf16": 2e11}, "fp32").startswith(b"\x89PNG")
+
+
+def test_twin_with_fp32_alone_there_is_one_roof():
+    from torchboost.report.plots import roof_lines
+
+    assert len(roof_lines(5e10, 1e10, {"fp32": 5e10}, "fp32", [1.0])) == 1
+    assert len(roof_lines(5e10, 1e10, None, "fp32", [1.0])) == 1

@@ -73,6 +73,7 @@ def _roofline_src(headroom: dict[str, Any] | None) -> str:
     """The roofline plot's data URI; "" without a headroom or an operator to place."""
     if not headroom:
         return ""
-    png = roofline_png(headroom.get("ops") or [], headroom.get("peak_flops_per_s"),
-                       (headroom.get("machine") or {}).get("bandwidth_bytes_per_s"))
+    machine = headroom.get("machine") or {}
+    png = roofline_png(headroom.get("ops") or [], headroom.get("peak_flops_per_s"), machine.get("bandwidth_bytes_per_s"),
+                       roofs=machine.get("peak_flops_per_s") or {}, dtype=headroom.get("dtype") or "")
     return data_uri(png) if png else ""

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from torchboost.evidence.observed import PHASES, StepRecord
 
-__all__ = ["breakdown_png", "robust_top", "roofline_png", "timeline_png", "PHASE_COLORS"]
+__all__ = ["breakdown_png", "robust_top", "roof_lines", "roofline_png", "timeline_png", "PHASE_COLORS"]
 
 PHASE_COLORS = {
     "data": "#e45756",
@@ -100,22 +100,36 @@ def robust_top(values: Sequence[float]) -> float | None:
     return 1.5 * p90 if p90 > 0 and ordered[-1] > 3 * p90 else None
 
 
-def roofline_png(ops: Sequence[Mapping[str, Any]], peak: float | None, bandwidth: float | None) -> bytes | None:
+def roof_lines(peak: float, bandwidth: float, roofs: Mapping[str, float | None] | None, dtype: str,
+               xs: Sequence[float]) -> list[tuple[str, list[float], list[float]]]:
+    """The roofline's roofs as (label, x, y) polylines: the step's dtype's first, then one for
+    each other dtype in ``roofs`` (peak FLOP/s by dtype) whose peak differs, lowest first; the
+    x range spans ``xs`` (the operators' intensities) and every ridge, 4x either side."""
+    others = {d: p for d, p in (roofs or {}).items() if p and d != dtype and abs(p - peak) > 0.01 * peak}
+    peaks = [(f"{dtype + ' ' if dtype else ''}roof: {peak / 1e9:.3g} GFLOP/s peak, {bandwidth / 1e9:.3g} GB/s", peak)]
+    peaks += [(f"{d} roof: {p / 1e9:.3g} GFLOP/s peak", p) for d, p in sorted(others.items(), key=lambda kv: kv[1])]
+    ridges = [p / bandwidth for _, p in peaks]
+    low, high = min([*xs, *ridges]) / 4, max([*xs, *ridges]) * 4
+    return [(label, [low, p / bandwidth, high], [low * bandwidth, p, p]) for label, p in peaks]
+
+
+def roofline_png(ops: Sequence[Mapping[str, Any]], peak: float | None, bandwidth: float | None,
+                 roofs: Mapping[str, float | None] | None = None, dtype: str = "") -> bytes | None:
     """Log-log: each operator with FLOPs and bytes at (FLOP per byte, achieved FLOP/s) under
-    the roof min(peak, intensity x bandwidth); PNG bytes, None when no operator has both or
-    the peak or the bandwidth is unknown (``ops``: ``headroom.ops`` of report.json)."""
+    the roof min(peak, intensity x bandwidth) of the step's ``dtype``, and a dashed roof for
+    each other dtype the machine runs natively (``roofs``: peak FLOP/s by dtype,
+    :func:`roof_lines`); PNG bytes, None when no operator has both or the peak or the
+    bandwidth is unknown (``ops``: ``headroom.ops`` of report.json)."""
     placed = [op for op in ops if op.get("intensity") and op.get("achieved_flops_per_s")]
     if not placed or not peak or not bandwidth:
         return None
-    ridge = peak / bandwidth
-    xs = [op["intensity"] for op in placed]
-    low, high = min([*xs, ridge]) / 4, max([*xs, ridge]) * 4
     fig = _figure(8.0, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.plot([low, ridge, high], [low * bandwidth, peak, peak], color="#333333", linewidth=1.5,
-            label=f"roof: {peak / 1e9:.3g} GFLOP/s peak, {bandwidth / 1e9:.3g} GB/s")
+    for i, (label, xs, ys) in enumerate(roof_lines(peak, bandwidth, roofs, dtype, [op["intensity"] for op in placed])):
+        ax.plot(xs, ys, color="#333333" if i == 0 else "#777777", linewidth=1.5 if i == 0 else 1.0,
+                linestyle="-" if i == 0 else "--", label=label)
     for op in placed:
         color = PHASE_COLORS["forward"] if op.get("bound") == "compute" else PHASE_COLORS["data"]
         ax.scatter([op["intensity"]], [op["achieved_flops_per_s"]], color=color, zorder=3)
