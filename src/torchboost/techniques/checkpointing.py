@@ -161,7 +161,7 @@ def _example() -> Facts:
 # -- the descriptor ------------------------------------------------------------------------
 
 def _apply(prep: Preparation) -> None:
-    if prep.config.checkpointing.scope == "blocks":
+    if prep.config.section(CheckpointingConfig).scope == "blocks":
         apply_checkpointing(prep.model)
 
 

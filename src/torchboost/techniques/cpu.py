@@ -30,7 +30,7 @@ def _threads(value: Any) -> int | None:
 
 def _apply(prep: Preparation) -> None:
     # A process-wide switch: first, so everything after runs under it.
-    apply_threads(_threads(prep.config.cpu.threads))
+    apply_threads(_threads(prep.config.section(CpuConfig).threads))
 
 
 def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:

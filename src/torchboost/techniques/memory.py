@@ -21,7 +21,7 @@ from torchboost.techniques._tensors import map_tensors
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, cuda_conv_compute_share, dtype_name, r
-from torchboost.techniques.precision import PrecisionFacts, reduced_precision
+from torchboost.techniques.precision import PrecisionConfig, PrecisionFacts, reduced_precision
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
@@ -96,15 +96,15 @@ def to_channels_last(batch: Any) -> Any:
 # -- the descriptor ---------------------------------------------------------------------
 
 def _resolve(ctx: ResolveContext) -> Resolution:
-    chosen, reason = resolve_channels_last(ctx.config.memory.channels_last, ctx.model, device=ctx.device,
-                                           precision_mode=ctx.config.precision.mode)
+    chosen, reason = resolve_channels_last(ctx.config.section(MemoryConfig).channels_last, ctx.model, device=ctx.device,
+                                           precision_mode=ctx.config.section(PrecisionConfig).mode)
     return Resolution(Overlay.of(MemoryConfig, channels_last=chosen), {"memory.channels_last": reason})
 
 
 def _apply(prep: Preparation) -> None:
     # Before compile (Inductor specialises on the layout) and before the optimizer is
     # rebuilt; the inputs follow, converted as the prepared loader yields them.
-    if prep.config.memory.channels_last:
+    if prep.config.section(MemoryConfig).channels_last:
         apply_channels_last(prep.model)
         prep.batch_transforms.append(to_channels_last)
 

@@ -49,14 +49,15 @@ __all__ = [
 # -- the descriptor ---------------------------------------------------------------------
 
 def _resolve(ctx: ResolveContext) -> Resolution:
-    chosen, reason = resolve_compile(ctx.config.compile, ctx.env)
+    chosen, reason = resolve_compile(ctx.config.section(CompileConfig), ctx.env)
     return Resolution(Overlay.of(CompileConfig, mode=chosen.mode, scope=chosen.scope), {"compile.mode": reason})
 
 
 def _apply(prep: Preparation) -> None:
     # After the model has its device and memory format (Inductor specialises on both),
     # before the DDP wrap (DDP all-reduces the compiled module's gradients).
-    prep.compile_stats = apply_compile(prep.model, mode=prep.config.compile.mode, scope=prep.config.compile.scope)
+    section = prep.config.section(CompileConfig)
+    prep.compile_stats = apply_compile(prep.model, mode=section.mode, scope=section.scope)
 
 
 def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:

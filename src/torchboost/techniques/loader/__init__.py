@@ -70,8 +70,8 @@ and two hand-overs, so half of ``auto``'s most keeps the screening to 16 trials.
 # -- resolve and apply ------------------------------------------------------------------
 
 def _resolve(ctx: ResolveContext) -> Resolution:
-    settings, threads, reasons = resolve_host(ctx.config.loader, ctx.config.cpu, ctx.loader, ctx.env,
-                                              device=ctx.device)
+    settings, threads, reasons = resolve_host(ctx.config.section(LoaderConfig), ctx.config.section(CpuConfig),
+                                              ctx.loader, ctx.env, device=ctx.device)
     values = {key: KEEP for key in LOADER_FIELDS} if settings is None else {
         key: KEEP if getattr(settings, key) is None else getattr(settings, key) for key in LOADER_FIELDS}
     overlay = Overlay.of(LoaderConfig, **values) | Overlay.of(CpuConfig, threads=KEEP if threads is None else threads)
