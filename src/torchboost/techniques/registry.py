@@ -1,13 +1,15 @@
 """The technique descriptor: what the rest of torchboost needs to know of one technique.
 
-Each technique module under :mod:`torchboost.techniques` ends with ``TECHNIQUE =
-Technique(...)``: its config section, how ``"auto"`` resolves and why, how it applies
-inside the Booster, how it applies from outside to an unmodified script (or why it
-cannot), its tuner levers with their parity kind, the finding ids that propose them and
-its Lightning and Accelerate spellings. :func:`techniques` collects every module's
+Each technique module under :mod:`torchboost.techniques` (for a family, the package's
+``__init__``: compile, precision, loader) ends with ``TECHNIQUE = Technique(...)``: its
+config section, how ``"auto"`` resolves and why, how it applies inside the Booster, how
+it applies from outside to an unmodified script (or why it cannot), its tuner levers
+with their parity kind, the finding ids that propose them and its Lightning and
+Accelerate spellings. :func:`techniques` collects every module's
 descriptor in application order; the Booster, ``torchboost run``'s applier, the tuner and
-the reports iterate it and know no technique by name. Adding a technique is one new
-module (and its tests).
+the reports iterate it and know no technique by name; the tuner's context is filled
+from each one's ``tune_context``. Adding a technique is one new module (and its tests);
+shared model surgery is in :mod:`torchboost.techniques._model`.
 """
 
 from __future__ import annotations
