@@ -17,7 +17,7 @@ import torch
 from torchboost._io import atomic_writer
 from torchboost.prepared import BoostedScheduler
 from torchboost.techniques.distributed import unwrap_model
-from torchboost.techniques.resumable import CheckpointError, ResumableLoader, capture_rng, restore_rng
+from torchboost.techniques.loader.resumable import CheckpointError, ResumableLoader, capture_rng, restore_rng
 
 __all__ = [
     "CheckpointError",

@@ -161,8 +161,9 @@ class BoostConfig:
     """Every technique's settings: one frozen section object per registered technique.
 
     ``BoostConfig(precision=PrecisionConfig(mode="bf16"))``; a section not given takes its
-    defaults (everything ``auto``, compile off). Sections are attributes:
-    ``config.loader.num_workers``. Immutable and comparable.
+    defaults (everything ``auto``, compile off). :meth:`section` reads one, typed:
+    ``config.section(LoaderConfig).num_workers``; in a script, a section is an attribute
+    too (``config.loader.num_workers``, untyped). Immutable and comparable.
     """
 
     __slots__ = ("_sections",)
@@ -182,7 +183,16 @@ class BoostConfig:
             values[name] = value
         object.__setattr__(self, "_sections", values)
 
+    def section(self, section_cls: type[S]) -> S:
+        """The section of class ``section_cls`` (a registered section), typed as that class."""
+        value = self._sections.get(getattr(section_cls, "section", None))
+        if not isinstance(value, section_cls):
+            raise TypeError(f"{getattr(section_cls, '__name__', section_cls)!r} is not a registered config section")
+        return value
+
     def __getattr__(self, name: str) -> Any:
+        # The untyped spelling for scripts and the REPL (``config.loader``); the library
+        # reads sections with :meth:`section`.
         if name.startswith("_"):
             raise AttributeError(name)
         try:

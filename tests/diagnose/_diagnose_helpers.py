@@ -11,7 +11,7 @@ from torchboost.diagnose.rules import RULES
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, OptimizerFacts, ProfileFacts, StepRecord
 from torchboost.techniques.cudnn import CudnnFacts
 from torchboost.techniques.memory import MemoryFacts
-from torchboost.techniques.precision_diagnosis import PrecisionFacts
+from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts
 
 if sys.version_info >= (3, 11):
     import tomllib

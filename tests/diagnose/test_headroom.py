@@ -8,7 +8,7 @@ from torchboost.diagnose.headroom import cap_findings, headroom_of, step_dtype
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts, ModelFacts, ProfileFacts, StepRecord
 from torchboost.limits.machine import MachineLimits, MatmulRate
-from torchboost.techniques.precision_diagnosis import PrecisionFacts
+from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts
 
 LIMITS = MachineLimits(key="k", device="cpu", name="Example CPU", threads=2,
                        matmul=[MatmulRate("fp32", 1024, 4.0e10), MatmulRate("fp32", 2048, 5.0e10),

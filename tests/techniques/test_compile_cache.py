@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from torchboost.techniques.compile_cache import CACHE_ENV, cache_folder, compile_cache_env
+from torchboost.techniques.compile.compile_cache import CACHE_ENV, cache_folder, compile_cache_env
 
 
 def test_torchboost_keeps_its_cache_in_the_users_cache_folder(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchboost.techniques.compile_facts import CompileFacts, _guard, _kind
+from torchboost.techniques.compile.compile_facts import CompileFacts, _guard, _kind
 
 
 @pytest.mark.parametrize("reason, guard, kind", [

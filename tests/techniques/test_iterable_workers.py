@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from torchboost.techniques.loader_settings import shards_by_worker
+from torchboost.techniques.loader.loader_settings import shards_by_worker
 
 SCRIPT = str(Path(__file__).resolve().parents[1] / "scripts" / "iterable_stream.py")
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, SubsetRandomS
 from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader import LoaderConfig
 from torchboost.env import probe
-from torchboost.techniques.loader_auto import GiB
+from torchboost.techniques.loader.loader_auto import GiB
 from torchboost.techniques.loader import (
     DeviceLoader,
     LoaderSettings,
@@ -25,7 +25,7 @@ from torchboost.techniques.loader import (
     rebuild_loader,
     resolve_host,
 )
-from torchboost.techniques import loader_auto as loader_mod
+from torchboost.techniques.loader import loader_auto as loader_mod
 from torchboost.techniques.memory import to_channels_last
 
 # The hand-made machines have more cores than this one; torch's warning about it is noise here.
@@ -229,7 +229,7 @@ class _RandomAugment(Dataset):
 
 
 def test_measuring_the_load_cost_leaves_random_streams_as_they_were():
-    from torchboost.techniques.dataset_cost import measure_batch_load_ms
+    from torchboost.techniques.loader.dataset_cost import measure_batch_load_ms
 
     def draws():
         return (torch.rand(2).tolist(), np.random.rand(), random.random())

@@ -15,7 +15,7 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe.describe import describe_model, probe_techniques
 from torchboost.techniques.cudnn import CudnnFacts
 from torchboost.techniques.memory import MemoryFacts
-from torchboost.techniques.precision_diagnosis import PrecisionFacts
+from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts
 from torchboost.techniques.registry import ProbeContext, techniques
 
 

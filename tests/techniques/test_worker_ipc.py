@@ -14,7 +14,7 @@ from torchboost.techniques.loader import LoaderConfig
 from torchboost.env import probe
 from torchboost.observe.apply import Applier
 from torchboost.techniques.loader import LoaderSettings, rebuild_loader, resolve_host
-from torchboost.techniques.worker_ipc import WorkerSharing, sharing_of, with_sharing
+from torchboost.techniques.loader.worker_ipc import WorkerSharing, sharing_of, with_sharing
 from torchboost.tune.levers import TuneContext, default_levers
 
 needs_file_system = pytest.mark.skipif(

@@ -15,8 +15,8 @@ from torchboost.config import AUTO, Overlay
 from torchboost.evidence.rulekit import r, view
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
-from torchboost.techniques.compile_settings import CompileConfig
-from torchboost.techniques.loader_settings import LoaderConfig
+from torchboost.techniques.compile import CompileConfig
+from torchboost.techniques.loader import LoaderConfig
 
 __all__ = ["gpu_collectives", "gpu_idle", "gpu_pageable_copies", "gpu_small_kernels", "gpu_syncs"]
 

@@ -30,7 +30,7 @@ from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.observe.step_count import read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
-from torchboost.techniques.compile_cache import compile_cache_env
+from torchboost.techniques.compile.compile_cache import compile_cache_env
 
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
            "run_observed"]

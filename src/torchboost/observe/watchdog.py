@@ -30,7 +30,7 @@ import threading
 from typing import Any
 
 from torchboost.observe.compiling import compiling_now
-from torchboost.techniques.compile_facts import harvest
+from torchboost.techniques.compile.compile_facts import harvest
 from torchboost.observe.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
 from torchboost.observe.recorder import StepRecorder
 

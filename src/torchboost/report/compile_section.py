@@ -11,7 +11,7 @@ import statistics
 from typing import Any
 
 from torchboost.evidence.observed import Facts
-from torchboost.techniques.compile_facts import CompileFacts, to_json
+from torchboost.techniques.compile.compile_facts import CompileFacts, to_json
 
 __all__ = ["compile_lines", "compile_section", "short_path"]
 

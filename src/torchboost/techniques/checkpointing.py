@@ -31,7 +31,7 @@ from torchboost.config import Overlay, check_choice
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts, ModelFacts, StepRecord
 from torchboost.evidence.rulekit import r, view
-from torchboost.techniques.compile import find_repeated_blocks
+from torchboost.techniques._model import InstanceForward, find_repeated_blocks, remove_forwards
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, Rule, Technique, TuneContext,
 )
@@ -58,25 +58,16 @@ class CheckpointingConfig:
         return cls(scope="off")
 
 
-class _CheckpointedForward:
+class _CheckpointedForward(InstanceForward):
     """Instance ``forward`` of a block: its class's forward under ``checkpoint`` while training.
 
-    It keeps the class's *unbound* forward (or a forward someone else put on the
-    instance) and passes the module in, so a ``copy.deepcopy`` of the model stays bound
-    to the copy.
+    The forward it replaces is kept unbound (:class:`InstanceForward`), so a
+    ``copy.deepcopy`` of the model stays bound to the copy.
     """
-
-    def __init__(self, module: nn.Module) -> None:
-        forward = module.forward
-        if getattr(forward, "__self__", None) is module:
-            self._func = forward.__func__
-        else:
-            self._func = lambda _module, *args, **kwargs: forward(*args, **kwargs)
-        self._module = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not (self._module.training and torch.is_grad_enabled()):
-            return self._func(self._module, *args, **kwargs)  # nothing is kept for backward anyway
+            return self.plain(*args, **kwargs)  # nothing is kept for backward anyway
         return checkpoint(self._func, self._module, *args, use_reentrant=False, **kwargs)
 
 
@@ -85,7 +76,7 @@ def apply_checkpointing(model: nn.Module) -> list[str]:
     blocks now checkpointed (empty: the model has no repeated block)."""
     names = []
     for name, block in find_repeated_blocks(model):
-        if not isinstance(block.__dict__.get("forward"), _CheckpointedForward):
+        if not _CheckpointedForward.installed_on(block):
             block.forward = _CheckpointedForward(block)
         names.append(name)
     return names
@@ -93,12 +84,7 @@ def apply_checkpointing(model: nn.Module) -> list[str]:
 
 def remove_checkpointing(model: nn.Module) -> int:
     """Undo :func:`apply_checkpointing`; how many blocks run plainly again."""
-    removed = 0
-    for module in model.modules():
-        if isinstance(module.__dict__.get("forward"), _CheckpointedForward):
-            del module.__dict__["forward"]
-            removed += 1
-    return removed
+    return remove_forwards(model, _CheckpointedForward)
 
 
 # -- its facts and diagnosis --------------------------------------------------------------
@@ -119,7 +105,7 @@ def _probe(ctx: ProbeContext) -> CheckpointingFacts:
     if ctx.model is None:
         return CheckpointingFacts()
     model = getattr(ctx.model, "_orig_mod", ctx.model)
-    ours = any(isinstance(m.__dict__.get("forward"), _CheckpointedForward) for m in model.modules())
+    ours = any(_CheckpointedForward.installed_on(m) for m in model.modules())
     theirs = bool(getattr(model, "is_gradient_checkpointing", False))
     return CheckpointingFacts(repeated_blocks=len(find_repeated_blocks(model)), checkpointed=ours or theirs)
 
@@ -175,7 +161,7 @@ def _example() -> Facts:
 # -- the descriptor ------------------------------------------------------------------------
 
 def _apply(prep: Preparation) -> None:
-    if prep.config.checkpointing.scope == "blocks":
+    if prep.config.section(CheckpointingConfig).scope == "blocks":
         apply_checkpointing(prep.model)
 
 

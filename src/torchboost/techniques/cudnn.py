@@ -112,13 +112,13 @@ def apply_benchmark(value: Any) -> None:
 # -- the descriptor ---------------------------------------------------------------------
 
 def _resolve(ctx: ResolveContext) -> Resolution:
-    value, reason = resolve_benchmark(ctx.config.cudnn.benchmark, ctx.model, ctx.loader, device=ctx.device)
+    value, reason = resolve_benchmark(ctx.config.section(CudnnConfig).benchmark, ctx.model, ctx.loader, device=ctx.device)
     return Resolution(Overlay.of(CudnnConfig, benchmark=value), {"cudnn.benchmark": reason})
 
 
 def _apply(prep: Preparation) -> None:
     # A process-wide switch, set with the others before the model is touched.
-    apply_benchmark(prep.config.cudnn.benchmark)
+    apply_benchmark(prep.config.section(CudnnConfig).benchmark)
 
 
 def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:

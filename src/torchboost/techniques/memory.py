@@ -16,11 +16,12 @@ import torch
 from torch import nn
 
 from torchboost.config import AUTO, BoolOrWord, Overlay, check_bool_or_word
-from torchboost.techniques.batches import map_tensors
+from torchboost.techniques._model import has_conv2d
+from torchboost.techniques._tensors import map_tensors
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, cuda_conv_compute_share, dtype_name, r
-from torchboost.techniques.precision_diagnosis import PrecisionFacts, reduced_precision
+from torchboost.techniques.precision import PrecisionConfig, PrecisionFacts, reduced_precision
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
@@ -47,14 +48,6 @@ class MemoryConfig:
 
 REDUCED_PRECISION_MODES = ("bf16", "fp16")
 """Precision modes in which ``auto`` turns channels_last on (CUDA only)."""
-
-_CONV2D = (nn.Conv2d, nn.ConvTranspose2d)
-
-
-def has_conv2d(model: nn.Module) -> bool:
-    """The model contains a 2-D convolution (4-D weight) that channels_last affects."""
-    return any(isinstance(m, _CONV2D) for m in model.modules())
-
 
 def resolve_channels_last(
     requested: bool | str, model: nn.Module, *, device: torch.device, precision_mode: str
@@ -103,15 +96,15 @@ def to_channels_last(batch: Any) -> Any:
 # -- the descriptor ---------------------------------------------------------------------
 
 def _resolve(ctx: ResolveContext) -> Resolution:
-    chosen, reason = resolve_channels_last(ctx.config.memory.channels_last, ctx.model, device=ctx.device,
-                                           precision_mode=ctx.config.precision.mode)
+    chosen, reason = resolve_channels_last(ctx.config.section(MemoryConfig).channels_last, ctx.model, device=ctx.device,
+                                           precision_mode=ctx.config.section(PrecisionConfig).mode)
     return Resolution(Overlay.of(MemoryConfig, channels_last=chosen), {"memory.channels_last": reason})
 
 
 def _apply(prep: Preparation) -> None:
     # Before compile (Inductor specialises on the layout) and before the optimizer is
     # rebuilt; the inputs follow, converted as the prepared loader yields them.
-    if prep.config.memory.channels_last:
+    if prep.config.section(MemoryConfig).channels_last:
         apply_channels_last(prep.model)
         prep.batch_transforms.append(to_channels_last)
 
@@ -122,6 +115,11 @@ def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     if ctx.seen(MemoryFacts).channels_last:  # the script converted the model itself
         return []
     return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.uses_booster and ctx.has_conv2d else []
+
+
+def _tune_context(facts: Facts) -> dict[str, Any]:
+    # cudnn's autotuner lever reads it too: both act on 2-D convolutions.
+    return {"has_conv2d": bool(facts.model and facts.model.has_conv2d)}
 
 
 def _spell(section: MemoryConfig) -> FrameworkSpelling:
@@ -189,5 +187,6 @@ TECHNIQUE = Technique(
     spell=_spell,
     facts=MemoryFacts,
     probe=_probe,
+    tune_context=_tune_context,
     rules=(Rule("memory.channels_last", memory_channels_last),),
 )

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from torchboost.techniques.batches import map_tensors
+from torchboost.techniques._tensors import map_tensors
 
 __all__ = ["MicroBatchWarning", "MicroBatcher", "batch_size_of", "is_oom", "split_batch"]
 

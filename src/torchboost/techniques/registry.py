@@ -1,13 +1,15 @@
 """The technique descriptor: what the rest of torchboost needs to know of one technique.
 
-Each technique module under :mod:`torchboost.techniques` ends with ``TECHNIQUE =
-Technique(...)``: its config section, how ``"auto"`` resolves and why, how it applies
-inside the Booster, how it applies from outside to an unmodified script (or why it
-cannot), its tuner levers with their parity kind, the finding ids that propose them and
-its Lightning and Accelerate spellings. :func:`techniques` collects every module's
+Each technique module under :mod:`torchboost.techniques` (for a family, the package's
+``__init__``: compile, precision, loader) ends with ``TECHNIQUE = Technique(...)``: its
+config section, how ``"auto"`` resolves and why, how it applies inside the Booster, how
+it applies from outside to an unmodified script (or why it cannot), its tuner levers
+with their parity kind, the finding ids that propose them and its Lightning and
+Accelerate spellings. :func:`techniques` collects every module's
 descriptor in application order; the Booster, ``torchboost run``'s applier, the tuner and
-the reports iterate it and know no technique by name. Adding a technique is one new
-module (and its tests).
+the reports iterate it and know no technique by name; the tuner's context is filled
+from each one's ``tune_context``. Adding a technique is one new module (and its tests);
+shared model surgery is in :mod:`torchboost.techniques._model`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch import nn
 
 import torchboost.techniques as _package
 from torchboost.config import BoostConfig, Overlay, register_section
-from torchboost.evidence.observed import register_facts, seen_in
+from torchboost.evidence.observed import Facts, register_facts, seen_in
 
 T = TypeVar("T")
 
@@ -61,27 +63,37 @@ class Parity(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TuneContext:
-    """What the tuner knows before it starts: machine and script facts, plain data."""
+    """What the tuner knows before it starts: machine and script facts, plain data.
+
+    The generic facts are read by the tuner itself; each technique's own fields are filled
+    from the doctor's facts by that technique's :attr:`Technique.tune_context` hook (named
+    after each field below).
+    """
 
     device: str = "cpu"
     cpu_cores: int = 1
     cpu_bf16: bool = False
+    """The CPU has bf16 instructions (precision's)."""
     cuda_bf16: bool = False
+    """The GPU computes in bf16 (precision's)."""
     tf32: bool = False
+    """The GPU has TF32 tensor cores (precision's)."""
     can_compile: bool = True
+    """torch.compile can run here and the script does not compile its model itself (compile's)."""
     iterable_dataset: bool = False
+    """The script's loader reads an IterableDataset (the loader's)."""
     has_loader: bool = True
     has_optimizer: bool = True
     uses_booster: bool = False
     """The script calls Booster.prepare: every lever applies through it (fp16 too)."""
-    max_workers: int = 4
-    """Upper bound on loader workers to try."""
     has_conv2d: bool = True
-    """The model has 2-D convolutions (their memory format and algorithm choice can matter)."""
+    """The model has 2-D convolutions (their memory format and algorithm choice can matter;
+    memory's, read by cudnn's lever too)."""
     file_system_sharing: bool = True
-    """The platform offers torch's file_system sharing strategy for worker batches."""
+    """The platform offers torch's file_system sharing strategy for worker batches (the loader's)."""
     cpu_bf16_speedup: float | None = None
-    """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown)."""
+    """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown;
+    precision's)."""
     memory_limit_bytes: int | None = None
     """The peak memory a kept configuration must stay under, bytes (``--memory-limit``; by
     default 90% of the GPU's memory, or of the RAM on a CPU); None: no limit known."""
@@ -109,11 +121,14 @@ class Lever:
     """Doctor findings whose expected speedup ranks this lever."""
     priority: int = 100
     """Place in the default order, lowest first, when no finding ranks the levers."""
-    is_compile: bool = False
-    """Compile cost is amortised over the planned run before it is kept."""
-    coupled: bool = False
-    """Its candidates move several knobs together (workers and threads): its runners-up
-    are tried again with the levers not kept alone, in the interaction pass."""
+    fixed_cost: str = ""
+    """What the lever costs once, up front, in words ("compile"), measured on the first run
+    and on a later one (its cache warm): amortised over the planned run before it is kept,
+    and the lever is skipped when the run is too short to repay its least. "": none."""
+    coupled_with: tuple[str, ...] = ()
+    """Other techniques whose knobs its candidates move together with its own (the loader's
+    workers with the cpu's threads): its runners-up are tried again with the levers not kept
+    alone, in the interaction pass."""
     fallback_parity: Parity | None = None
     """A looser check when ``parity`` fails: loader workers seed their own random
     augmentations, so the same samples come out with other random draws."""
@@ -300,6 +315,8 @@ class Technique:
     probe as well, this one's facts win."""
     rules: tuple[Rule, ...] = ()
     """Its diagnoses; their ids rank its levers (:attr:`Lever.finding_ids`)."""
+    tune_context: Callable[[Facts], Mapping[str, Any]] | None = None
+    """Its own :class:`TuneContext` fields (by name), read from the doctor's facts."""
     order: int = -1
     """Its position in the application order, from 1 (set by :func:`techniques`)."""
 

@@ -30,7 +30,7 @@ def interaction_lever(levers: list[Lever], decisions: list[Decision], screened: 
     near: list[Overlay] = []
     for lever_id, results in screened.items():
         lever = by_id.get(lever_id)
-        if lever is None or not lever.coupled or lever_id not in kept or not results:
+        if lever is None or not lever.coupled_with or lever_id not in kept or not results:
             continue
         best_ms = min(ms for ms, _ in results)
         near += [change for ms, change in sorted(results, key=lambda item: item[0])
@@ -39,7 +39,7 @@ def interaction_lever(levers: list[Lever], decisions: list[Decision], screened: 
     missed = [d.settings for d in decisions
               if d.status is Status.NOT_BEYOND_NOISE and d.ratios and d.ratio is not None and d.ratio < 1.0
               and by_id.get(d.lever) is not None and by_id[d.lever].parity == EXACT
-              and not by_id[d.lever].coupled and not by_id[d.lever].is_compile]
+              and not by_id[d.lever].coupled_with and not by_id[d.lever].fixed_cost]
     proposals = [host | other for host in near for other in missed
                  if not set(host) & set(other) and incumbent | host | other != incumbent]
     if not proposals:

@@ -8,9 +8,12 @@ known about the script and machine, it proposes a few candidate settings to meas
 
 from __future__ import annotations
 
+from typing import Any
+
+from torchboost.evidence.observed import Facts
 from torchboost.techniques.registry import Lever, TuneContext, techniques
 
-__all__ = ["Lever", "TuneContext", "default_levers", "order_levers"]
+__all__ = ["Lever", "TuneContext", "default_levers", "order_levers", "techniques_context"]
 
 
 def default_levers() -> list[Lever]:
@@ -27,3 +30,18 @@ def order_levers(levers: list[Lever], expected_speedup: dict[str, float]) -> lis
 
     ranked = sorted(enumerate(levers), key=lambda item: (-gain(item[1]), item[0]))
     return [lever for _, lever in ranked]
+
+
+def techniques_context(facts: Facts) -> dict[str, Any]:
+    """Every technique's own :class:`TuneContext` fields, by name, from the doctor's facts
+    (each technique's ``tune_context`` hook); a field given twice is an error."""
+    own: dict[str, Any] = {}
+    for technique in techniques():
+        if technique.tune_context is None:
+            continue
+        fields = dict(technique.tune_context(facts))
+        twice = sorted(set(fields) & set(own))
+        if twice:
+            raise RuntimeError(f"technique {technique.name!r} gives TuneContext fields another already gave: {twice}")
+        own.update(fields)
+    return own

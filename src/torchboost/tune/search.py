@@ -127,7 +127,7 @@ class _Search:
         """A decision on one candidate of ``lever``, in the words a report needs."""
         decision = Decision(lever.id, change, status, reason, **measured, title=lever.title,
                             subject=lever.subject(change) if lever.subject is not None else lever.title,
-                            reduced_precision=lever.parity == REDUCED, amortised=lever.is_compile,
+                            reduced_precision=lever.parity == REDUCED, amortised=bool(lever.fixed_cost),
                             memory_lever=lever.for_memory)
         self.decisions.append(decision)
         if self.on_decision is not None:
@@ -189,9 +189,10 @@ class _Search:
         return True
 
     def _cannot_pay_off(self, lever: Lever, proposals: list[Settings]) -> bool:
-        """A compile that cannot repay even its least cost over the planned run: skipped, untried."""
+        """A fixed cost (a compile) that cannot be repaid, even its least, over the planned run:
+        skipped, untried."""
         options, incumbent_ms = self.options, self.incumbent_ms
-        if not lever.is_compile or options.run_steps is None:
+        if not lever.fixed_cost or options.run_steps is None:
             return False
         most_saved_s = options.run_steps * incumbent_ms * options.compile_max_gain / 1e3
         if most_saved_s >= options.compile_min_s:
@@ -199,7 +200,7 @@ class _Search:
         least_break_even = 1e3 * options.compile_min_s / (incumbent_ms * options.compile_max_gain)
         self.record(lever, proposals[0], Status.SKIPPED,
                     f"cannot pay off: {options.run_steps} steps x {incumbent_ms:.1f} ms save at most "
-                    f"{most_saved_s:.1f} s, and a compile costs at least {options.compile_min_s:.0f} s "
+                    f"{most_saved_s:.1f} s, and a {lever.fixed_cost} costs at least {options.compile_min_s:.0f} s "
                     f"(break-even at least {least_break_even:.0f} steps)",
                     break_even_steps=least_break_even)
         return True
@@ -330,7 +331,7 @@ class _Search:
             status, reason, break_even = self._repaid(lever, pairs)
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
-        cold_s, warm_s = pairs.compile_costs() if lever.is_compile else (None, None)
+        cold_s, warm_s = pairs.compile_costs() if lever.fixed_cost else (None, None)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
                     break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
                     compile_cold_s=cold_s, compile_warm_s=warm_s)
@@ -345,19 +346,20 @@ class _Search:
         # Fixed costs vary from run to run too: only what exceeds the baseline's own spread counts.
         extra_s = statistics.median(pairs.candidate_fixed) - statistics.median(pairs.incumbent_fixed) - self.fixed_noise
         kept = f"median ratio {ratio:.3f} over {n} pair(s)"
-        if lever.is_compile:  # the user pays the warm cost: tune's runs fill the compile cache run uses
+        fixed = lever.fixed_cost
+        if fixed:  # the user pays the warm cost: tune's runs fill the compile cache run uses
             cold_s, warm_s = pairs.compile_costs()
             extra_s = max(extra_s, warm_s)
-            kept += f"; compile {cold_s:.1f} s on the first run, {warm_s:.1f} s on every later one (cache warm)"
+            kept += f"; {fixed} {cold_s:.1f} s on the first run, {warm_s:.1f} s on every later one (cache warm)"
         if extra_s <= 0:
-            return Status.KEPT, kept, 0.0 if lever.is_compile else None
+            return Status.KEPT, kept, 0.0 if fixed else None
         break_even = compile_break_even(extra_s, eager_ms, candidate_ms)
-        if run_steps is None and lever.is_compile:  # a fixed cost is judged against a known run only
+        if run_steps is None and fixed:  # a fixed cost is judged against a known run only
             return Status.NOT_REPAID, (
-                f"compile takes {extra_s:.1f} s and pays off after {break_even:.0f} steps, but the run's length "
+                f"{fixed} takes {extra_s:.1f} s and pays off after {break_even:.0f} steps, but the run's length "
                 "is unknown: pass --run-steps to judge it"), break_even
         if run_steps is not None and break_even >= run_steps:
-            what = "compile takes" if lever.is_compile else "it adds"
+            what = f"{fixed} takes" if fixed else "it adds"
             return Status.NOT_REPAID, (
                 f"{what} {extra_s:.1f} s and saves {eager_ms - candidate_ms:.2f} ms/step: "
                 f"it pays off after {break_even:.0f} steps, the run has {run_steps}"), break_even

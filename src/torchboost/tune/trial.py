@@ -15,7 +15,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
 from torchboost.observe.no_stdin import stdin_words
 from torchboost.observe.supervise import run_observed
-from torchboost.techniques.compile_facts import CompileFacts
+from torchboost.techniques.compile.compile_facts import CompileFacts
 from torchboost.tune.trial_result import TrialResult
 
 __all__ = ["run_trial", "result_from_facts"]

@@ -23,10 +23,9 @@ from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.launch import parse_launch
 from torchboost.observe.supervise import run_observed
-from torchboost.techniques.worker_ipc import available as sharing_available
 from torchboost.tune.config_file import HEADER_START, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
-from torchboost.tune.levers import TuneContext, default_levers, order_levers
+from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
@@ -118,26 +117,19 @@ def auto_trial_steps(step_ms: float | None, *, planned_steps: int | None = None,
 
 
 def context_from_facts(facts: Facts) -> TuneContext:
-    """What the search needs to know about the machine and script, from the doctor's facts."""
+    """What the search needs to know about the machine and script, from the doctor's facts:
+    the generic facts here, each technique's own from its descriptor's hook."""
     env = facts.env or {}
-    loader = facts.loader
     return TuneContext(
         device=str(env.get("device", "cpu")),
         cpu_cores=int(env.get("cpu_cores", 1)),
-        cpu_bf16=bool(env.get("cpu_bf16", False)),
-        cuda_bf16=bool(env.get("cuda_bf16", False)),
-        tf32=bool(env.get("tf32", False)),
-        can_compile=bool(env.get("can_compile", True)) and not (facts.model and facts.model.compiled),
-        iterable_dataset=bool(loader and loader.iterable),
-        has_loader=loader is not None,
+        has_loader=facts.loader is not None,
         has_optimizer=facts.optimizer is not None,
         uses_booster=bool(getattr(facts, "uses_booster", False)),
-        has_conv2d=bool(facts.model and facts.model.has_conv2d),
-        file_system_sharing=sharing_available("file_system"),
-        cpu_bf16_speedup=getattr(facts, "cpu_bf16_speedup", None),
         memory_limit_bytes=default_memory_limit(env),
         peak_memory_bytes=int(facts.peak_memory_bytes or 0),
         techniques=dict(facts.techniques),
+        **techniques_context(facts),
     )
 
 

@@ -30,7 +30,7 @@ _HARVESTED: list[Any] = []
 _SEEN: set[int] = set()
 
 
-_OURS = str(Path(__file__).resolve().parents[1] / "observe")
+_OURS = str(Path(__file__).resolve().parents[2] / "observe")
 """The observer's own code: its hooks, which Dynamo may trace as frames of their own
 (folded to nothing), are not the script's compiles (the built-in workloads' are)."""
 

@@ -29,19 +29,14 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
-from torchboost.config import Overlay, check_choice
 from torchboost.env import Environment
-from torchboost.techniques.compile_diagnosis import compile_enable
-from torchboost.techniques.compile_facts import CompileFacts, observe_compile
-from torchboost.techniques.compile_settings import CompileConfig
-from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
-)
+from torchboost.techniques._model import InstanceForward, find_repeated_blocks, remove_forwards
+from torchboost.techniques.compile.compile_settings import CompileConfig
 
 __all__ = [
     "CompileConfig",
@@ -102,30 +97,6 @@ def resolve_compile(config: CompileConfig, env: Environment) -> tuple[CompileCon
             f"default: reduce-overhead means CUDA graphs, which {env.device} has not",
         )
     return config, f"{config.mode}, scope {config.scope}: {env.compile_reason}"
-
-
-def find_repeated_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The blocks regional compilation compiles, as ``(qualified name, module)``.
-
-    A block is a child of a ``ModuleList`` or ``Sequential`` whose class occurs at least
-    twice among its siblings and which has children of its own (a stack of bare
-    ``Linear`` layers is not worth compiling piecewise). Blocks nested inside a chosen
-    block are not chosen again.
-    """
-    blocks: list[tuple[str, nn.Module]] = []
-    for name, container in model.named_modules():
-        if not isinstance(container, (nn.ModuleList, nn.Sequential)):
-            continue
-        if any(name == b or name.startswith(b + ".") for b, _ in blocks):
-            continue
-        children = list(container.named_children())
-        counts: dict[type, int] = {}
-        for _, child in children:
-            counts[type(child)] = counts.get(type(child), 0) + 1
-        for child_name, child in children:
-            if counts[type(child)] >= 2 and next(child.children(), None) is not None:
-                blocks.append((f"{name}.{child_name}" if name else child_name, child))
-    return blocks
 
 
 class _Shared:
@@ -194,33 +165,27 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(inner).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
-class _CompiledForward:
+class _CompiledForward(InstanceForward):
     """Instance ``forward`` of a compiled module: compiled call, eager after a failure.
 
-    It compiles the class's *unbound* ``forward`` and passes the module in, so a
-    ``copy.deepcopy`` of the model gets a forward bound to the copy, not the original,
-    and every block of one class shares one compiled code object.
+    It compiles the class's *unbound* ``forward`` (:class:`InstanceForward`), so every
+    block of one class shares one compiled code object.
     """
 
     def __init__(self, module: nn.Module, mode: str, backend: Any, shared: _Shared) -> None:
-        forward = module.forward
-        if getattr(forward, "__self__", None) is module:
-            self._eager_func = forward.__func__
-        else:  # forward was already replaced on the instance by someone else: keep theirs
-            self._eager_func = lambda _module, *args, **kwargs: forward(*args, **kwargs)
+        super().__init__(module)
         if backend is None:
             inductor_mode = None if mode == "default" else mode
-            self._compiled = torch.compile(self._eager_func, mode=inductor_mode)
+            self._compiled = torch.compile(self._func, mode=inductor_mode)
         else:  # a custom backend takes no Inductor mode
-            self._compiled = torch.compile(self._eager_func, backend=backend)
-        self._module = module
+            self._compiled = torch.compile(self._func, backend=backend)
         self._shared = shared
         self._errors = _compile_errors()
         self._called = False
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:
         """The module's original, uncompiled forward."""
-        return self._eager_func(self._module, *args, **kwargs)
+        return self.plain(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stats = self._shared.stats
@@ -245,7 +210,7 @@ class _CompiledForward:
 
 
 def _install(module: nn.Module, mode: str, backend: Any, shared: _Shared) -> None:
-    if isinstance(module.__dict__.get("forward"), _CompiledForward):
+    if _CompiledForward.installed_on(module):
         raise ValueError(
             f"{type(module).__name__} is already compiled by apply_compile; "
             "call remove_compile(model) first"
@@ -294,71 +259,4 @@ def apply_compile(
 def remove_compile(model: nn.Module) -> int:
     """Undo :func:`apply_compile` on ``model`` and its submodules; returns how many
     forwards went back to eager."""
-    removed = 0
-    for module in model.modules():
-        if isinstance(module.__dict__.get("forward"), _CompiledForward):
-            del module.__dict__["forward"]
-            removed += 1
-    return removed
-
-
-# -- the descriptor ---------------------------------------------------------------------
-
-def _resolve(ctx: ResolveContext) -> Resolution:
-    chosen, reason = resolve_compile(ctx.config.compile, ctx.env)
-    return Resolution(Overlay.of(CompileConfig, mode=chosen.mode, scope=chosen.scope), {"compile.mode": reason})
-
-
-def _apply(prep: Preparation) -> None:
-    # After the model has its device and memory format (Inductor specialises on both),
-    # before the DDP wrap (DDP all-reduces the compiled module's gradients).
-    prep.compile_stats = apply_compile(prep.model, mode=prep.config.compile.mode, scope=prep.config.compile.scope)
-
-
-def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:
-    mode = values.get("mode", "off")
-    if mode != "off":
-        apply_compile(module, mode=mode, scope=values.get("scope", "model"))
-        notes.append(f"compiled {type(module).__name__} ({mode})")
-
-
-GPU_MODES = ("reduce-overhead", "max-autotune")
-"""Tried on CUDA only, as measured candidates beside the default: reduce-overhead adds CUDA
-graphs (launch-bound steps), max-autotune searches kernels (a long compile, counted
-against its gain like any compile time)."""
-
-
-def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    if not ctx.can_compile:
-        return []
-    modes = ("default", *GPU_MODES) if ctx.device == "cuda" else ("default",)
-    return [Overlay.of(CompileConfig, mode=mode) for mode in modes]
-
-
-def _spell(section: CompileConfig) -> FrameworkSpelling:
-    if section.mode == "off":
-        return FrameworkSpelling()
-    mode = "" if section.mode == "default" else f', mode="{section.mode}"'
-    code = (("for block in repeated_blocks: block.compile(" + mode[2:] + ")  # e.g. each transformer layer",)
-            if section.scope == "regional" else (f"model = torch.compile(model{mode})",))
-    transformers = {"torch_compile": True, **({"torch_compile_mode": section.mode} if mode else {})}
-    return FrameworkSpelling(accelerate={"dynamo_config": {"dynamo_backend": "INDUCTOR", "dynamo_mode": section.mode}},
-                             transformers=transformers, code=code)
-
-
-TECHNIQUE = Technique(
-    name="compile",
-    title="torch.compile",
-    after=('memory',),
-    placed='compile traces the model in its final layout, and before the DDP wrap (compiling the DDP-wrapped model breaks the graph at every bucket)',
-    section=CompileConfig,
-    resolve=_resolve,
-    apply=_apply,
-    nocode=NoCode(wants_root=lambda values: values.get("mode", "off") != "off", at_root=_nocode_root),
-    levers=(Lever("compile", "torch.compile", Parity.EXACT, _propose, ("compile.enable",), priority=50,
-                  is_compile=True),),
-    spell=_spell,
-    facts=CompileFacts,
-    observe=observe_compile,
-    rules=(Rule("compile.enable", compile_enable),),
-)
+    return remove_forwards(model, _CompiledForward)

@@ -10,7 +10,7 @@ from torchboost.config import Overlay
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, r, view
-from torchboost.techniques.compile_settings import CompileConfig
+from torchboost.techniques.compile.compile_settings import CompileConfig
 
 __all__ = ["compile_enable"]
 

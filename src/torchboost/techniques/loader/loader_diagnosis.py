@@ -14,7 +14,7 @@ from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import per_step_ms, r, view
 from torchboost.evidence.steps import measured_steps, summarize
-from torchboost.techniques.loader_settings import LoaderConfig
+from torchboost.techniques.loader.loader_settings import LoaderConfig
 
 __all__ = ["data_persistent_workers", "data_pin_memory", "data_workers"]
 

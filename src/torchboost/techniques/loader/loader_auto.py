@@ -14,10 +14,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from torchboost.env import Environment
-from torchboost.techniques.cpu import CpuConfig, resolve_threads
-from torchboost.techniques.dataset_cost import CHEAP_BATCH_MS, measure_batch_load_ms
-from torchboost.techniques.loader_settings import LOADER_FIELDS, LoaderConfig, LoaderSettings, shards_by_worker
-from torchboost.techniques.worker_ipc import available as sharing_available
+from torchboost.techniques.loader.dataset_cost import CHEAP_BATCH_MS, measure_batch_load_ms
+from torchboost.techniques.loader.host_threads import CpuConfig, resolve_threads
+from torchboost.techniques.loader.loader_settings import (LOADER_FIELDS, MAX_WORKERS, LoaderConfig, LoaderSettings,
+                                                         more_workers_refused)
+from torchboost.techniques.loader.worker_ipc import available as sharing_available
 
 __all__ = ["auto_num_workers", "resolve_host"]
 
@@ -29,9 +30,6 @@ Python objects of the dataset it reads, and holds ``prefetch_factor`` batches.""
 
 RAM_FRACTION = 0.5
 """Share of the available RAM that ``auto`` lets loader workers take."""
-
-MAX_WORKERS = 8
-"""Upper bound of ``auto`` workers per training process; more rarely helps one device."""
 
 DEFAULT_PREFETCH = 2
 """torch's own prefetch_factor when there are workers."""
@@ -160,12 +158,9 @@ def _resolve_workers(
 ) -> int:
     if value == "keep":
         workers, reasons["loader.num_workers"] = current.num_workers, "keep: the loader's own value"
-    elif isinstance(value, int) and value > current.num_workers and not shards_by_worker(loader.dataset, declared):
+    elif (why := more_workers_refused(loader.dataset, value, current.num_workers, declared)) is not None:
         workers = current.num_workers
-        reasons["loader.num_workers"] = refusal = (
-            f"refused {value}, kept {workers}: {type(loader.dataset).__name__} is an IterableDataset that does "
-            "not shard by worker (no get_worker_info() in its __iter__), so each worker would yield every "
-            "sample; shard it, or set loader.shards_by_worker = true")
+        reasons["loader.num_workers"] = refusal = f"refused {value}, kept {workers}: {why}"
         warnings.warn(refusal, stacklevel=2)
     elif isinstance(value, int):
         workers, reasons["loader.num_workers"] = value, "set in config"

@@ -2,50 +2,18 @@
 
 :class:`DeviceLoader` wraps any loader so iterating it yields batches already on the
 training device (``non_blocking`` copies when memory is pinned); :func:`map_tensors`
-walks the structures a ``collate_fn`` can return.
+(:mod:`torchboost.techniques._tensors`) walks the structures a ``collate_fn`` can return.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-from collections.abc import Mapping, MutableMapping
 from typing import Any, Callable, Iterator
 
 import torch
 
+from torchboost.techniques._tensors import map_tensors
+
 __all__ = ["DeviceLoader", "map_tensors", "move_to_device"]
-
-
-def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Apply ``fn`` to every tensor in a nested batch; the structure is rebuilt around them.
-
-    Walks tuples, namedtuples, lists, mappings (their type kept when it can be copied)
-    and dataclass instances (rebuilt with ``dataclasses.replace``); anything else
-    (strings, numbers, other objects) is returned as is.
-    """
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, tuple):
-        items = [map_tensors(item, fn) for item in batch]
-        if hasattr(batch, "_fields"):  # namedtuple
-            return type(batch)(*items)
-        return tuple(items) if type(batch) is tuple else type(batch)(items)
-    if isinstance(batch, list):
-        return [map_tensors(item, fn) for item in batch]
-    if isinstance(batch, MutableMapping):
-        out = copy.copy(batch)  # keeps OrderedDict, defaultdict, UserDict-based batch types
-        for key, value in batch.items():
-            out[key] = map_tensors(value, fn)
-        return out
-    if isinstance(batch, Mapping):
-        return {key: map_tensors(value, fn) for key, value in batch.items()}
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        changes = {
-            f.name: map_tensors(getattr(batch, f.name), fn) for f in dataclasses.fields(batch) if f.init
-        }
-        return dataclasses.replace(batch, **changes)
-    return batch
 
 
 def move_to_device(batch: Any, device: torch.device | str, *, non_blocking: bool = False) -> Any:

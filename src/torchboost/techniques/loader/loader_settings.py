@@ -16,13 +16,20 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord
 from torchboost.config import check_bool_or_word, check_choice, check_int_or_word
-from torchboost.techniques.worker_ipc import sharing_of, with_sharing
+from torchboost.techniques.loader.worker_ipc import sharing_of, with_sharing
 
-__all__ = ["LOADER_FIELDS", "LoaderConfig", "LoaderSettings", "rebuild_loader", "shards_by_worker"]
+__all__ = ["LOADER_FIELDS", "MAX_WORKERS", "LoaderConfig", "LoaderSettings", "more_workers_refused", "rebuild_loader",
+           "shards_by_worker"]
 
-MAX_WORKERS = max(64, 8 * (os.cpu_count() or 1))
-"""More loader workers than 8 per core only thrash: a value above it is a typo (at least
-64, so that a file tuned on a larger machine still reads on a small one)."""
+MAX_WORKERS = 8
+"""Loader workers per training process beyond which more rarely help one device: the most
+``auto`` chooses (:func:`~torchboost.techniques.loader.loader_auto.auto_num_workers`),
+and twice the most the tuner tries."""
+_MOST_WORKERS_WRITTEN = max(64, MAX_WORKERS * (os.cpu_count() or 1))
+"""The most workers ``torchboost.toml`` may ask for: more than :data:`MAX_WORKERS` per core
+of this machine only thrash, so a value above it is a typo. Per core, and at least 64,
+rather than the figure itself: a file tuned on a larger machine, or a user's own choice
+beyond ``auto``'s, must still read here."""
 LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "sharing_strategy")
 """The ``[loader]`` fields, in the order of :class:`LoaderSettings`."""
 
@@ -45,7 +52,7 @@ class LoaderConfig:
     """auto | keep | batches prefetched per worker (>= 1)."""
     sharing_strategy: str = AUTO
     """auto (torch's default) | keep | file_descriptor | file_system: how workers hand
-    batches over (see :mod:`torchboost.techniques.worker_ipc`)."""
+    batches over (see :mod:`torchboost.techniques.loader.worker_ipc`)."""
     shards_by_worker: bool = False
     """The loader's IterableDataset gives each worker its own part of the stream (through
     ``torch.utils.data.get_worker_info()``), so more workers may be started for it. Without
@@ -54,7 +61,7 @@ class LoaderConfig:
     would yield every sample."""
 
     def __post_init__(self) -> None:
-        check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP), maximum=MAX_WORKERS)
+        check_int_or_word("loader.num_workers", self.num_workers, 0, (AUTO, KEEP), maximum=_MOST_WORKERS_WRITTEN)
         check_bool_or_word("loader.pin_memory", self.pin_memory, (AUTO, KEEP))
         check_bool_or_word("loader.persistent_workers", self.persistent_workers, (AUTO, KEEP))
         check_int_or_word("loader.prefetch_factor", self.prefetch_factor, 1, (AUTO, KEEP), maximum=1024)
@@ -81,7 +88,7 @@ class LoaderSettings:
     prefetch_factor: int | None
     """Batches loaded ahead per worker; None exactly when num_workers == 0."""
     sharing_strategy: str | None = None
-    """How workers hand batches over (:mod:`~torchboost.techniques.worker_ipc`); None:
+    """How workers hand batches over (:mod:`~torchboost.techniques.loader.worker_ipc`); None:
     torch's default. Always None with 0 workers."""
 
     def __post_init__(self) -> None:
@@ -132,6 +139,17 @@ def shards_by_worker(dataset: Any, declared: bool = False) -> bool:
         except (OSError, TypeError):
             return False
     return False
+
+
+def more_workers_refused(dataset: Any, wanted: Any, current: int, declared: bool = False) -> str | None:
+    """Why ``wanted`` workers (more than the ``current`` ones) are refused on ``dataset``, in
+    words: an IterableDataset that does not shard by worker (:func:`shards_by_worker`),
+    where each worker would yield every sample. None when they may be had."""
+    if not (isinstance(wanted, int) and wanted > current) or shards_by_worker(dataset, declared):
+        return None
+    return (f"{type(dataset).__name__} is an IterableDataset that does not shard by worker (no get_worker_info() "
+            "in its __iter__), so each worker would yield every sample; shard it, or set "
+            "loader.shards_by_worker = true")
 
 
 def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:

@@ -9,7 +9,7 @@ gains; the tuner measures the real one. Declared by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -17,10 +17,11 @@ from torchboost.config import Overlay
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import REDUCED_DTYPES, amdahl, dtype_name, matmul_share, r, view
-from torchboost.techniques.precision_settings import PrecisionConfig
+from torchboost.techniques.precision.precision_settings import PrecisionConfig
 from torchboost.techniques.registry import ProbeContext
 
-__all__ = ["PrecisionFacts", "precision_lower", "precision_slower_on_cpu", "probe_precision", "reduced_precision"]
+__all__ = ["PrecisionFacts", "precision_lower", "precision_slower_on_cpu", "probe_precision", "reduced_precision",
+           "tune_context"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,14 @@ def probe_precision(ctx: ProbeContext) -> PrecisionFacts:
     tf32 = bool(getattr(matmul, "allow_tf32", False)) or torch.get_float32_matmul_precision() != "highest"
     return PrecisionFacts(autocast=ctx.autocast_dtype is not None, autocast_dtype=ctx.autocast_dtype,
                           grad_scaler=ctx.grad_scaler, tf32_matmul=tf32)
+
+
+def tune_context(facts: Facts) -> dict[str, Any]:
+    """What the tuner's precision levers know of the machine, from the doctor's facts: the
+    device's bf16 and TF32 support, and the probe's bf16/fp32 matmul speed on a CPU."""
+    env = facts.env or {}
+    return {"cpu_bf16": bool(env.get("cpu_bf16", False)), "cuda_bf16": bool(env.get("cuda_bf16", False)),
+            "tf32": bool(env.get("tf32", False)), "cpu_bf16_speedup": getattr(facts, "cpu_bf16_speedup", None)}
 
 _CUDA_HALF_FACTOR = 2.0  # tensor cores and half the memory traffic vs plain fp32 (assumed)
 _CUDA_HALF_OVER_TF32 = 1.3  # what is left once TF32 already feeds the tensor cores (assumed)

@@ -49,12 +49,13 @@ from torch import nn
 
 from torchboost import env as _envmod
 from torchboost.config import AUTO, ConfigError, Overlay, check_choice
-from torchboost.techniques.precision_policy import (
+from torchboost.techniques.precision.precision_policy import (
     AutocastPrecision, Fp16Precision, Precision, Tf32Precision, make_precision,
 )
-from torchboost.techniques.precision_diagnosis import (PrecisionFacts, precision_lower, precision_slower_on_cpu,
-                                                       probe_precision)
-from torchboost.techniques.precision_settings import PrecisionConfig
+from torchboost.techniques.precision.precision_diagnosis import (PrecisionFacts, precision_lower,
+                                                                 precision_slower_on_cpu,
+                                                                 probe_precision, reduced_precision, tune_context)
+from torchboost.techniques.precision.precision_settings import PrecisionConfig
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
@@ -285,5 +286,6 @@ TECHNIQUE = Technique(
     spell=_spell,
     facts=PrecisionFacts,
     probe=probe_precision,
+    tune_context=tune_context,
     rules=(Rule("precision.lower", precision_lower), Rule("precision.slower_on_cpu", precision_slower_on_cpu)),
 )

@@ -2,16 +2,21 @@
 
 The pieces, each usable on its own:
 
-* :func:`resolve_host` (:mod:`~torchboost.techniques.loader_auto`) turns ``[loader]`` and
-  ``[cpu]`` config into concrete :class:`LoaderSettings` and an intra-op thread count;
-* :func:`rebuild_loader` (:mod:`~torchboost.techniques.loader_settings`) builds a new
+* :func:`resolve_host` (:mod:`~torchboost.techniques.loader.loader_auto`) turns ``[loader]``
+  and ``[cpu]`` config into concrete :class:`LoaderSettings` and an intra-op thread count
+  (the threads' own rule: :mod:`~torchboost.techniques.loader.host_threads`);
+* :func:`rebuild_loader` (:mod:`~torchboost.techniques.loader.loader_settings`) builds a new
   DataLoader with those settings that yields the same batches in the same order;
-* :class:`DeviceLoader` (:mod:`~torchboost.techniques.batches`) wraps a loader so that
-  iterating it yields batches already on the training device;
-* how workers hand batches over: :mod:`~torchboost.techniques.worker_ipc`.
+* :class:`DeviceLoader` (:mod:`~torchboost.techniques.loader.batches`) wraps a loader so that
+  iterating it yields batches already on the training device, and
+  :class:`ResumableLoader` (:mod:`~torchboost.techniques.loader.resumable`) lets a run
+  resume mid-epoch;
+* how workers hand batches over: :mod:`~torchboost.techniques.loader.worker_ipc`; what a
+  batch costs to load: :mod:`~torchboost.techniques.loader.dataset_cost`; the diagnosis:
+  :mod:`~torchboost.techniques.loader.loader_diagnosis`.
 
 This module declares the technique's descriptor (its ``[loader]`` section lives with
-the settings it becomes, in :mod:`~torchboost.techniques.loader_settings`), with the
+the settings it becomes, in :mod:`~torchboost.techniques.loader.loader_settings`), with the
 tuner's levers for workers (moved together with the CPU threads they compete with),
 the batch hand-over, pinned memory and prefetching.
 """
@@ -22,36 +27,51 @@ import sys
 from typing import Any, Callable
 
 from torchboost.config import AUTO, KEEP, Overlay
-from torchboost.techniques.batches import DeviceLoader, map_tensors, move_to_device
-from torchboost.techniques.cpu import CpuConfig
-from torchboost.techniques.loader_auto import auto_num_workers, resolve_host
-from torchboost.techniques.loader_diagnosis import data_persistent_workers, data_pin_memory, data_workers
-from torchboost.techniques.loader_settings import (LOADER_FIELDS, LoaderConfig, LoaderSettings, rebuild_loader,
-                                                  shards_by_worker)
-from torchboost.techniques.resumable import ResumableLoader
+from torchboost.evidence.observed import Facts
+from torchboost.techniques._tensors import map_tensors
+from torchboost.techniques.loader.batches import DeviceLoader, move_to_device
+from torchboost.techniques.loader.host_threads import CpuConfig, apply_threads, auto_threads, resolve_threads
+from torchboost.techniques.loader.loader_auto import auto_num_workers, resolve_host
+from torchboost.techniques.loader.loader_diagnosis import data_persistent_workers, data_pin_memory, data_workers
+from torchboost.techniques.loader.loader_settings import (LOADER_FIELDS, MAX_WORKERS, LoaderConfig, LoaderSettings,
+                                                         more_workers_refused, rebuild_loader, shards_by_worker)
+from torchboost.techniques.loader.resumable import ResumableLoader
+from torchboost.techniques.loader.worker_ipc import available as sharing_available, with_sharing
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
-from torchboost.techniques.worker_ipc import with_sharing
 
 __all__ = [
+    "CpuConfig",
     "DeviceLoader",
     "LOADER_FIELDS",
     "LoaderConfig",
     "LoaderSettings",
+    "MAX_WORKERS",
+    "ResumableLoader",
+    "TECHNIQUE",
+    "TRIED_WORKERS",
+    "apply_threads",
     "auto_num_workers",
+    "auto_threads",
     "map_tensors",
     "move_to_device",
     "rebuild_loader",
     "resolve_host",
+    "resolve_threads",
+    "shards_by_worker",
 ]
+
+TRIED_WORKERS = MAX_WORKERS // 2
+"""The most loader workers the tuner tries: each count is screened with two thread counts
+and two hand-overs, so half of ``auto``'s most keeps the screening to 16 trials."""
 
 
 # -- resolve and apply ------------------------------------------------------------------
 
 def _resolve(ctx: ResolveContext) -> Resolution:
-    settings, threads, reasons = resolve_host(ctx.config.loader, ctx.config.cpu, ctx.loader, ctx.env,
-                                              device=ctx.device)
+    settings, threads, reasons = resolve_host(ctx.config.section(LoaderConfig), ctx.config.section(CpuConfig),
+                                              ctx.loader, ctx.env, device=ctx.device)
     values = {key: KEEP for key in LOADER_FIELDS} if settings is None else {
         key: KEEP if getattr(settings, key) is None else getattr(settings, key) for key in LOADER_FIELDS}
     overlay = Overlay.of(LoaderConfig, **values) | Overlay.of(CpuConfig, threads=KEEP if threads is None else threads)
@@ -89,18 +109,15 @@ def _nocode_arguments(values: dict[str, Any], arguments: dict[str, Any]) -> None
     wanted = dict(values)
     sharing = wanted.pop("sharing_strategy", None)
     declared = bool(wanted.pop("shards_by_worker", False))
-    dataset = arguments.get("dataset")
     workers = wanted.get("num_workers")
-    if isinstance(workers, int) and workers > int(arguments.get("num_workers", 0) or 0) \
-            and not shards_by_worker(dataset, declared):
+    why = more_workers_refused(arguments.get("dataset"), workers, int(arguments.get("num_workers", 0) or 0), declared)
+    if why is not None:
         # More workers on an unsharded stream would each yield every sample: the loader
         # keeps its own worker settings, and says so (never "applied" when it was not).
         for key in ("num_workers", "persistent_workers", "prefetch_factor"):
             wanted.pop(key, None)
         sharing = None
-        print(f"torchboost: loader.num_workers={workers} not applied: {type(dataset).__name__} is an "
-              "IterableDataset that does not shard by worker (each worker would yield every sample); "
-              "shard it with get_worker_info(), or set loader.shards_by_worker = true", file=sys.stderr)
+        print(f"torchboost: loader.num_workers={workers} not applied: {why}", file=sys.stderr)
     arguments.update(wanted)
     if int(arguments.get("num_workers", 0) or 0) == 0:
         # torch refuses these without workers
@@ -130,7 +147,7 @@ def _host(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # lost to 1 with torch's default hand-over and beat it with file_system.
     sharings = [Overlay(), Overlay.of(LoaderConfig, sharing_strategy="file_system")] if ctx.file_system_sharing \
         else [Overlay()]
-    for workers in range(1, min(ctx.max_workers, max(ctx.cpu_cores, 1)) + 1):
+    for workers in range(1, min(TRIED_WORKERS, max(ctx.cpu_cores, 1)) + 1):
         for threads in sorted({max(1, ctx.cpu_cores - workers), ctx.cpu_cores}):
             for sharing in sharings:
                 out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
@@ -155,6 +172,12 @@ def _sharing(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
 
 def _pin(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(LoaderConfig, pin_memory=True)] if ctx.device == "cuda" and ctx.has_loader else []
+
+
+def _tune_context(facts: Facts) -> dict[str, Any]:
+    # The hand-over is the tuner's own platform's: trials run here.
+    return {"iterable_dataset": bool(facts.loader and facts.loader.iterable),
+            "file_system_sharing": sharing_available("file_system")}
 
 
 def _spell(section: LoaderConfig) -> FrameworkSpelling:
@@ -184,7 +207,7 @@ TECHNIQUE = Technique(
     levers=(
         Lever("host", "loader workers + CPU threads", Parity.EXACT, _host,
               ("data.workers", "threads.oversubscribed", "data.persistent_workers"), priority=10,
-              coupled=True, fallback_parity=Parity.STATISTICAL),
+              coupled_with=("cpu",), fallback_parity=Parity.STATISTICAL),
         Lever("sharing", "worker batch hand-over (file_system)", Parity.EXACT, _sharing, ("data.workers",),
               priority=20, fallback_parity=Parity.STATISTICAL),
         Lever("pin_memory", "pinned host memory", Parity.EXACT, _pin, ("data.pin_memory",), priority=70),
@@ -192,6 +215,7 @@ TECHNIQUE = Technique(
               fallback_parity=Parity.STATISTICAL),
     ),
     spell=_spell,
+    tune_context=_tune_context,
     rules=(Rule("data.workers", data_workers), Rule("data.pin_memory", data_pin_memory),
            Rule("data.persistent_workers", data_persistent_workers)),
 )
