@@ -18,7 +18,9 @@ micro-batches that fit memory. Under ``torchrun`` the same script runs with DDP.
 The Booster composes the technique modules (``torchboost.techniques``) and owns no
 technique logic: ``prepare`` runs each registered technique's ``apply`` in the
 registry's order. Techniques switched off are null objects chosen there, so the step
-code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch.
+code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch. The step
+itself (accumulate, autocast, backward, ``optimizer.step()``, ``zero_grad()``) reads top
+to bottom in :mod:`torchboost.step`; the Booster's methods hand each call to it.
 """
 
 from __future__ import annotations
