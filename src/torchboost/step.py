@@ -58,6 +58,7 @@ class StepPrecision(Protocol):
     """What the step needs of a precision policy (:mod:`torchboost.techniques.precision_policy`)."""
 
     loss_scaler: Scaler
+    """fp16's ``GradScaler``; a null scaler (scale 1, the optimizer stepped as is) otherwise."""
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the forward pass and loss."""
@@ -70,7 +71,9 @@ class StepWindow(Protocol):
     """What the step needs of an accumulation window (:class:`torchboost.techniques.accumulation.Accumulator`)."""
 
     at_boundary: bool
+    """No micro-step waits for an optimizer step."""
     mid_window: bool
+    """Micro-steps were back-propagated but the window has not ended: no step, no zero_grad."""
 
     def next_micro_step(self, num_samples: int | None) -> tuple[float | None, bool]:
         """The next micro-step's ``(weight, last)``: its share of a full micro-batch, and whether it ends the window."""

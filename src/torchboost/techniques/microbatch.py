@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from torchboost.step import TrainStep
 from torchboost.techniques.batches import map_tensors
 
 __all__ = ["MicroBatchWarning", "MicroBatcher", "batch_size_of", "is_oom", "split_batch"]
@@ -87,9 +88,9 @@ class MicroBatcher:
         """How many times the size was halved after running out of memory."""
 
     def run(self, batch: Any, compute_loss: Callable[[Any], Any], *, model: nn.Module, optimizer: Any,
-            step: Any) -> torch.Tensor:
-        """Forward/backward every micro-batch through ``step`` (a :class:`torchboost.step.TrainStep`),
-        then step ``optimizer`` (the prepared one) once and zero it.
+            step: TrainStep) -> torch.Tensor:
+        """Forward/backward every micro-batch through ``step``, then step ``optimizer`` (the
+        prepared one, whose calls go through ``step`` too) once and zero it.
 
         ``compute_loss(micro_batch)`` returns a mean loss, or ``(loss_sum, num_items)``.
         Returns the batch's loss (detached): the sample-weighted mean, or sum / items.
