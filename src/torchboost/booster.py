@@ -18,7 +18,9 @@ micro-batches that fit memory. Under ``torchrun`` the same script runs with DDP.
 The Booster composes the technique modules (``torchboost.techniques``) and owns no
 technique logic: ``prepare`` runs each registered technique's ``apply`` in the
 registry's order. Techniques switched off are null objects chosen there, so the step
-code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch.
+code has no per-technique branch; ``BoostConfig.off()`` gives plain PyTorch. The step
+itself (accumulate, autocast, backward, ``optimizer.step()``, ``zero_grad()``) reads top
+to bottom in :mod:`torchboost.step`; the Booster's methods hand each call to it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
 from torchboost.env import Environment, probe
 from torchboost.prepared import BoostedOptimizer, BoostedScheduler
 from torchboost.resolve import ResolvedConfig, resolve
-from torchboost.techniques.registry import Preparation, techniques
+from torchboost.step import TrainStep
+from torchboost.techniques.microbatch import MicroBatcher
+from torchboost.techniques.registry import Preparation, Technique, techniques
 
 __all__ = ["Booster", "load_config"]
 
@@ -64,7 +68,7 @@ def _default_device(env: Environment) -> torch.device:
 
 
 class _Unprepared:
-    """Stands in for the precision policy and the accumulator until ``prepare`` runs."""
+    """Stands in for the precision policy and the training step until ``prepare`` runs."""
 
     at_boundary = True
 
@@ -73,6 +77,14 @@ class _Unprepared:
 
 
 _UNPREPARED = _Unprepared()
+
+
+def _loss_levers(registry: list[Technique], prep: Preparation, criterion: Any) -> Any:
+    """``criterion`` through each technique's loss-level lever (``Technique.loss``), in order."""
+    for technique in registry:
+        if technique.loss is not None:
+            criterion = technique.loss(prep, criterion)
+    return criterion
 
 
 class Booster:
@@ -108,6 +120,9 @@ class Booster:
         self.resolved: ResolvedConfig | None = None
         """The concrete choices made by ``prepare``, with reasons."""
         self._prep: Preparation | None = None
+        self._step: Any = _UNPREPARED
+        """The training step (:class:`torchboost.step.TrainStep`), after ``prepare``."""
+        self._micro_batcher: MicroBatcher | None = None
 
     # -- setting up -------------------------------------------------------------------
 
@@ -117,10 +132,13 @@ class Booster:
         optimizer: torch.optim.Optimizer | None = None,
         loader: Any = None,
         scheduler: Any = None,
+        *,
+        criterion: Any = None,
     ) -> tuple[Any, ...]:
-        """Apply every technique; returns ``(model, optimizer[, loader][, scheduler])``.
+        """Apply every technique; returns ``(model, optimizer[, loader][, scheduler][, criterion])``.
 
-        The loader and scheduler are in the result only when given. The model is the
+        The loader, scheduler and ``criterion`` (the loss function) are in the result only
+        when given; the criterion comes back through any loss-level lever. The model is the
         same object, moved and possibly compiled in place (wrapped in
         DistributedDataParallel under torchrun); the optimizer, loader and scheduler are
         wrappers to use instead of the originals. Under torchrun (WORLD_SIZE > 1) the
@@ -144,6 +162,10 @@ class Booster:
         for technique in registry:  # the written order: see each technique's `order`
             if technique.apply is not None:
                 technique.apply(prep)
+        self._step = TrainStep(prep.precision, prep.accumulator, prep.optimizer)
+        if prep.optimizer is not None:
+            prep.prepared_optimizer = BoostedOptimizer(prep.optimizer, self._step)
+        self._micro_batcher = MicroBatcher(prep.accumulator.micro_batch_size)
         self._prep = prep
         if self.verbose and self.is_main_process:
             print(self.resolved.summary(), file=sys.stderr)
@@ -152,16 +174,14 @@ class Booster:
             results.append(prep.prepared_loader)
         if scheduler is not None:
             results.append(BoostedScheduler(scheduler, prep.prepared_optimizer))
+        if criterion is not None:
+            results.append(_loss_levers(registry, prep, criterion))
         return tuple(results)
 
     @property
     def precision(self) -> Any:
-        """The precision policy (:mod:`torchboost.techniques.precision_policy`), after ``prepare``."""
+        """The precision policy (:mod:`torchboost.techniques.precision.precision_policy`), after ``prepare``."""
         return self._prep.precision if self._prep is not None else _UNPREPARED
-
-    @property
-    def _accumulator(self) -> Any:
-        return self._prep.accumulator if self._prep is not None else _UNPREPARED
 
     @property
     def _optimizer(self) -> BoostedOptimizer | None:
@@ -176,13 +196,13 @@ class Booster:
     def micro_batcher(self) -> Any:
         """Runs ``train_step``; ``.size`` is the current micro-batch size (None: whole
         batch), ``.simulate_oom_from`` a test hook. None before ``prepare``."""
-        return self._prep.micro_batcher if self._prep is not None else None
+        return self._micro_batcher
 
-    # -- the training step ------------------------------------------------------------
+    # -- the training step: each call goes to torchboost.step.TrainStep ------------------
 
     def autocast(self) -> AbstractContextManager:
         """Context for forward and loss: autocast in bf16/fp16 modes, nothing otherwise."""
-        return self.precision.autocast()
+        return self._step.autocast()
 
     def accumulate(self, model: nn.Module | None = None, *, num_samples: int | None = None) -> AbstractContextManager:
         """Context for one micro-step (forward, backward, ``optimizer.step()``, ``zero_grad()``).
@@ -193,7 +213,7 @@ class Booster:
         this micro-batch, when it does not come from the prepared loader.
         """
         default = self._prep.model if self._prep is not None else None
-        return self._accumulator.micro_step(model if model is not None else default, num_samples=num_samples)
+        return self._step.micro_step(model if model is not None else default, num_samples=num_samples)
 
     def backward(self, loss: torch.Tensor, *, num_items: int | float | torch.Tensor | None = None, **kwargs: Any) -> None:
         """``loss.backward()``, scaled in fp16 mode, weighted for accumulation.
@@ -202,7 +222,7 @@ class Booster:
         many items (e.g. non-padding tokens), and the step then uses the window's sum
         divided by its total item count. Other keyword args go to ``backward``.
         """
-        self._accumulator.backward(loss, self.precision.backward, num_items=num_items, **kwargs)
+        self._step.backward(loss, num_items=num_items, **kwargs)
 
     def train_step(self, batch: Any, compute_loss: Any) -> torch.Tensor:
         """One optimizer step on ``batch``, in micro-batches that fit memory.
@@ -215,15 +235,8 @@ class Booster:
         """
         if self._optimizer is None or self.micro_batcher is None:
             raise RuntimeError("train_step: call Booster.prepare(model, optimizer, ...) first")
-        return self.micro_batcher.run(
-            batch,
-            compute_loss,
-            model=self._prep.model,
-            optimizer=self._optimizer,
-            accumulator=self._accumulator,
-            autocast=self.autocast,
-            backward=self.backward,
-        )
+        return self.micro_batcher.run(batch, compute_loss, model=self._prep.model, optimizer=self._optimizer,
+                                      step=self._step)
 
     def unscale_(self, optimizer: BoostedOptimizer | None = None) -> None:
         """Unscale gradients in place before clipping them (fp16); a no-op otherwise."""
@@ -231,7 +244,7 @@ class Booster:
         if target is None:
             raise RuntimeError("unscale_: no optimizer was prepared")
         inner = target.optimizer if isinstance(target, BoostedOptimizer) else target
-        self.precision.unscale_(inner)
+        self._step.unscale_(inner)
 
     @property
     def step_was_skipped(self) -> bool:
@@ -248,7 +261,7 @@ class Booster:
     @property
     def at_window_boundary(self) -> bool:
         """No accumulation window is open: the last micro-step stepped (a checkpoint may be taken)."""
-        return self._accumulator.at_boundary
+        return self._step.at_boundary
 
     @property
     def rank(self) -> int:

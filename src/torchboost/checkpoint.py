@@ -3,7 +3,7 @@
 A checkpoint is a plain dict of state dicts. Reading never executes pickled code: a
 file holding anything but tensors and plain containers is refused with
 :class:`CheckpointError`. The prepared loader's position that a checkpoint keeps is
-:class:`~torchboost.techniques.resumable.ResumableLoader`'s (re-exported here).
+:class:`~torchboost.techniques.loader.resumable.ResumableLoader`'s (re-exported here).
 """
 
 from __future__ import annotations

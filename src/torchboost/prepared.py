@@ -1,9 +1,9 @@
 """The prepared optimizer and scheduler that ``Booster.prepare`` hands back.
 
 They are thin proxies: the user keeps calling ``optimizer.step()`` and
-``scheduler.step()`` as in plain PyTorch, and the proxies route the step through the
-precision technique (unscale, skip on overflow, scale update) and keep the scheduler in
-step with the optimizer steps that really happened.
+``scheduler.step()`` as in plain PyTorch; the optimizer's calls go to the training step
+(:mod:`torchboost.step`: the accumulation window, unscale, skip on overflow, scale
+update), and the scheduler keeps in step with the optimizer steps that really happened.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import warnings
 from typing import Any, Callable
 
 import torch
+
+from torchboost.step import TrainStep
 
 __all__ = ["BoostedOptimizer", "BoostedScheduler"]
 
@@ -24,7 +26,8 @@ _ORDER_WARNINGS = (
 
 
 class BoostedOptimizer(torch.optim.Optimizer):
-    """Wraps an optimizer: ``step()`` goes through accumulation and the precision policy.
+    """Wraps an optimizer: ``step()`` and ``zero_grad()`` go through the training step
+    (:class:`torchboost.step.TrainStep`): accumulation's window and the precision's scaler.
 
     Under gradient accumulation ``step()`` and ``zero_grad()`` only act at a window's end.
 
@@ -35,28 +38,26 @@ class BoostedOptimizer(torch.optim.Optimizer):
 
     # Optimizer.__init__ is deliberately not called: it would register parameters a
     # second time. Every attribute below delegates to the wrapped optimizer.
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        step_fn: Callable[[torch.optim.Optimizer], bool | None],
-        zero_grad_fn: Callable[[torch.optim.Optimizer, bool], None] | None = None,
-        closure_step_fn: Callable[[torch.optim.Optimizer, Callable[[], Any]], Any] | None = None,
-    ):
-        """``step_fn(optimizer)`` steps: True, False when skipped (fp16 overflow), None when
-        deferred (mid accumulation window: not a step at all). ``zero_grad_fn(optimizer,
-        set_to_none)`` clears gradients (default: the optimizer's own ``zero_grad``).
-        ``closure_step_fn(optimizer, closure)`` steps with a closure and returns its loss
-        (default: ``optimizer.step(closure)``)."""
+    def __init__(self, optimizer: torch.optim.Optimizer, train_step: TrainStep):
+        """``train_step`` steps and zeroes ``optimizer`` and counts its steps."""
         self.__dict__["optimizer"] = optimizer
-        self.__dict__["_step_fn"] = step_fn
-        self.__dict__["_closure_step_fn"] = closure_step_fn
-        self.__dict__["_zero_grad_fn"] = zero_grad_fn
-        self.__dict__["real_steps"] = 0
+        self.__dict__["train_step"] = train_step
+        self.__dict__["_zero_grad_fn"] = train_step.zero_grad
+
+    @property
+    def real_steps(self) -> int:
         """Optimizer steps that updated the weights."""
-        self.__dict__["skipped_steps"] = 0
+        return self.train_step.real_steps
+
+    @property
+    def skipped_steps(self) -> int:
         """Steps skipped because fp16 gradients overflowed."""
-        self.__dict__["step_was_skipped"] = False
+        return self.train_step.skipped_steps
+
+    @property
+    def step_was_skipped(self) -> bool:
         """Whether the last ``step()`` call was skipped."""
+        return self.train_step.step_was_skipped
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -90,35 +91,22 @@ class BoostedOptimizer(torch.optim.Optimizer):
         with the workaround, as torch's own ``GradScaler`` does.
         """
         if closure is not None:
-            closure_step = self._closure_step_fn
-            loss = closure_step(self.optimizer, closure) if closure_step else self.optimizer.step(closure)
-            self.__dict__["step_was_skipped"] = False
-            self.__dict__["real_steps"] += 1
-            return loss
-        stepped = self._step_fn(self.optimizer)
-        self.__dict__["step_was_skipped"] = stepped is False
-        if stepped is None:  # mid accumulation window: gradients still accumulating
-            return None
-        key = "real_steps" if stepped else "skipped_steps"
-        self.__dict__[key] += 1
+            return self.train_step.step_closure(self.optimizer, closure)
+        self.train_step.step(self.optimizer)
         return None
 
     def step_counts(self) -> dict[str, int]:
         """``{"real": ..., "skipped": ...}``: steps that updated the weights and fp16 overflows."""
-        return {"real": self.real_steps, "skipped": self.skipped_steps}
+        return self.train_step.step_counts()
 
     def restore_step_counts(self, counts: dict[str, int]) -> None:
         """Set the step counts from :meth:`step_counts`'s output (a restored checkpoint)."""
-        self.__dict__["real_steps"] = int(counts["real"])
-        self.__dict__["skipped_steps"] = int(counts["skipped"])
+        self.train_step.restore_step_counts(counts)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients (not mid accumulation window); ``set_to_none`` frees their memory
         instead of writing zeros."""
-        if self._zero_grad_fn is None:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
-        else:
-            self._zero_grad_fn(self.optimizer, set_to_none)
+        self._zero_grad_fn(self.optimizer, set_to_none)
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         return self.optimizer.state_dict()

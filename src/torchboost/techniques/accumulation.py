@@ -26,9 +26,8 @@ Automatic micro-batching (``Booster.train_step``): :mod:`torchboost.techniques.m
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
@@ -49,6 +48,7 @@ __all__ = [
     "MicroBatchWarning",
     "MicroBatcher",
     "ResolvedAccumulation",
+    "Share",
     "batch_size_of",
     "is_oom",
     "resolve_accumulation",
@@ -162,8 +162,29 @@ def _local_sum(total: torch.Tensor) -> torch.Tensor:
     return total
 
 
+@dataclass(frozen=True)
+class Share:
+    """One micro-step's part of its window, from :meth:`Accumulator.weigh`. Plain data."""
+
+    loss: torch.Tensor
+    """What to back-propagate: the loss, or the loss times its micro-batch's weight."""
+    model: nn.Module | None
+    """Whose gradients the window's end divides (None: the optimizer's parameters)."""
+    kind: str
+    """"single" (steps = 1, no ``accumulate()`` block), "plain" (a window of one
+    micro-step), "items" (a sum over ``num_items``) or "weighted" (a weighted mean)."""
+    weight: Any
+    """What it adds to the window's total: ``num_items`` (a number or a 0-d tensor), or
+    samples / unit; None: nothing."""
+    last: bool
+    """It ends its window."""
+
+
 class Accumulator:
     """Counts micro-steps into windows and normalises the gradient at each window's end.
+
+    The order of its calls is :class:`torchboost.step.TrainStep`'s; this object holds the
+    window's maths: each micro-step's weight, the count, the division.
 
     Args:
         steps: micro-steps per window (K >= 1).
@@ -173,6 +194,8 @@ class Accumulator:
         reduce_sum: sums a 0-d tensor over processes (identity on one process).
         world_size: processes whose gradients DDP averages (W).
         device: where the count tensor lives for ``reduce_sum`` (nccl needs CUDA).
+        micro_batch_size: samples per micro-batch in ``Booster.train_step``; None: the
+            whole batch first.
     """
 
     def __init__(
@@ -184,12 +207,15 @@ class Accumulator:
         reduce_sum: Callable[[torch.Tensor], torch.Tensor] = _local_sum,
         world_size: int = 1,
         device: torch.device | str = "cpu",
+        micro_batch_size: int | None = None,
     ) -> None:
         if steps < 1:
             raise ValueError(f"steps must be >= 1; got {steps}")
         self.steps = steps
         self.position = position
         self.unit = max(1, int(unit))
+        self.micro_batch_size = micro_batch_size
+        """Samples per micro-batch in ``Booster.train_step`` (None: the whole batch first)."""
         self._reduce_sum = reduce_sum
         self._world_size = world_size
         self._device = torch.device(device)
@@ -198,62 +224,47 @@ class Accumulator:
         self._items_mode: bool | None = None
         self._ready = False  # the window's gradient is complete and normalised
         self._open: tuple[nn.Module | None, float | None, bool] | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
-        """Whose parameters are normalised when a micro-step names no model."""
 
     @property
     def at_boundary(self) -> bool:
         """No micro-step is waiting for an optimizer step: a checkpoint may be taken."""
         return self._accumulated == 0
 
-    @contextlib.contextmanager
-    def micro_step(self, model: nn.Module | None = None, *, num_samples: int | None = None) -> Iterator[None]:
-        """Context for one micro-step's forward and backward.
+    @property
+    def mid_window(self) -> bool:
+        """Micro-steps were back-propagated but the window has not ended: no step, no zero_grad."""
+        return bool(self._accumulated and not self._ready)
 
-        On a window's non-final micro-steps a DDP ``model`` runs under ``no_sync()``, so
-        gradients are all-reduced once per window. ``num_samples`` is the micro-batch's
-        sample count; by default the prepared loader's current batch gives it.
-        """
+    def next_micro_step(self, num_samples: int | None = None) -> tuple[float | None, bool]:
+        """``(weight, last)`` of the next micro-step: its samples / unit (None when unknown)
+        and whether it ends the window. ``num_samples`` is the micro-batch's sample count;
+        by default the prepared loader's current batch gives it."""
         if num_samples is None and self.position is not None:
             num_samples = self.position.current_size
         weight = None if num_samples is None else num_samples / self.unit
         loader_last = bool(self.position is not None and self.position.current_is_last)
-        last = self._accumulated + 1 >= self.steps or loader_last
-        with self._opened(model, weight, last):
-            yield
+        return weight, self._accumulated + 1 >= self.steps or loader_last
 
-    @contextlib.contextmanager
-    def _opened(self, model: nn.Module | None, weight: float | None, last: bool) -> Iterator[None]:
+    def open(self, model: nn.Module | None, weight: float | None, last: bool) -> None:
+        """Start a micro-step of ``weight`` on ``model``; ``last`` ends the window."""
         if self._ready:
             raise RuntimeError(
                 "the previous accumulation window ended without optimizer.step(); call "
                 "optimizer.step() and optimizer.zero_grad() inside every accumulate() block"
             )
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         self._open = (model, weight, last)
-        try:
-            with sync:
-                yield
-        finally:
-            self._open = None
 
-    def backward(
-        self,
-        loss: torch.Tensor,
-        backward: Callable[..., None],
-        *,
-        num_items: int | float | torch.Tensor | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Back-propagate one micro-step through ``backward`` (the precision's), weighted.
+    def close(self) -> None:
+        """End the micro-step :meth:`open` started."""
+        self._open = None
 
-        ``num_items`` given: ``loss`` is a sum over that many items. Otherwise ``loss`` is a
-        mean over the micro-batch.
-        """
+    def weigh(self, loss: torch.Tensor, num_items: int | float | torch.Tensor | None = None) -> Share:
+        """The open micro-step's share: ``loss`` (a mean over the micro-batch; with
+        ``num_items``, a sum over that many items) weighted for the window. Raises, before
+        anything is back-propagated, when the call does not fit the window."""
         if self._open is None:
             if self.steps == 1:
-                self._single(loss, backward, num_items, kwargs)
-                return
+                return Share(loss, None, "single", num_items, True)
             raise RuntimeError(
                 f"accumulation.steps = {self.steps}: wrap each micro-step in "
                 "`with booster.accumulate(model):` so the window's end is known"
@@ -262,41 +273,44 @@ class Accumulator:
         mode = num_items is not None
         if self._items_mode is not None and mode != self._items_mode:
             raise ValueError("pass num_items to every backward of a window, or to none of them")
-        self._items_mode = mode
         if mode:
-            backward(loss, **kwargs)
-            self._weight += float(num_items)
-        elif last and self._accumulated == 0:
-            backward(loss, **kwargs)  # a window of one micro-step: plain PyTorch
+            return Share(loss, model, "items", num_items, last)
+        if last and self._accumulated == 0:
+            return Share(loss, model, "plain", None, last)  # a window of one micro-step: plain PyTorch
+        if weight is None:
+            raise ValueError(
+                "the micro-batch's sample count is unknown (not from the prepared loader): "
+                "pass num_samples= to accumulate(), or num_items= to backward()"
+            )
+        return Share(loss * weight, model, "weighted", weight, last)
+
+    def count(self, share: Share) -> bool:
+        """Count the micro-step ``share`` was back-propagated for. True when it ended the
+        window and the gradient must still be divided by the total (:meth:`normalise`).
+        A ``num_items`` tensor is read to the host here (a sync)."""
+        if share.kind == "single":
+            self._accumulated = 1
+            if share.weight is None:
+                self._ready = True
+                return False
+            self._weight, self._items_mode = float(share.weight), True  # sync: a tensor is read
+            return self._to_divide()
+        self._items_mode = share.kind == "items"
+        if share.kind == "plain":
             self._accumulated, self._ready = 1, True
-            return
-        else:
-            if weight is None:
-                raise ValueError(
-                    "the micro-batch's sample count is unknown (not from the prepared loader): "
-                    "pass num_samples= to accumulate(), or num_items= to backward()"
-                )
-            backward(loss * weight, **kwargs)
-            self._weight += weight
+            return False
+        self._weight += float(share.weight)  # sync: a num_items tensor is read to the host
         self._accumulated += 1
-        if last:
-            self._normalise(model)
+        return share.last and self._to_divide()
 
-    def _single(self, loss: torch.Tensor, backward: Callable[..., None], num_items: Any, kwargs: dict) -> None:
-        backward(loss, **kwargs)
-        self._accumulated = 1
-        if num_items is None:
-            self._ready = True
-            return
-        self._weight = float(num_items)
-        self._items_mode = True
-        self._normalise(None)
-
-    def _normalise(self, model: nn.Module | None) -> None:
+    def _to_divide(self) -> bool:
         if self._weight == 1.0 and self._world_size == 1:
-            self._ready = True
-            return
-        params = self._params(model)
+            self._ready = True  # a total of one full micro-batch: nothing to divide
+            return False
+        return True
+
+    def normalise(self, params: list[torch.Tensor]) -> None:
+        """Divide the ended window's gradients (of ``params``) by its total."""
         grads = [p.grad for p in params if p.grad is not None]
         if self._world_size > 1:
             # DDP averaged over W processes: multiply by W / global total.
@@ -311,40 +325,14 @@ class Accumulator:
             torch._foreach_div_(grads, self._weight)
         self._ready = True
 
-    def _params(self, model: nn.Module | None) -> list[torch.Tensor]:
-        if model is not None:
-            return list(model.parameters())
-        if self.optimizer is not None:
-            return [p for group in self.optimizer.param_groups for p in group["params"]]
-        raise RuntimeError("no model to normalise the gradients of: pass the model to accumulate(model)")
-
-    def step(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[torch.optim.Optimizer], bool]) -> bool | None:
-        """At a window's end, ``step_fn(optimizer)`` (True, or False when skipped for
-        overflow); mid-window nothing, returning None."""
-        if self._accumulated and not self._ready:
-            return None
-        stepped = step_fn(optimizer)
-        self.reset()
-        return stepped
-
-    def step_closure(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any],
-                     step_fn: Callable[[torch.optim.Optimizer, Callable[[], Any]], Any]) -> Any:
-        """``step_fn(optimizer, closure)`` in windows of one; refused under accumulation."""
+    def refuse_closure(self) -> None:
+        """Raise when windows hold several micro-steps: a closure re-runs one batch."""
         if self.steps > 1:
             raise NotImplementedError(
                 f"accumulation.steps = {self.steps} cannot step with a closure: the optimizer "
                 "re-runs the closure on one batch. Set [accumulation] steps = 1, or call "
                 "loss = closure() yourself in each micro-step and then optimizer.step()"
             )
-        loss = step_fn(optimizer, closure)
-        self.reset()
-        return loss
-
-    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
-        """Clear gradients, except mid-window, where they are still being accumulated."""
-        if self._accumulated and not self._ready:
-            return
-        optimizer.zero_grad(set_to_none=set_to_none)
 
     def reset(self) -> None:
         """Forget the open window (after a step, or to abandon a partial one)."""
@@ -373,11 +361,10 @@ def _apply(prep: Preparation) -> None:
     # After the loader (the window closes on its last batch), before the optimizer (whose
     # step and zero_grad go through the window).
     acc = prep.details["accumulation"]
+    micro = acc.micro_batch_size
     prep.accumulator = Accumulator(acc.steps, position=prep.prepared_loader, unit=_batch_size(prep.loader) or 1,
                                    reduce_sum=prep.dist.reduce_sum, world_size=prep.dist.world_size,
-                                   device=prep.device)
-    micro = acc.micro_batch_size
-    prep.micro_batcher = MicroBatcher(micro if isinstance(micro, int) else None)
+                                   device=prep.device, micro_batch_size=micro if isinstance(micro, int) else None)
 
 
 def _spell(section: AccumulationConfig) -> FrameworkSpelling:

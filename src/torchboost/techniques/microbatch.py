@@ -8,7 +8,6 @@ decides what an out-of-memory error is.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import warnings
 from typing import Any, Callable, Iterator
@@ -16,6 +15,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from torchboost.step import TrainStep
 from torchboost.techniques._tensors import map_tensors
 
 __all__ = ["MicroBatchWarning", "MicroBatcher", "batch_size_of", "is_oom", "split_batch"]
@@ -87,18 +87,10 @@ class MicroBatcher:
         self.halvings = 0
         """How many times the size was halved after running out of memory."""
 
-    def run(
-        self,
-        batch: Any,
-        compute_loss: Callable[[Any], Any],
-        *,
-        model: nn.Module,
-        optimizer: Any,
-        accumulator: Accumulator,
-        autocast: Callable[[], contextlib.AbstractContextManager],
-        backward: Callable[..., None],
-    ) -> torch.Tensor:
-        """Forward/backward every micro-batch, then step ``optimizer`` once and zero it.
+    def run(self, batch: Any, compute_loss: Callable[[Any], Any], *, model: nn.Module, optimizer: Any,
+            step: TrainStep) -> torch.Tensor:
+        """Forward/backward every micro-batch through ``step``, then step ``optimizer`` (the
+        prepared one, whose calls go through ``step`` too) once and zero it.
 
         ``compute_loss(micro_batch)`` returns a mean loss, or ``(loss_sum, num_items)``.
         Returns the batch's loss (detached): the sample-weighted mean, or sum / items.
@@ -109,13 +101,13 @@ class MicroBatcher:
         size = min(self.size or total, total)
         while True:
             try:
-                loss = self._attempt(batch, compute_loss, size, model, accumulator, autocast, backward)
+                loss = self._attempt(batch, compute_loss, size, model, step)
                 break
             except Exception as exc:  # noqa: BLE001 - anything but out-of-memory is re-raised
                 if not is_oom(exc) or size == 1:
                     raise
             # Outside the except block: the traceback, and the activations it holds, are freed.
-            accumulator.reset()
+            step.abandon()
             optimizer.zero_grad(set_to_none=True)
             _free_device_memory()
             size = max(1, size // 2)
@@ -131,19 +123,19 @@ class MicroBatcher:
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    def _attempt(self, batch, compute_loss, size, model, accumulator, autocast, backward) -> torch.Tensor:
+    def _attempt(self, batch, compute_loss, size, model, step) -> torch.Tensor:
         parts = list(split_batch(batch, size))
         summed, count = None, 0.0
         for index, (micro, samples) in enumerate(parts):
-            with accumulator._opened(model, samples / size, last=index == len(parts) - 1):
-                with autocast():
+            with step.window(model, samples / size, last=index == len(parts) - 1):
+                with step.autocast():
                     out = compute_loss(micro)
                 if isinstance(out, tuple):
                     loss, items = out
-                    backward(loss, num_items=items)
+                    step.backward(loss, num_items=items)
                     part, weight = loss.detach().float(), float(items)
                 else:
-                    backward(out)
+                    step.backward(out)
                     part, weight = out.detach().float() * samples, float(samples)
                 if self.simulate_oom_from is not None and samples >= self.simulate_oom_from:
                     raise torch.OutOfMemoryError(f"simulated: micro-batch of {samples} samples")

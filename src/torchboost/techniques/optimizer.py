@@ -13,7 +13,6 @@ optimizer with it, keeping its parameter groups, per-group hyperparameters and s
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,7 +20,6 @@ from typing import Any, ClassVar
 import torch
 
 from torchboost.config import AUTO, Overlay, check_choice
-from torchboost.prepared import BoostedOptimizer
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, r, view
@@ -263,19 +261,14 @@ def _resolve(ctx: ResolveContext) -> Resolution:
 
 
 def _apply(prep: Preparation) -> None:
-    # Last: fused kernels need the parameters on their device, and the step it builds
-    # goes through accumulation (a real step only at a window's end) and the precision
-    # policy (unscale, skip on fp16 overflow).
+    # Last: fused kernels need the parameters on their device. The Booster's step
+    # (torchboost.step) then drives the optimizer left in prep.optimizer.
     if prep.optimizer is None:
         return
     inner = apply_optimizer_implementation(prep.optimizer, prep.config.optimizer.implementation)
     if prep.scheduler is not None and inner is not prep.optimizer:
         prep.scheduler.optimizer = inner  # the schedule must drive the rebuilt optimizer
     prep.optimizer = inner
-    prep.accumulator.optimizer = inner
-    step = functools.partial(prep.accumulator.step, step_fn=prep.precision.step)
-    closure_step = functools.partial(prep.accumulator.step_closure, step_fn=prep.precision.step_closure)
-    prep.prepared_optimizer = BoostedOptimizer(inner, step, prep.accumulator.zero_grad, closure_step)
 
 
 def _nocode_first_step(values: dict[str, Any], optimizer: torch.optim.Optimizer, notes: list[str]) -> None:

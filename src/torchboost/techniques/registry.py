@@ -27,6 +27,7 @@ from torch import nn
 import torchboost.techniques as _package
 from torchboost.config import BoostConfig, Overlay, register_section
 from torchboost.evidence.observed import Facts, register_facts, seen_in
+from torchboost.step import StepPrecision, StepWindow
 
 T = TypeVar("T")
 
@@ -172,7 +173,11 @@ class Resolution:
 
 @dataclass
 class Preparation:
-    """What ``Booster.prepare`` builds, passed through each technique's ``apply`` in turn."""
+    """What ``Booster.prepare`` builds, passed through each technique's ``apply`` in turn.
+
+    Techniques fill in the step's typed inputs (``precision``, ``accumulator``); the
+    Booster then builds the step from them (:class:`torchboost.step.TrainStep`).
+    """
 
     env: Any
     device: torch.device
@@ -187,14 +192,16 @@ class Preparation:
     scheduler: Any = None
     dist: Any = None
     """The process-group handle (:mod:`torchboost.techniques.distributed`)."""
-    precision: Any = None
-    accumulator: Any = None
-    micro_batcher: Any = None
+    precision: StepPrecision | None = None
+    """Autocast and the loss scaler (set by the precision technique)."""
+    accumulator: StepWindow | None = None
+    """The accumulation window (set by the accumulation technique)."""
     compile_stats: Any = None
     batch_transforms: list[Callable[[Any], Any]] = field(default_factory=list)
     """Applied to every batch the prepared loader yields, after the move to the device."""
     prepared_loader: Any = None
     prepared_optimizer: Any = None
+    """Set by the Booster after every ``apply``: the optimizer driven by the step."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +302,10 @@ class Technique:
     """Before anything is resolved (the process group, which later steps talk through)."""
     apply: Callable[[Preparation], None] | None = None
     """Inside the Booster: changes the model, optimizer, loader or process, in order."""
+    loss: Callable[[Preparation, Callable[..., Any]], Callable[..., Any]] | None = None
+    """A loss-level lever (a fused cross-entropy): ``loss(prep, criterion)`` returns the
+    criterion the loop uses instead, after every ``apply``, in the same order. Only when
+    the script hands its criterion to ``Booster.prepare(..., criterion=)``."""
     nocode: NoCode | None = None
     """From outside, on an unmodified script; None: it cannot (see :attr:`nocode_refusal`)."""
     nocode_refusal: str = "it needs the Booster in the training loop"

@@ -1,7 +1,7 @@
 """Mixed precision: the ``[precision]`` section, how ``"auto"`` picks a mode, the descriptor.
 
 Four concrete modes, each a small policy object in
-:mod:`~torchboost.techniques.precision_policy`:
+:mod:`~torchboost.techniques.precision.precision_policy`:
 
 * ``fp32``: plain PyTorch; touches nothing.
 * ``tf32``: fp32 tensors, but CUDA matmuls and convolutions use TF32 tensor cores

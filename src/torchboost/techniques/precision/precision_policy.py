@@ -19,21 +19,54 @@ from typing import Any, Callable
 import torch
 
 from torchboost.config import ConfigError
+from torchboost.step import scaled_step
 
-__all__ = ["AutocastPrecision", "Fp16Precision", "Precision", "Tf32Precision", "make_precision"]
+__all__ = ["AutocastPrecision", "Fp16Precision", "NoScaler", "Precision", "Tf32Precision", "make_precision"]
 
 _CONCRETE = ("fp32", "tf32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+class NoScaler:
+    """The loss scaler of every mode but fp16, a null object: scale 1, the optimizer stepped as is.
+
+    Not a disabled ``GradScaler``: the observer takes a GradScaler driving the step for
+    the script's own fp16 loss scaling.
+    """
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """``loss`` itself."""
+        return loss
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing: the gradients were never scaled."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Any:
+        """``optimizer.step()``."""
+        return optimizer.step()
+
+    def update(self) -> None:
+        """Nothing: the scale stays 1."""
+
+    def get_scale(self) -> float:
+        """1.0."""
+        return 1.0
+
+
+_NO_SCALER = NoScaler()
+
+
 class Precision:
     """fp32: the null object. Every method does exactly what plain PyTorch does.
 
-    Subclasses change only what their mode needs; the training step calls the same
-    methods whatever the mode.
+    Subclasses change only what their mode needs (the autocast to enter, the scaler);
+    the training step (:mod:`torchboost.step`) calls the same methods whatever the mode.
     """
 
     mode = "fp32"
+    loss_scaler: Any = _NO_SCALER
+    """What the step scales the loss and steps through: fp16's ``GradScaler``, else
+    :class:`NoScaler` (only fp16 owns a ``scaler``)."""
 
     def __init__(self, device_type: str) -> None:
         self.device_type = device_type
@@ -51,15 +84,15 @@ class Precision:
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward(**kwargs)``, scaled when the mode needs it."""
-        loss.backward(**kwargs)
+        self.loss_scaler.scale(loss).backward(**kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients back to their true size before clipping; no-op unless fp16."""
+        self.loss_scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """Step the optimizer. Returns False when the step was skipped (fp16 overflow)."""
-        optimizer.step()
-        return True
+        return scaled_step(self.loss_scaler, optimizer)
 
     def step_closure(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
         """``optimizer.step(closure)``, returning the closure's loss."""
@@ -125,12 +158,11 @@ class Fp16Precision(AutocastPrecision):
 
     def __init__(self, device_type: str) -> None:
         super().__init__(device_type, "fp16")
+        # Backward of loss * scale, so small fp16 gradients do not flush to zero; one
+        # optimizer per scaler (``update`` follows every step).
         self.scaler = torch.amp.GradScaler(device_type)
-        """The loss scaler; one optimizer per scaler (``update`` follows every step)."""
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backward of ``loss * scale``, so small fp16 gradients do not flush to zero."""
-        self.scaler.scale(loss).backward(**kwargs)
+        """The loss scaler (``torch.amp.GradScaler``)."""
+        self.loss_scaler = self.scaler
 
     def step_closure(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
         """Refused: a scaler must unscale between the closure's backward and the step,
@@ -141,24 +173,6 @@ class Fp16Precision(AutocastPrecision):
             "backward and step (torch.amp.GradScaler refuses closures too). Use precision = "
             '"bf16", or call loss = closure() yourself and then optimizer.step()'
         )
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divide the gradients by the scale (once per step) so clipping sees true norms."""
-        self.scaler.unscale_(optimizer)
-
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """``scaler.step`` then ``scaler.update``; False when the gradients held inf/NaN.
-
-        The scaler backs off (halves the scale) exactly when it found inf/NaN and then
-        skipped the step, and otherwise keeps or grows it, so comparing the scale
-        before and after tells whether the optimizer stepped.
-        """
-        # Host-device sync: get_scale() reads the scale tensor. Once per optimizer step,
-        # and scaler.step already syncs on the inf check, so this adds no stall.
-        before = self.scaler.get_scale()
-        self.scaler.step(optimizer)
-        self.scaler.update()
-        return self.scaler.get_scale() >= before
 
     def state_dict(self) -> dict:
         """The scaler's state (scale, growth tracker, factors)."""
