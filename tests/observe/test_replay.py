@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchboost.cli import main
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
-from torchboost.observe.loader_patch import timed_iteration
-from torchboost.observe.replay import REPLAY_STEPS
+from torchboost.observe.hooks.loader_patch import timed_iteration
+from torchboost.observe.probes.replay import REPLAY_STEPS
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from torchboost.observe.launch import UsageError
+from torchboost.observe.parent.launch import UsageError
 
 __all__ = ["LOCK_NAME", "folder_lock"]
 

@@ -10,9 +10,9 @@ Public names::
     StopObserving                   raised at a step boundary to end the script
 """
 
-from torchboost.observe.instrument import Instrumentation
-from torchboost.observe.recorder import StepRecorder, StopObserving
-from torchboost.observe.supervise import ObservedRun, Progress, UsageError, parse_command, run_observed
+from torchboost.observe.hooks.instrument import Instrumentation
+from torchboost.observe.record.recorder import StepRecorder, StopObserving
+from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, parse_command, run_observed
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = [

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from torchboost.observe.replay import REPLAY_STEPS
+from torchboost.observe.probes.replay import REPLAY_STEPS
 
 __all__ = ["ProgressFile", "stage_of"]
 
@@ -21,7 +21,7 @@ def stage_of(done: int, spec: Any) -> dict[str, Any]:
         return {"stage": "observing", "step": done - spec.warmup, "of": spec.steps}
     if done <= recorded_end + spec.profile_steps:
         return {"stage": "profiling", "step": done - recorded_end, "of": spec.profile_steps}
-    if not spec.full and spec.profile_steps:  # the replay probe's steps (torchboost.observe.replay)
+    if not spec.full and spec.profile_steps:  # the replay probe's steps (torchboost.observe.probes.replay)
         return {"stage": "replay", "step": done - recorded_end - spec.profile_steps, "of": REPLAY_STEPS}
     return {"stage": "running", "step": done - spec.warmup, "of": None}
 

@@ -37,9 +37,9 @@ from typing import Any, Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
-from torchboost.observe.child import descendants, survivors
-from torchboost.observe.no_stdin import STDIN
-from torchboost.observe.supervise import run_observed
+from torchboost.observe.parent.process_group import descendants, survivors
+from torchboost.observe.parent.no_stdin import STDIN
+from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.journal import RunJournal
 
 __all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "verify"]

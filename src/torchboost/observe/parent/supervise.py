@@ -1,6 +1,6 @@
 """Parent side of the doctor: start the user's command in an observed child, collect its facts.
 
-The child is ``sys.executable -u -m torchboost.observe.bootstrap SPEC.json -- TARGET...``:
+The child is ``sys.executable -u -m torchboost.observe.child.bootstrap SPEC.json -- TARGET...``:
 the same interpreter and environment torchboost runs in (the user's ``python`` word is
 accepted and replaced by it). Its stderr passes through to ours (and its last lines are
 kept); its stdout passes through to ``stdout`` (ours unless told otherwise).
@@ -22,10 +22,10 @@ from typing import IO, Callable, Sequence
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
-from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
-from torchboost.observe.no_stdin import STDIN
-from torchboost.observe.relay import PROFILER_LOG, TAIL_CHARS, start_relays
+from torchboost.observe.parent.process_group import Interrupted, end_group, forwarded_signals, kill_group, signal_name
+from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
+from torchboost.observe.parent.no_stdin import STDIN
+from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
 from torchboost.observe.spec import ObserveSpec, rank_file
 from torchboost.observe.step_count import read_count, reconcile
 from torchboost.config import BoostConfig
@@ -110,7 +110,7 @@ def run_observed(
     kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set.
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
-    SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.child.Interrupted`.
+    SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
@@ -126,7 +126,7 @@ def run_observed(
                            progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
                            command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
-        argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
+        argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
         proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo)
         tail: collections.deque[str] = collections.deque()
         relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=out / PROFILER_LOG)
@@ -177,7 +177,7 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | Non
 
 
 def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:
-    """Start the observed child in a process group of its own (see :mod:`.child`), its
+    """Start the observed child in a process group of its own (see :mod:`.process_group`), its
     stdout and stderr piped (stdout dropped unless ``echo``), no stdin (:mod:`.no_stdin`)."""
     return subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env, start_new_session=True)

@@ -1,6 +1,6 @@
 """The observed run's facts as built so far, and what it writes as it goes: progress, ``facts.json``.
 
-The facts are built by :func:`~torchboost.observe.facts_builder.build_facts`; the first
+The facts are built by :func:`~torchboost.observe.record.facts_builder.build_facts`; the first
 build with the script's objects alive (the end of warm-up) is kept, so the descriptions
 of the model and optimizer outlive them. The progress line is rewritten at each stage change and at most every 0.2 s (the step
 count, :mod:`~torchboost.observe.step_count`, at every boundary); the facts
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Callable
 from torchboost import env as _env
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.facts_builder import build_facts, uses_cuda
+from torchboost.observe.record.facts_builder import build_facts, uses_cuda
 from torchboost.observe.progress_file import ProgressFile, stage_of
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.step_count import StepCounter
 
 if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
-    from torchboost.observe.recorder import StepRecorder
+    from torchboost.observe.record.recorder import StepRecorder
 
 __all__ = ["RunOutput"]
 
@@ -50,7 +50,7 @@ class RunOutput:
         """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
 
     def uses_cuda(self, probe_started_cuda: bool) -> bool:
-        """The script trains on CUDA (see :func:`~torchboost.observe.facts_builder.uses_cuda`)."""
+        """The script trains on CUDA (see :func:`~torchboost.observe.record.facts_builder.uses_cuda`)."""
         return uses_cuda(self._described.model if self._described else None, probe_started_cuda)
 
     def at_warmup_end(self, recorder: StepRecorder) -> None:

@@ -1,6 +1,6 @@
 """Step accounting: phase times between step boundaries, the run's stages, and the facts.
 
-The :class:`StepRecorder` is fed by the hooks in :mod:`torchboost.observe.instrument`
+The :class:`StepRecorder` is fed by the hooks in :mod:`torchboost.observe.hooks.instrument`
 (which only measure and call in) and decides what a boundary means: warm-up, a
 recorded step, a profiled step, or the end of observation (it raises
 :class:`StopObserving`). Host times come from ``time.perf_counter``; on CUDA the
@@ -13,15 +13,15 @@ per-step numbers; no other sync is added).
 The recorder composes small parts and holds only what is the run's own (how it ended,
 the observer's own errors):
 
-* :class:`~torchboost.observe.step_timing.StepTiming`: phase times, boundaries, what
+* :class:`~torchboost.observe.record.step_timing.StepTiming`: phase times, boundaries, what
   each closed step was, the early stop of a far too slow trial;
-* :class:`~torchboost.observe.loss_capture.LossCapture`: each step's loss;
-* :class:`~torchboost.observe.script_objects.ScriptObjects`: the script's loaders, root
+* :class:`~torchboost.observe.record.loss_capture.LossCapture`: each step's loss;
+* :class:`~torchboost.observe.record.script_objects.ScriptObjects`: the script's loaders, root
   modules, primary optimizer and autocast, and its settings at the end of warm-up;
-* :class:`~torchboost.observe.stages.RunStages`: warm-up, recorded, profiled, over, and
+* :class:`~torchboost.observe.record.stages.RunStages`: warm-up, recorded, profiled, over, and
   the profiler window;
-* :func:`~torchboost.observe.facts_builder.build_facts`: the Facts, with the live objects
-  described; :class:`~torchboost.observe.run_output.RunOutput`: the facts kept so far,
+* :func:`~torchboost.observe.record.facts_builder.build_facts`: the Facts, with the live objects
+  described; :class:`~torchboost.observe.record.run_output.RunOutput`: the facts kept so far,
   the progress line and ``facts.json``.
 """
 
@@ -34,16 +34,16 @@ import torch
 
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.handover import Claims
-from torchboost.observe import describe
-from torchboost.observe.loss_capture import LossCapture
-from torchboost.observe.phases import (
+from torchboost.observe.probes import describe
+from torchboost.observe.record.loss_capture import LossCapture
+from torchboost.observe.record.phases import (
     BACKWARD, DATA, FORWARD, OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, StopObserving,
 )
-from torchboost.observe.run_output import RunOutput
-from torchboost.observe.script_objects import ScriptObjects
+from torchboost.observe.record.run_output import RunOutput
+from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.stages import RunStages
-from torchboost.observe.step_timing import StepTiming
+from torchboost.observe.record.stages import RunStages
+from torchboost.observe.record.step_timing import StepTiming
 
 __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "SLOW_CHECK_STEPS"]
 

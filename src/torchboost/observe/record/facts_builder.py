@@ -15,12 +15,12 @@ import torch
 
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, TrainerFacts
-from torchboost.observe import describe
-from torchboost.observe.run_length import length_from_arguments, script_arguments
+from torchboost.observe.probes import describe
+from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
 from torchboost.techniques.registry import ProbeContext
 
 if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
-    from torchboost.observe.recorder import StepRecorder
+    from torchboost.observe.record.recorder import StepRecorder
 
 __all__ = ["build_facts", "planned_run", "uses_cuda"]
 

@@ -2,8 +2,8 @@
 
 Usage (started by :func:`torchboost.observe.run_observed`, not by hand)::
 
-    python -m torchboost.observe.bootstrap SPEC.json -- SCRIPT.py ARGS...
-    python -m torchboost.observe.bootstrap SPEC.json -- -m PACKAGE.MODULE ARGS...
+    python -m torchboost.observe.child.bootstrap SPEC.json -- SCRIPT.py ARGS...
+    python -m torchboost.observe.child.bootstrap SPEC.json -- -m PACKAGE.MODULE ARGS...
 
 The script sees the ``sys.argv`` and ``sys.path[0]`` it would see if run directly. The
 exit status is the script's own: 0 when the observer stopped it after enough steps or
@@ -26,15 +26,15 @@ from typing import Sequence
 
 from torchboost import env as _env
 from torchboost import handover
-from torchboost.observe.apply import Applier, settings_from_config
-from torchboost.observe.instrument import Instrumentation
-from torchboost.observe.recorder import StepRecorder, StopObserving
+from torchboost.nocode import Applier, settings_from_config
+from torchboost.observe.hooks.instrument import Instrumentation
+from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.watchdog import StallWatchdog, die_with_parent
+from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent
 
 __all__ = ["main", "run_target", "exit_status", "print_user_traceback"]
 
-_USAGE = "usage: python -m torchboost.observe.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
+_USAGE = "usage: python -m torchboost.observe.child.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
