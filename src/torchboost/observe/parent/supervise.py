@@ -26,8 +26,7 @@ from torchboost.observe.parent.process_group import Interrupted, end_group, forw
 from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
 from torchboost.observe.parent.no_stdin import STDIN
 from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
-from torchboost.observe.spec import ObserveSpec, rank_file
-from torchboost.observe.step_count import read_count, reconcile
+from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.techniques.compile_cache import compile_cache_env
@@ -202,7 +201,7 @@ def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Calla
 def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool,
              count: int | None = None) -> ObservedRun:
     """The run's result from the facts the exited child left in ``out``, corrected with
-    its real exit status and last step ``count`` (:func:`.step_count.reconcile`)."""
+    its real exit status and last step ``count`` (:func:`~torchboost.observe.spec.reconcile`)."""
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)

@@ -2,5 +2,5 @@
 seen batches, descriptions of the model, optimizer and a Hugging Face Trainer, the
 script's planned length.
 
-The bottom room: imports no other part of observe.
+The bottom room: imports no other part of observe but the spec.
 """

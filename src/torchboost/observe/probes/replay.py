@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchboost.observe.spec import REPLAY_STEPS
+
 __all__ = ["ReplayBatches", "REPLAY_STEPS", "KEPT_BATCHES"]
 
-REPLAY_STEPS = 3
-"""Steps timed with re-served batches, after the profiler window."""
 REPLAY_MIN_DATA_PCT = 5.0
 """The recorded steps' share waiting for data, percent, under which there is no replay: no
 data finding to bound, and a compute-bound script's doctor run stays as long as it was."""

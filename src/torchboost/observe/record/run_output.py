@@ -3,7 +3,7 @@
 The facts are built by :func:`~torchboost.observe.record.facts_builder.build_facts`; the first
 build with the script's objects alive (the end of warm-up) is kept, so the descriptions
 of the model and optimizer outlive them. The progress line is rewritten at each stage change and at most every 0.2 s (the step
-count, :mod:`~torchboost.observe.step_count`, at every boundary); the facts
+count, :class:`~torchboost.observe.spec.StepCounter`, at every boundary); the facts
 are rewritten at the first recorded step, then at most every ``spec.flush_interval_s``,
 never while the profiler runs (the write would be profiled), and at the end of the
 recorded steps, so a run that crashes later keeps what was seen.
@@ -20,9 +20,7 @@ from torchboost import env as _env
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.record.facts_builder import build_facts, uses_cuda
-from torchboost.observe.progress_file import ProgressFile, stage_of
-from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.step_count import StepCounter
+from torchboost.observe.spec import ObserveSpec, ProgressFile, StepCounter, stage_of
 
 if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
     from torchboost.observe.record.recorder import StepRecorder
