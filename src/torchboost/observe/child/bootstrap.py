@@ -65,24 +65,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)  # a stop passed on by torchboost: write the facts first
     try:
         run_target(argv[2:])
-        recorder.ended = "finished"
+        recorder.run.ended = "finished"
     except StopObserving:
-        recorder.ended = "stopped"
+        recorder.run.ended = "stopped"
     except SystemExit as exc:
         exit_code = exit_status(exc.code)
-        recorder.ended = "finished" if exit_code == 0 else "crashed"
+        recorder.run.ended = "finished" if exit_code == 0 else "crashed"
     except (KeyboardInterrupt, Terminated) as exc:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        recorder.ended, exit_code, recorder.signal = "killed", 128 + signum, signal.Signals(signum).name
+        recorder.run.ended, exit_code, recorder.run.signal = "killed", 128 + signum, signal.Signals(signum).name
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
         print_user_traceback(exc)
-        recorder.ended, exit_code = "crashed", 1
+        recorder.run.ended, exit_code = "crashed", 1
     finally:
         watchdog.stop()
         instrumentation.uninstall()
         if applier is not None:
             applier.uninstall()
-            recorder.applied = list(applier.notes)
+            recorder.run.applied = list(applier.notes)
         recorder.stages.profile.close()
         recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
         try:

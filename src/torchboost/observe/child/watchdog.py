@@ -129,10 +129,10 @@ class StallWatchdog:
         recorder = self.recorder
         at_step = recorder.timing.boundaries
         what = what or doing(recorder.current, at_step)
-        recorder.ended = "stalled"
+        recorder.run.ended = "stalled"
         compiling = self.compile_streak_s > COMPILE_LIMIT_S
         limit_s = COMPILE_LIMIT_S if compiling else self.limit_s()
-        recorder.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1),
+        recorder.run.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1),
                           "at_step": at_step, "compiling_s": round(self.compiling_s, 1)}
         bound = "a compile's bound" if compiling else "--stall-timeout to change"
         print(f"torchboost: no training step for {since:.0f} s, the script {what} at step "

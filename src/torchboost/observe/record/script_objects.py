@@ -2,7 +2,7 @@
 
 Modules and optimizers are held by weak reference: observing must not keep the script's
 model alive. What the facts need of them is described while they live
-(:func:`torchboost.observe.record.facts_builder.build_facts`).
+(:class:`~torchboost.observe.record.facts_builder.FactsBuilder`).
 """
 
 from __future__ import annotations
