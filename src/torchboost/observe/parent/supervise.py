@@ -22,9 +22,10 @@ from typing import IO, Callable, Sequence
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.parent.process_group import Interrupted, end_group, forwarded_signals, kill_group, signal_name
+from torchboost.observe.parent.process_group import (
+    Interrupted, end_group, forwarded_signals, kill_group, signal_name, start_group,
+)
 from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
-from torchboost.observe.parent.no_stdin import STDIN
 from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
@@ -178,8 +179,7 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | Non
 def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:
     """Start the observed child in a process group of its own (see :mod:`.process_group`), its
     stdout and stderr piped (stdout dropped unless ``echo``), no stdin (:mod:`.no_stdin`)."""
-    return subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    return start_group(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
 def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
