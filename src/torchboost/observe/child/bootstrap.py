@@ -157,7 +157,7 @@ def print_user_traceback(exc: BaseException, *also_skip: str) -> None:
     # Drop the leading frames of torchboost, runpy and ``also_skip`` (the console script)
     # so the traceback starts in the user's code.
     tb = exc.__traceback__
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # torchboost/
     skip = {os.path.abspath(runpy.__file__), *map(os.path.abspath, also_skip)}
 
     def ours(name: str) -> bool:
