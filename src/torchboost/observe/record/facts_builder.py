@@ -1,23 +1,22 @@
 """The one place the observed run's :class:`Facts` are built, and its live objects described.
 
-:class:`FactsBuilder` is given the recorder's parts when the recorder is made (step timing,
-loss capture, the script's objects, the run's stages) and the run's own state
-(:class:`RunState`: how steps were counted, what was applied, how the run ended), and
-builds the ``Facts`` from them alone: it never sees the recorder. It describes the script's
-model and optimizer (``describe_model``, ``describe_optimizer``), asks each technique's
-probe for its own facts (``probe_techniques``: autocast, compiled, channels_last...), and
-puts them with everything the parts measured into one ``Facts``. What a technique needs to
+:func:`build_facts` describes the script's model and optimizer (``describe_model``,
+``describe_optimizer``), asks each technique's probe for its own facts
+(``probe_techniques``: autocast, compiled, channels_last...), and puts them with
+everything the recorder's parts measured into one ``Facts``. What a technique needs to
 know of the script's live objects is its probe's to read, not this module's.
 
-The first build with the script's objects alive (the end of warm-up) is kept, so the
-descriptions of the model and optimizer outlive them.
+It is given the parts themselves (:class:`RecordedParts`: step timing, loss capture, the
+script's objects, the run's stages, and the run's own
+:class:`RunState`), never the recorder. The facts built so
+far are kept by :class:`~torchboost.observe.record.facts_so_far.FactsSoFar`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -32,7 +31,7 @@ from torchboost.observe.record.step_timing import StepTiming
 from torchboost.observe.spec import ObserveSpec
 from torchboost.techniques.registry import ProbeContext
 
-__all__ = ["FactsBuilder", "RunState", "planned_run", "uses_cuda"]
+__all__ = ["RecordedParts", "RunState", "build_facts", "planned_run", "uses_cuda"]
 
 
 @dataclass
@@ -52,6 +51,21 @@ class RunState:
     """Settings applied from outside, in words (filled by the bootstrap)."""
     started_at: float = field(default_factory=time.time)
     """When observation began (wall clock): what the process did before is not this run's."""
+
+
+@dataclass(frozen=True)
+class RecordedParts:
+    """What the facts are built from: the recorder's parts and the run's own state (never
+    the recorder itself)."""
+
+    spec: ObserveSpec
+    timing: StepTiming
+    losses: LossCapture
+    seen: ScriptObjects
+    stages: RunStages
+    run: RunState
+    errors: list[str]
+    """The observer's failures so far, which the facts report; the builder's own are added."""
 
 
 def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
@@ -81,130 +95,80 @@ def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
     return (batches, "one epoch of the script's DataLoader") if batches else (None, None)
 
 
-class FactsBuilder:
-    """Builds the run's :class:`Facts` from the recorder's parts and its :class:`RunState`
-    (see the module docstring). ``errors``: the observer's failures so far, the list the
-    facts report; the builder's own failures are added to it, never raised."""
-
-    def __init__(self, spec: ObserveSpec, run: RunState, *, timing: StepTiming, losses: LossCapture,
-                 seen: ScriptObjects, stages: RunStages, errors: list[str]) -> None:
-        self._spec, self._run = spec, run
-        self._timing, self._losses, self._seen, self._stages = timing, losses, seen, stages
-        self._errors = errors
-        self._described: Facts | None = None  # facts built while the script's objects lived
-        self.bf16_speedup: float | None = None
-        """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
-
-    def uses_cuda(self) -> bool:
-        """The script trains on CUDA (see :func:`uses_cuda`)."""
-        return uses_cuda(self._described.model if self._described else None, self._seen.probe_started_cuda)
-
-    def at_warmup_end(self, uses_booster: bool) -> None:
-        """Probe the settings and describe the script's objects while they are set up and alive."""
-        self._seen.snapshot_settings()
-        self._described = self._build(uses_booster, self._described, fresh=True)
-
-    def facts(self, uses_booster: bool) -> Facts:
-        """Everything seen so far (converts pending losses: may sync)."""
-        if self._described is None or self._described.model is None:
-            self._guarded(self._seen.snapshot_settings)
-        facts = self._build(uses_booster, self._described)
-        if self._described is None or self._described.model is None:
-            self._described = facts
-        return facts
-
-    def for_writing(self, uses_booster: bool, exit_code: int | None) -> Facts:
-        """:meth:`facts` as facts.json gets them: with the bf16 speedup once measured, and at
-        the run's end (``exit_code`` given) its exit code, measuring that speedup on a CPU."""
-        facts = self.facts(uses_booster)
-        if exit_code is not None:
-            facts.exit_code = exit_code
-            if facts.model is not None and facts.model.device == "cpu":
-                self._guarded(self._measure_bf16)
-        facts.cpu_bf16_speedup = self.bf16_speedup
-        return facts
-
-    def _measure_bf16(self) -> None:
-        # ~0.1 s: only at the end, outside every recorded step.
-        self.bf16_speedup = float(_env.measure_cpu_bf16_speedup())
-
-    def _guarded(self, fn: Callable[[], Any]) -> None:
-        try:
-            fn()
-        except Exception as exc:  # noqa: BLE001 - the observer must never break the user's run
-            self._errors.append(f"{getattr(fn, '__name__', 'observer')}: {type(exc).__name__}: {exc}")
-
-    def _live(self, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
-        """The model, the optimizer and each technique's own facts (its probe's), from the live
-        objects when there is nothing earlier or ``fresh``; else ``earlier``'s."""
-        seen = self._seen
-        model = earlier.model if earlier is not None else None
-        optimizer = earlier.optimizer if earlier is not None else None
-        by_technique = dict(earlier.techniques) if earlier is not None else {}
-        if model is not None and not fresh:
-            return model, optimizer, by_technique
-        try:
-            module = seen.model()
-            if module is not None:
-                model = describe.describe_model(module)
-            device = model.device if model else "cpu"
-            live = seen.primary_optimizer()
-            if live is not None:
-                optimizer = describe.describe_optimizer(live, device)
-            context = ProbeContext(model=module, optimizer=live, loader=None, device=device.split(":")[0],
-                                   autocast_dtype=seen.autocast_dtype(device),
-                                   grad_scaler=self._losses.scaler is not None)
-            by_technique = describe.probe_techniques(context)
-        except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
-            self._errors.append(f"build_facts: {type(exc).__name__}: {exc}")
+def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """The model, the optimizer and each technique's own facts (its probe's), from the live
+    objects when there is nothing earlier or ``fresh``; else ``earlier``'s."""
+    seen = parts.seen
+    model = earlier.model if earlier is not None else None
+    optimizer = earlier.optimizer if earlier is not None else None
+    by_technique = dict(earlier.techniques) if earlier is not None else {}
+    if model is not None and not fresh:
         return model, optimizer, by_technique
+    try:
+        module = seen.model()
+        if module is not None:
+            model = describe.describe_model(module)
+        device = model.device if model else "cpu"
+        live = seen.primary_optimizer()
+        if live is not None:
+            optimizer = describe.describe_optimizer(live, device)
+        context = ProbeContext(model=module, optimizer=live, loader=None, device=device.split(":")[0],
+                               autocast_dtype=seen.autocast_dtype(device),
+                               grad_scaler=parts.losses.scaler is not None)
+        by_technique = describe.probe_techniques(context)
+    except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
+        parts.errors.append(f"build_facts: {type(exc).__name__}: {exc}")
+    return model, optimizer, by_technique
 
-    def _build(self, uses_booster: bool, earlier: Facts | None = None, *, fresh: bool = False) -> Facts:
-        """Everything seen so far, as :class:`Facts` (converts pending losses: may sync).
 
-        The model and optimizer are described from the live objects when ``earlier`` (facts
-        built before) has no model yet, or when ``fresh``; otherwise ``earlier``'s descriptions
-        are kept, since the script's objects may be gone by the end of the run.
-        """
-        seen, timing, spec, run, stages = self._seen, self._timing, self._spec, self._run, self._stages
-        model, optimizer, by_technique = self._live(earlier, fresh)
-        try:
-            by_technique = {**by_technique, **describe.observe_techniques(run.started_at)}
-        except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
-            self._errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
-        settings = seen.settings
-        loader = seen.main_loader()
-        cuda = uses_cuda(model, seen.probe_started_cuda)
-        planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command)
-        return Facts(
-            # What the script is and the machine it ran on.
-            env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),
-            frameworks=describe.frameworks(trainer=seen.trainer is not None), trainer=seen.trainer,
-            uses_booster=uses_booster, applied=list(run.applied),
-            # Its objects and settings.
-            loader=loader,
-            model=model,
-            optimizer=optimizer,
-            optimizers=seen.optimizer_steps.facts(),
-            techniques=by_technique,
-            cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
-            # What was measured.
-            steps=list(timing.steps), warmup_steps=spec.warmup, step_source=run.step_source,
-            warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
-            planned_steps=planned_steps, planned_from=planned_from,
-            target_steps=None if spec.full else spec.steps,
-            micro_steps_per_step=timing.micro_median() if run.step_source == "optimizer" else None,
-            losses=self._losses.values(), warmup_losses=self._losses.warmup_values(),
-            profile=stages.profile.facts, gpu=stages.profile.gpu,
-            profile_error=stages.profile.error,
-            flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),
-            bytes_by_op=dict(stages.flops.bytes_by_op),
-            flops_error=stages.flops.error or stages.flops.note,
-            replay_step_ms=list(stages.replay.step_ms),
-            peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
-            device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
-            peak_rss_bytes=describe.peak_rss_bytes(),
-            # How it ended.
-            ended=run.ended, stopped_slow=timing.stopped_slow, stall=run.stall, signal=run.signal,
-            observer_errors=list(self._errors),
-        )
+def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None = None, *,
+                fresh: bool = False) -> Facts:
+    """Everything ``parts`` have seen so far, as :class:`Facts` (converts pending losses: may sync).
+
+    The model and optimizer are described from the live objects when ``earlier`` (facts
+    built before) has no model yet, or when ``fresh``; otherwise ``earlier``'s descriptions
+    are kept, since the script's objects may be gone by the end of the run. The builder
+    builds with ``fresh`` at the end of warm-up, when the script has set them up.
+    """
+    seen, timing, spec, run, stages = parts.seen, parts.timing, parts.spec, parts.run, parts.stages
+    model, optimizer, by_technique = _described(parts, earlier, fresh)
+    try:
+        by_technique = {**by_technique, **describe.observe_techniques(run.started_at)}
+    except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
+        parts.errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
+    settings = seen.settings
+    loader = seen.main_loader()
+    cuda = uses_cuda(model, seen.probe_started_cuda)
+    planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command)
+    return Facts(
+        # What the script is and the machine it ran on.
+        env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),
+        frameworks=describe.frameworks(trainer=seen.trainer is not None), trainer=seen.trainer,
+        uses_booster=uses_booster, applied=list(run.applied),
+        # Its objects and settings.
+        loader=loader,
+        model=model,
+        optimizer=optimizer,
+        optimizers=seen.optimizer_steps.facts(),
+        techniques=by_technique,
+        cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
+        # What was measured.
+        steps=list(timing.steps), warmup_steps=spec.warmup, step_source=run.step_source,
+        warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
+        planned_steps=planned_steps, planned_from=planned_from,
+        target_steps=None if spec.full else spec.steps,
+        micro_steps_per_step=timing.micro_median() if run.step_source == "optimizer" else None,
+        losses=parts.losses.values(), warmup_losses=parts.losses.warmup_values(),
+        profile=stages.profile.facts, gpu=stages.profile.gpu,
+        profile_error=stages.profile.error,
+        flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),
+        bytes_by_op=dict(stages.flops.bytes_by_op),
+        flops_error=stages.flops.error or stages.flops.note,
+        replay_step_ms=list(stages.replay.step_ms),
+        peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
+        device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
+        peak_rss_bytes=describe.peak_rss_bytes(),
+        # How it ended.
+        ended=run.ended, stopped_slow=timing.stopped_slow, stall=run.stall, signal=run.signal,
+        observer_errors=list(parts.errors),
+    )

@@ -21,8 +21,9 @@ and a list):
   modules, primary optimizer and autocast, and its settings at the end of warm-up;
 * :class:`~torchboost.observe.record.stages.RunStages`: warm-up, recorded, profiled, over, and
   the profiler window;
-* :class:`~torchboost.observe.record.facts_builder.FactsBuilder`: the Facts, built from
-  those parts and the run's state, with the live objects described;
+* :func:`~torchboost.observe.record.facts_builder.build_facts`: the Facts, built from those
+  parts and the run's state, with the live objects described;
+  :class:`~torchboost.observe.record.facts_so_far.FactsSoFar`: the facts kept so far;
 * :class:`~torchboost.observe.record.run_output.RunOutput`: a plain writer of the progress
   line, the step count and ``facts.json``.
 """
@@ -37,7 +38,8 @@ import torch
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.handover import Claims
 from torchboost.observe.probes import describe
-from torchboost.observe.record.facts_builder import FactsBuilder, RunState
+from torchboost.observe.record.facts_builder import RecordedParts, RunState
+from torchboost.observe.record.facts_so_far import FactsSoFar
 from torchboost.observe.record.loss_capture import LossCapture
 from torchboost.observe.record.phases import (
     BACKWARD, DATA, FORWARD, OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, StopObserving,
@@ -69,8 +71,8 @@ class StepRecorder:
         self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
         self.errors: list[str] = []  # the observer's own failures: recorded, never raised into the script
-        self.builder = FactsBuilder(spec, self.run, timing=self.timing, losses=self.losses, seen=self.seen,
-                                    stages=self.stages, errors=self.errors)
+        self.built = FactsSoFar(RecordedParts(spec, self.timing, self.losses, self.seen, self.stages, self.run,
+                                                  self.errors))
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []  # given the roots at warm-up end
         self._claims = claims if claims is not None else Claims()
         self._claims_before = self._claims.names()
@@ -156,7 +158,7 @@ class StepRecorder:
             timing.stop_if_slow()
         done = timing.boundaries
         if self.stages.warmup_ends(done):
-            self.guarded(self.builder.at_warmup_end, self.uses_booster)
+            self.guarded(self.built.at_warmup_end, self.uses_booster)
             for callback in self.on_warmup_end:
                 self.guarded(callback, self.roots())
         # Before the profiler starts: flushing the facts is not profiled.
@@ -169,11 +171,11 @@ class StepRecorder:
 
     def facts(self) -> Facts:
         """Everything seen so far, as :class:`Facts` (converts pending losses: may sync)."""
-        return self.builder.facts(self.uses_booster)
+        return self.built.facts(self.uses_booster)
 
     def write_facts(self, exit_code: int | None = None) -> Facts:
         """Rewrite facts.json atomically; returns it. ``exit_code``: given at the run's end only."""
-        facts = self.builder.for_writing(self.uses_booster, exit_code)
+        facts = self.built.for_writing(self.uses_booster, exit_code)
         self.output.write_facts(facts)
         return facts
 
@@ -200,4 +202,4 @@ class StepRecorder:
             self.stages.restart()
 
     def _uses_cuda(self) -> bool:
-        return self.builder.uses_cuda()
+        return self.built.uses_cuda()

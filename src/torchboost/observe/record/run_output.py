@@ -1,7 +1,7 @@
 """What the observed run writes as it goes: the progress line, the step count, ``facts.json``.
 
 A plain writer: it is handed the :class:`Facts` to write
-(:class:`~torchboost.observe.record.facts_builder.FactsBuilder` builds them) and the step
+(:class:`~torchboost.observe.record.facts_so_far.FactsSoFar` builds them) and the step
 boundaries as they come. The progress line is rewritten at each stage change and at most every 0.2 s (the step
 count, :class:`~torchboost.observe.spec.StepCounter`, at every boundary); the facts
 are rewritten at the first recorded step, then at most every ``spec.flush_interval_s``,

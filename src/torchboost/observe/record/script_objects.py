@@ -2,7 +2,7 @@
 
 Modules and optimizers are held by weak reference: observing must not keep the script's
 model alive. What the facts need of them is described while they live
-(:class:`~torchboost.observe.record.facts_builder.FactsBuilder`).
+(:func:`~torchboost.observe.record.facts_builder.build_facts`).
 """
 
 from __future__ import annotations
