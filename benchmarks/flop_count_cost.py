@@ -17,7 +17,7 @@ import statistics
 import time
 
 from _mfu import one_step as _step
-from torchboost.observe.flop_count import StepFlops
+from torchboost.observe.probes.flop_count import StepFlops
 from torchboost.workloads._loop import make_loader
 
 

@@ -115,7 +115,7 @@ def vision_data_wait(out: Path, steps: int, cuda: bool) -> dict:
     """Data-wait share of the vision workload before and after loader tuning (observed runs)."""
     from torchboost.config import BoostConfig, Overlay
     from torchboost.diagnose import summarize
-    from torchboost.observe.supervise import run_observed
+    from torchboost.observe.parent.supervise import run_observed
 
     command = [sys.executable, "-m", "torchboost.workloads.vision", "--steps", str(steps * 4)]
     tuned = {"loader.num_workers": 8 if cuda else 2, "loader.persistent_workers": True, "cpu.threads": 1}

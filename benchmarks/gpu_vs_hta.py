@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torchboost.observe.trace_file import facts_from_trace, load_traces
+from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 
 
 def hta_shares(trace: Path) -> tuple[float, float, float] | None:

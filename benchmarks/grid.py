@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from torchboost.env import probe
-from torchboost.observe.apply import changed_settings, settings_from_config
+from torchboost.nocode import changed_settings, settings_from_config
 from torchboost.config import BoostConfig
 from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.journal import Journal

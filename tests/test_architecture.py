@@ -193,7 +193,7 @@ PARENT_IS_AGENT = "LOCAL_RANK" in os.environ
 
 def test_the_torchrun_check_fails_on_a_module_that_reads_them():
     tree = ast.parse(_BAD_TORCHRUN)
-    assert _torchrun_readers({"observe/bootstrap.py": tree}) == {"observe/bootstrap.py": ["LOCAL_RANK", "RANK"]}
+    assert _torchrun_readers({"observe/child/bootstrap.py": tree}) == {"observe/child/bootstrap.py": ["LOCAL_RANK", "RANK"]}
     assert _torchrun_readers({"env.py": tree}) == {}  # env.py is where they belong
 
 
@@ -201,8 +201,8 @@ def test_the_torchrun_check_fails_on_a_module_that_reads_them():
 
 MAX_PUBLIC_METHODS = 15
 MAX_RECORDER_PART_LINES = 150
-_RECORDER_PARTS = ("observe/recorder.py", "observe/step_timing.py", "observe/loss_capture.py",
-                   "observe/script_objects.py", "observe/stages.py", "observe/run_output.py")
+_RECORDER_PARTS = ("observe/record/recorder.py", "observe/record/step_timing.py", "observe/record/loss_capture.py",
+                   "observe/record/script_objects.py", "observe/record/stages.py", "observe/record/run_output.py")
 
 
 def _public_methods(tree: ast.Module) -> dict[str, int]:
@@ -228,7 +228,7 @@ def test_no_class_has_more_than_15_public_methods():
 
 def test_the_step_recorder_is_small_parts():
     modules = _modules()
-    assert "StepRecorder" in _class_lines(modules["observe/recorder.py"])
+    assert "StepRecorder" in _class_lines(modules["observe/record/recorder.py"])
     long = {f"{path}:{name}": n for path in _RECORDER_PARTS
             for name, n in _class_lines(modules[path]).items() if n > MAX_RECORDER_PART_LINES}
     assert long == {}

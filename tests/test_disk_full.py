@@ -16,8 +16,8 @@ from torchboost import _io, cli
 from torchboost._disk import NoSpaceError, os_error_in
 from torchboost.checkpoint import save_checkpoint
 from torchboost.cli import export
-from torchboost.observe.relay import NoiseFilter
-from torchboost.observe.step_count import ChildCount, StepCounter, read_count
+from torchboost.observe.parent.relay import NoiseFilter
+from torchboost.observe.spec import ChildCount, StepCounter, read_count
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

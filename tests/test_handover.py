@@ -10,7 +10,7 @@ from torchboost import handover
 from torchboost.config import BoostConfig
 from torchboost.handover import Claims, process_claims
 from torchboost.observe import ObserveSpec, StepRecorder
-from torchboost.observe.apply import Applier
+from torchboost.nocode import Applier
 
 
 def test_claims_grow_and_answer():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.diagnose import diagnose
-from torchboost.observe.trace_file import facts_from_trace, load_traces
+from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hta"
 HTA = {  # trace -> [(rank, idle %, compute %, non-compute %)], from HTA 0.5.0's temporal breakdown

@@ -8,8 +8,8 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from torchboost import BoostConfig
-from torchboost.observe.apply import settings_from_config
-from torchboost.observe.apply import Applier
+from torchboost.nocode import settings_from_config
+from torchboost.nocode import Applier
 
 
 def _data():

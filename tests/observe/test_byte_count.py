@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchboost.observe.byte_count import ByteCounterMode, tensor_bytes
+from torchboost.observe.probes.byte_count import ByteCounterMode, tensor_bytes
 
 FP32 = 4
 

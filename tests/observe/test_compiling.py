@@ -9,8 +9,8 @@ import pytest
 import torch._dynamo  # noqa: F401 - compiling_now looks only once Dynamo is imported
 
 from torchboost.observe import ObserveSpec, StepRecorder
-from torchboost.observe.compiling import compiling_now
-from torchboost.observe.watchdog import COMPILE_LIMIT_S, StallWatchdog
+from torchboost.observe.child.compiling import compiling_now
+from torchboost.observe.child.watchdog import COMPILE_LIMIT_S, StallWatchdog
 
 
 def _parked_in(path: str, function: str = "compile_it") -> tuple[threading.Thread, threading.Event]:
@@ -75,7 +75,7 @@ def test_an_unbroken_compile_is_bounded_and_a_broken_one_restarts_the_streak(tmp
 
 
 def test_the_progress_line_says_compiling_only_while_it_is():
-    from torchboost.observe.supervise import Progress
+    from torchboost.observe.parent.supervise import Progress
 
     assert Progress("warm-up", 0, 5, compiling_s=41.6).words() == "compiling (42 s so far), warm-up step 0/5"
     assert Progress("warm-up", 1, 5).words() == "warm-up step 1/5"  # twin: no compile, no word of it

@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from torchboost.cli import main
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
-from torchboost.observe.recorder import BACKWARD, FORWARD
+from torchboost.observe.record.recorder import BACKWARD, FORWARD
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "linear_flops.py"
 BATCH, WIDTH, LAYERS = 256, 1024, 3
@@ -100,7 +100,7 @@ def _attention_step(counter) -> None:
 
 
 def test_cpu_attention_counts_the_sdpa_formulas_forward_and_backward():
-    from torchboost.observe.flop_count import StepFlops
+    from torchboost.observe.probes.flop_count import StepFlops
 
     counter = StepFlops()
     _attention_step(counter)
@@ -112,7 +112,7 @@ def test_cpu_attention_counts_the_sdpa_formulas_forward_and_backward():
 
 
 def test_twin_torchs_counter_alone_counts_no_cpu_attention(monkeypatch):
-    from torchboost.observe import flop_count
+    from torchboost.observe.probes import flop_count
 
     monkeypatch.setattr(flop_count, "cpu_attention_formulas", dict)
     counter = flop_count.StepFlops()

@@ -10,8 +10,8 @@ import types
 import pytest
 
 from torchboost.evidence.observed import Facts, LoaderFacts, TrainerFacts
-from torchboost.observe import describe, hf_trainer
-from torchboost.observe.facts_builder import planned_run
+from torchboost.observe.probes import describe, hf_trainer
+from torchboost.observe.record.facts_builder import planned_run
 
 
 def _trainer_counts(facts: TrainerFacts, loader_batches: int) -> int:

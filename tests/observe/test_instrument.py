@@ -12,7 +12,7 @@ from torch.nn.modules import module as nn_module
 from torch.utils.data import DataLoader, TensorDataset
 
 from torchboost.observe import Instrumentation, ObserveSpec, StepRecorder, StopObserving
-from torchboost.observe.instrument import PATCHED_ATTRIBUTES
+from torchboost.observe.hooks.instrument import PATCHED_ATTRIBUTES
 
 
 def _snapshot() -> dict[str, object]:

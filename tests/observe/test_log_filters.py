@@ -8,8 +8,8 @@ import pytest
 from torch import nn
 
 from torchboost.observe import Instrumentation, ObserveSpec, StepRecorder
-from torchboost.observe.apply import Applier
-from torchboost.observe.log_filters import LoggerFilters, torchboost_filters
+from torchboost.nocode import Applier
+from torchboost.observe.hooks.log_filters import LoggerFilters, torchboost_filters
 from torchboost.techniques.compile import apply_compile
 
 

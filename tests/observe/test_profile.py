@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from torchboost.observe.profile import ProfileWindow
+from torchboost.observe.probes.profile import ProfileWindow
 
 
 def _profile(tmp_path, sync: bool):
@@ -43,7 +43,7 @@ def test_item_per_step_is_counted_as_a_sync(tmp_path):
 
 
 def test_a_profiler_that_cannot_start_fails_softly(tmp_path, monkeypatch):
-    import torchboost.observe.profile as profile_mod
+    import torchboost.observe.probes.profile as profile_mod
 
     def refuse(*args, **kwargs):
         raise RuntimeError("profiler already in use")
@@ -60,7 +60,7 @@ def test_a_cuda_windows_trace_gives_the_same_gpu_facts_as_doctor_trace(tmp_path)
     import shutil
     from pathlib import Path
 
-    from torchboost.observe.trace_file import facts_from_trace, load_traces
+    from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 
     recorded = Path(__file__).resolve().parents[1] / "data" / "hta" / "control.json.gz"
     trace = tmp_path / "trace.pt.trace.json"

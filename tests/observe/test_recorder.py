@@ -8,7 +8,7 @@ import pytest
 
 from torchboost.evidence.observed import Facts
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
-from torchboost.observe.recorder import BACKWARD, DATA, FORWARD
+from torchboost.observe.record.recorder import BACKWARD, DATA, FORWARD
 
 
 class _Clock:

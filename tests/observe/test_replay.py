@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchboost.cli import main
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
-from torchboost.observe.loader_patch import timed_iteration
-from torchboost.observe.replay import REPLAY_STEPS
+from torchboost.observe.hooks.loader_patch import timed_iteration
+from torchboost.observe.probes.replay import REPLAY_STEPS
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 
@@ -95,7 +95,7 @@ def test_on_a_loader_bound_script_no_data_finding_claims_more_than_the_replay_bo
 
 
 def test_the_progress_line_names_the_replay_steps():
-    from torchboost.observe.progress_file import stage_of
+    from torchboost.observe.spec import stage_of
 
     spec = ObserveSpec(out_dir=".", steps=3, warmup=1, profile_warmup=1, profile_active=1)
     assert stage_of(7, spec) == {"stage": "replay", "step": 1, "of": REPLAY_STEPS}

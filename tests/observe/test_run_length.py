@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from torchboost.evidence.observed import LoaderFacts
-from torchboost.observe.facts_builder import planned_run
-from torchboost.observe.run_length import length_from_arguments, script_arguments
+from torchboost.observe.record.facts_builder import planned_run
+from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
 
 
 @pytest.mark.parametrize("argv, batches, expected", [

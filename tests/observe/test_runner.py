@@ -66,7 +66,7 @@ def test_why_nothing_was_recorded_is_explained(tmp_path, steps_seen, exit_code, 
 
 def test_a_jobs_facts_are_its_slowest_ranks():
     from torchboost.diagnose import Facts, StepRecord
-    from torchboost.observe.supervise import job_facts
+    from torchboost.observe.parent.supervise import job_facts
 
     fast = Facts(rank=0, world_size=2, steps=[StepRecord(i, 10.0) for i in range(4)])
     slow = Facts(rank=1, world_size=2, steps=[StepRecord(i, 12.0) for i in range(4)])

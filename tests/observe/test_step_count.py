@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from torchboost.evidence.observed import Facts
-from torchboost.observe import supervise
-from torchboost.observe.step_count import StepCounter, read_count, reconcile
+from torchboost.observe.parent import supervise
+from torchboost.observe.spec import StepCounter, read_count, reconcile
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

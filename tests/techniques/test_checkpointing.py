@@ -19,7 +19,7 @@ import torchboost
 from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.frameworks import fix_words
-from torchboost.observe.apply import Applier
+from torchboost.nocode import Applier
 from torchboost.techniques.checkpointing import (
     CheckpointingConfig, CheckpointingFacts, TECHNIQUE, apply_checkpointing, checkpointing_blocks,
     remove_checkpointing,

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import torchboost
 from torchboost import BoostConfig, ConfigError, Overlay
-from torchboost.observe.apply import Applier, nocode_settings
+from torchboost.nocode import Applier, nocode_settings
 from torchboost.techniques.cudnn import CudnnConfig, fixed_shapes, resolve_benchmark
 from torchboost.tune.levers import TuneContext, default_levers
 

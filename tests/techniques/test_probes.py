@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from torchboost.evidence.observed import Facts
-from torchboost.observe.describe import describe_model, probe_techniques
+from torchboost.observe.probes.describe import describe_model, probe_techniques
 from torchboost.techniques.cudnn import CudnnFacts
 from torchboost.techniques.memory import MemoryFacts
 from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader import LoaderConfig
 from torchboost.env import probe
-from torchboost.observe.apply import Applier
+from torchboost.nocode import Applier
 from torchboost.techniques.loader import LoaderSettings, rebuild_loader, resolve_host
 from torchboost.techniques.loader.worker_ipc import WorkerSharing, sharing_of, with_sharing
 from torchboost.tune.levers import TuneContext, default_levers

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torchboost.cli.tune import print_outcome, tune_with_progress
 from torchboost.diagnose import diagnose
-from torchboost.observe.supervise import UsageError, run_observed
+from torchboost.observe.parent.supervise import UsageError, run_observed
 from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
 from torchboost.tune.tuner import TuneOptions
 from torchboost.cli._console import console as make_console

@@ -26,9 +26,9 @@ from torchboost.limits import machine_limits
 from torchboost.env import LoadMeter
 from torchboost.report.limits_text import busy_words, shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
-from torchboost.observe.no_stdin import stdin_words
-from torchboost.observe.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
-from torchboost.observe.trace_file import facts_from_trace, load_traces
+from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
+from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
 from torchboost.cli._console import console as make_console
 

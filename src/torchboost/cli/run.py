@@ -24,9 +24,9 @@ from pathlib import Path
 from torchboost import env as _env
 from torchboost import handover
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
-from torchboost.observe.apply import Applier, settings_from_config
-from torchboost.observe.bootstrap import exit_status, print_user_traceback, run_target
-from torchboost.observe.launch import Launch, UsageError, parse_launch
+from torchboost.nocode import Applier, settings_from_config
+from torchboost.observe.child.bootstrap import exit_status, print_user_traceback, run_target
+from torchboost.observe.parent.launch import Launch, UsageError, parse_launch
 from torchboost.techniques.compile.compile_cache import CACHE_ENV, compile_cache_env
 
 __all__ = ["add_arguments", "run", "run_applied", "run_job"]

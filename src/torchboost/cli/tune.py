@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torchboost.config import ConfigError
 from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
-from torchboost.observe.launch import UsageError, parse_launch
+from torchboost.observe.parent.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.memory_limit import MEMORY_MARGIN
 from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script, user_config

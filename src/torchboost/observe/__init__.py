@@ -8,11 +8,33 @@ Public names::
     StepRecorder(spec)              phase times between step boundaries, and the Facts
     ObserveSpec                     what the child is told (step counts, output folder)
     StopObserving                   raised at a step boundary to end the script
+
+Rooms, and the one way their imports flow::
+
+    parent/   launch, supervise, process_group, relay, no_stdin   (the torchboost process)
+       |          starts the child, relays its output, reads back what it left:
+       v          facts.json (evidence.observed), the step count, the progress line
+    spec.py   the one contract between parent and child: ObserveSpec, the progress line,
+       ^          the step count; imports no room
+       |
+    child/    bootstrap, watchdog, compiling                   (the observed process)
+       v
+    hooks/    instrument, loader_patch, log_filters            (patched in, taken off again)
+       v
+    record/   recorder and its parts, facts_builder, run_output
+       v
+    probes/   profile, flop_count, byte_count, replay, describe, hf_trainer, run_length
+
+Each room imports only the rooms below it and the spec (the child uses the hooks and the
+recorder; the hooks call into the recorder; the recorder drives the probes); the parent
+imports none of the child's rooms, only the spec. The no-code applier
+(:mod:`torchboost.nocode`) uses the hooks; the recorded-trace reader is
+:mod:`torchboost.diagnose.trace_file`.
 """
 
-from torchboost.observe.instrument import Instrumentation
-from torchboost.observe.recorder import StepRecorder, StopObserving
-from torchboost.observe.supervise import ObservedRun, Progress, UsageError, parse_command, run_observed
+from torchboost.observe.hooks.instrument import Instrumentation
+from torchboost.observe.record.recorder import StepRecorder, StopObserving
+from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, parse_command, run_observed
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = [

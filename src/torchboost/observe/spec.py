@@ -1,26 +1,51 @@
-"""What the doctor's child process is told to do: step counts and where to write facts.
+"""The one contract between the doctor's parent and its observed child.
 
-The parent writes an :class:`ObserveSpec` to a JSON file and passes that file's path on
-the child's command line (never through an environment variable).
+The parent tells the child what to do in an :class:`ObserveSpec`: step counts and where
+to write facts. It writes the spec to a JSON file and passes that file's path on the
+child's command line (never through an environment variable). The child answers in
+three files: ``facts.json`` (its :class:`~torchboost.evidence.observed.Facts`), the
+progress line (:class:`ProgressFile`, :func:`stage_of`) and the step count
+(:class:`StepCounter`, :func:`read_count`, :func:`reconcile`), each described below.
+Both sides import this module; it imports neither.
+
+The step count: ``facts.json`` is written at the first recorded step, every few seconds,
+and at the script's end; a script that ends its process itself (``os._exit(3)``, a native
+library's ``exit``) skips that last write, and its facts would say what did not happen:
+"finished", exit code 0, the steps of the last write. So at every step boundary the child
+also stores the count of boundaries in an 8-byte shared file mapping (a store into
+memory, no system call), which the kernel keeps when the process ends, however it ends.
+After the child has gone, the parent reads the count and, with the exit status it saw
+itself, corrects the facts (:func:`reconcile`) and rewrites ``facts.json``: the parent's
+word on how the run ended is the last. The same file carries the errno of a facts.json
+write that failed (a full disk), so the parent says the disk is full rather than that no
+step was seen.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
+import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchboost._io import atomic_write_bytes
+from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "rank_file"]
+__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+           "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
 """Name of the facts file inside the output folder."""
 TRACE_FILE = "trace.pt.trace.json"
 """Name of the Chrome-trace file inside the output folder (TensorBoard's profiler plugin
 opens ``*.pt.trace.json`` files only)."""
+REPLAY_STEPS = 3
+"""Steps timed with re-served batches, after the profiler window
+(:mod:`torchboost.observe.probes.replay`)."""
 
 
 def rank_file(name: str, rank: int) -> str:
@@ -56,7 +81,7 @@ class ObserveSpec:
     """File the child rewrites with {"stage", "step", "of"} for the parent's progress line."""
     count_path: str | None = None
     """File the child keeps its step count in, for the parent to read after it ends
-    (:mod:`torchboost.observe.step_count`)."""
+    (:class:`StepCounter`)."""
     flush_interval_s: float = 5.0
     """Least time between two rewrites of facts.json during the run, seconds (each costs
     tens of milliseconds with its fsync; facts are also written when recording ends and
@@ -120,3 +145,109 @@ class ObserveSpec:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# -- the progress line: the child writes it, the parent shows it -------------------------
+
+def stage_of(done: int, spec: Any) -> dict[str, Any]:
+    """``{"stage", "step", "of"}`` after ``done`` step boundaries of a run of ``spec``
+    (an :class:`~torchboost.observe.spec.ObserveSpec`)."""
+    recorded_end = spec.warmup + spec.steps
+    if done < spec.warmup:
+        return {"stage": "warm-up", "step": done, "of": spec.warmup}
+    if done <= recorded_end:
+        return {"stage": "observing", "step": done - spec.warmup, "of": spec.steps}
+    if done <= recorded_end + spec.profile_steps:
+        return {"stage": "profiling", "step": done - recorded_end, "of": spec.profile_steps}
+    if not spec.full and spec.profile_steps:  # the replay probe's steps (torchboost.observe.probes.replay)
+        return {"stage": "replay", "step": done - recorded_end - spec.profile_steps, "of": REPLAY_STEPS}
+    return {"stage": "running", "step": done - spec.warmup, "of": None}
+
+
+class ProgressFile:
+    """The progress line, rewritten in place with one ``pwrite``: microseconds, no fsync.
+
+    Advisory data for the parent's display: a reader that catches a half-written line
+    skips it. Padded to a fixed width so a shorter line leaves no tail of the last one.
+    """
+
+    _WIDTH = 96
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+
+    def write(self, data: dict[str, Any]) -> None:
+        line = json.dumps(data).ljust(self._WIDTH).encode()
+        if hasattr(os, "pwrite"):
+            os.pwrite(self._fd, line, 0)
+        else:  # Windows
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            os.write(self._fd, line)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+# -- the step count: the child keeps it, the parent reads it after the end ----------------
+
+_FORMAT = "<qq"  # step boundaries done, errno of the last failed facts.json write (0: none)
+_SIZE = struct.calcsize(_FORMAT)
+
+
+@dataclass(frozen=True)
+class ChildCount:
+    """What the child left in its count file."""
+
+    boundaries: int
+    """Step boundaries done."""
+    write_errno: int = 0
+    """The errno of its last facts.json write when that failed (a full disk), else 0."""
+
+
+class StepCounter:
+    """The child's side: :meth:`set` stores the number of step boundaries done so far,
+    :meth:`write_failed` why its last facts.json write failed."""
+
+    def __init__(self, path: str | Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            # Written, not truncated to size: the page is allocated now, and a full disk
+            # fails here with ENOSPC instead of a SIGBUS at the first store.
+            os.pwrite(fd, bytes(_SIZE), 0)
+            self._map = mmap.mmap(fd, _SIZE)
+        finally:
+            os.close(fd)  # the mapping keeps the file
+
+    def set(self, boundaries: int) -> None:
+        """Store ``boundaries`` (about a fifth of a microsecond)."""
+        struct.pack_into("<q", self._map, 0, boundaries)
+
+    def write_failed(self, code: int) -> None:
+        """The last facts.json write failed with errno ``code`` (0: it succeeded)."""
+        struct.pack_into("<q", self._map, 8, code)
+
+
+def read_count(path: str | Path | None) -> ChildCount | None:
+    """The parent's side: what the child stored last; None when it stored nothing."""
+    try:
+        data = Path(path).read_bytes() if path else b""
+    except OSError:
+        return None
+    return ChildCount(*struct.unpack(_FORMAT, data)) if len(data) == _SIZE else None
+
+
+def reconcile(facts: Facts, exit_code: int, boundaries: int | None) -> bool:
+    """Correct ``facts`` (one process's, not a torchrun job's) with what the parent saw:
+    the child's real ``exit_code`` and its last step count. Facts whose last write missed
+    the run's end (a count beyond theirs, or another exit code) become ``ended="exited"``
+    with the real exit code and step count; a kill or a stall keeps its own words.
+    True when anything was corrected."""
+    behind = boundaries is not None and boundaries > facts.steps_seen
+    if behind:
+        facts.steps_seen = boundaries
+    if facts.ended in ("killed", "stalled") or facts.world_size > 1:
+        return behind
+    if behind or exit_code != facts.exit_code:
+        facts.ended, facts.exit_code = "exited", exit_code
+        return True
+    return False

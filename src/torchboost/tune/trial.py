@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
-from torchboost.observe.no_stdin import stdin_words
-from torchboost.observe.supervise import run_observed
+from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.observe.parent.supervise import run_observed
 from torchboost.techniques.compile.compile_facts import CompileFacts
 from torchboost.tune.trial_result import TrialResult
 

@@ -21,8 +21,8 @@ from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import step_dtype
 from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
-from torchboost.observe.launch import parse_launch
-from torchboost.observe.supervise import run_observed
+from torchboost.observe.parent.launch import parse_launch
+from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.config_file import HEADER_START, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context

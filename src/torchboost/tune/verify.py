@@ -25,9 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,9 +35,8 @@ from typing import Any, Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
-from torchboost.observe.child import descendants, survivors
-from torchboost.observe.no_stdin import STDIN
-from torchboost.observe.supervise import run_observed
+from torchboost.observe.parent.process_group import run_group
+from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.journal import RunJournal
 
 __all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "verify"]
@@ -240,21 +237,11 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float)
         argv = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config_file), "--", *command]
         env = {**os.environ, TRIAL_SETTINGS_ENV: str(config_file.with_suffix(".json"))}
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
-    try:
-        code = proc.wait(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    # Observe's process group, as the doctor's and the trials' children: a Ctrl-C kills it
+    # whole and names what lived on outside it.
+    code = run_group(argv, env=env, timeout_s=limit_s)
+    if code is None:
         return None
-    except BaseException as exc:
-        tree = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        if isinstance(exc, KeyboardInterrupt):  # the stop message says what lives on
-            exc.survivors = survivors(tree)  # type: ignore[attr-defined]
-        raise
     if code != 0:
         how = "as you run it" if config_file is None else "under torchboost run"
         raise RuntimeError(f"the script exited with code {code} {how}")

@@ -1,23 +1,23 @@
 """Where an observed run is after each step boundary: warm-up, recorded steps, profiled steps, over.
 
 A run warms up for ``spec.warmup`` steps, records ``spec.steps``, then profiles
-``spec.profile_steps`` in the :class:`~torchboost.observe.profile.ProfileWindow` this part
+``spec.profile_steps`` in the :class:`~torchboost.observe.probes.profile.ProfileWindow` this part
 drives, and is over (unless ``spec.full``: then it records to the script's own end).
 The profiler's first warm-up step is also the one whose FLOPs are counted
-(:class:`~torchboost.observe.flop_count.StepFlops`): neither recorded nor profiled. After
+(:class:`~torchboost.observe.probes.flop_count.StepFlops`): neither recorded nor profiled. After
 the window, a bounded run times a few steps fed with batches already seen
-(:class:`~torchboost.observe.replay.ReplayBatches`), then is over.
+(:class:`~torchboost.observe.probes.replay.ReplayBatches`), then is over.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from torchboost.observe.flop_count import StepFlops
-from torchboost.observe.profile import ProfileWindow
-from torchboost.observe.replay import REPLAY_MIN_DATA_PCT, REPLAY_STEPS, ReplayBatches
+from torchboost.observe.probes.flop_count import StepFlops
+from torchboost.observe.probes.profile import ProfileWindow
+from torchboost.observe.probes.replay import REPLAY_MIN_DATA_PCT, REPLAY_STEPS, ReplayBatches
 from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.step_timing import StepTiming
+from torchboost.observe.record.step_timing import StepTiming
 
 __all__ = ["RunStages"]
 

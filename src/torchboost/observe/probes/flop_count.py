@@ -2,7 +2,7 @@
 
 ``torch.utils.flop_counter.FlopCounterMode`` is entered at one step boundary and left at
 the next, so it sees the whole step: forward, backward, optimizer. The step counted is
-the profiler's warm-up step (see :class:`~torchboost.observe.stages.RunStages`): its time
+the profiler's warm-up step (see :class:`~torchboost.observe.record.stages.RunStages`): its time
 is neither recorded nor profiled, so the counter's own cost (every op goes through a
 Python dispatch mode) is in no figure. A failure is kept in :attr:`StepFlops.error` and
 the script's run goes on.
@@ -13,7 +13,7 @@ formulas cover the CUDA kernels; the CPU's flash attention (what
 ``F.scaled_dot_product_attention`` runs on a CPU) is given the same formulas here
 (:func:`cpu_attention_formulas`), else a CPU transformer's attention would count nothing. A compiled
 region's kernels are not aten ops and are not counted: :attr:`StepFlops.note` says so.
-The same step's bytes per op (:mod:`torchboost.observe.byte_count`) are counted with them,
+The same step's bytes per op (:mod:`torchboost.observe.probes.byte_count`) are counted with them,
 for the roofline of the hottest operators.
 """
 
@@ -77,7 +77,7 @@ class StepFlops:
         try:
             from torch.utils.flop_counter import FlopCounterMode  # imported only when a step is counted
 
-            from torchboost.observe.byte_count import ByteCounterMode
+            from torchboost.observe.probes.byte_count import ByteCounterMode
 
             mode = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
             mode.__enter__()

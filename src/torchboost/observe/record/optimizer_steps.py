@@ -1,7 +1,7 @@
 """Every optimizer the script steps, and how often: a GAN's second optimizer is seen too.
 
 The step boundary is the first optimizer's step (the primary,
-:class:`~torchboost.observe.script_objects.ScriptObjects`); a script with two (a GAN's
+:class:`~torchboost.observe.record.script_objects.ScriptObjects`); a script with two (a GAN's
 generator and discriminator, a second one stepped every fifth step) has the other's
 steps counted here, so the report can say it was there and how often it stepped.
 """

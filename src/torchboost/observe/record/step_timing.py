@@ -1,9 +1,9 @@
 """A step's phase times and its boundaries: what each closed step was, and when to stop early.
 
 Host times come from the recorder's clock; on CUDA the phases are timed with CUDA events
-(:class:`~torchboost.observe.cuda_phases.CudaPhases`) and :meth:`StepTiming.close_step`
+(:class:`~torchboost.observe.record.cuda_phases.CudaPhases`) and :meth:`StepTiming.close_step`
 calls ``torch.cuda.synchronize()``, the one sync per step (see
-:mod:`torchboost.observe.recorder`).
+:mod:`torchboost.observe.record.recorder`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Callable
 import torch
 
 from torchboost.evidence.observed import StepRecord
-from torchboost.observe.cuda_phases import CudaPhases
-from torchboost.observe.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
+from torchboost.observe.record.cuda_phases import CudaPhases
+from torchboost.observe.record.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = ["StepTiming"]
@@ -88,7 +88,7 @@ class StepTiming:
     def close_step(self) -> str | None:
         """End the step in flight; returns :data:`RECORDED`, :data:`WARMUP` or None (not kept)."""
         if self.cuda is not None:
-            torch.cuda.synchronize()  # the one sync per step, see torchboost.observe.recorder
+            torch.cuda.synchronize()  # the one sync per step, see torchboost.observe.record.recorder
             self.cuda.collect(self.acc)
         now = self._clock()
         self.last_boundary = now

@@ -10,7 +10,7 @@ which the schema does not mark as a view); a tensor that is not dense (sparse, n
 left out. Caches can serve part of the
 traffic, so the count is the op's compulsory traffic, not DRAM's.
 
-Entered with :class:`~torchboost.observe.flop_count.StepFlops`, in the same unrecorded
+Entered with :class:`~torchboost.observe.probes.flop_count.StepFlops`, in the same unrecorded
 step: its cost is in no recorded or profiled step.
 """
 

@@ -1,6 +1,6 @@
 """Step accounting: phase times between step boundaries, the run's stages, and the facts.
 
-The :class:`StepRecorder` is fed by the hooks in :mod:`torchboost.observe.instrument`
+The :class:`StepRecorder` is fed by the hooks in :mod:`torchboost.observe.hooks.instrument`
 (which only measure and call in) and decides what a boundary means: warm-up, a
 recorded step, a profiled step, or the end of observation (it raises
 :class:`StopObserving`). Host times come from ``time.perf_counter``; on CUDA the
@@ -11,18 +11,21 @@ step's device work with the next step's host work, a cost we accept for honest
 per-step numbers; no other sync is added).
 
 The recorder composes small parts and holds only what is the run's own (how it ended,
-the observer's own errors):
+the observer's own errors: a :class:`~torchboost.observe.record.facts_builder.RunState`
+and a list):
 
-* :class:`~torchboost.observe.step_timing.StepTiming`: phase times, boundaries, what
+* :class:`~torchboost.observe.record.step_timing.StepTiming`: phase times, boundaries, what
   each closed step was, the early stop of a far too slow trial;
-* :class:`~torchboost.observe.loss_capture.LossCapture`: each step's loss;
-* :class:`~torchboost.observe.script_objects.ScriptObjects`: the script's loaders, root
+* :class:`~torchboost.observe.record.loss_capture.LossCapture`: each step's loss;
+* :class:`~torchboost.observe.record.script_objects.ScriptObjects`: the script's loaders, root
   modules, primary optimizer and autocast, and its settings at the end of warm-up;
-* :class:`~torchboost.observe.stages.RunStages`: warm-up, recorded, profiled, over, and
+* :class:`~torchboost.observe.record.stages.RunStages`: warm-up, recorded, profiled, over, and
   the profiler window;
-* :func:`~torchboost.observe.facts_builder.build_facts`: the Facts, with the live objects
-  described; :class:`~torchboost.observe.run_output.RunOutput`: the facts kept so far,
-  the progress line and ``facts.json``.
+* :func:`~torchboost.observe.record.facts_builder.build_facts`: the Facts, built from those
+  parts and the run's state, with the live objects described;
+  :class:`~torchboost.observe.record.facts_so_far.FactsSoFar`: the facts kept so far;
+* :class:`~torchboost.observe.record.run_output.RunOutput`: a plain writer of the progress
+  line, the step count and ``facts.json``.
 """
 
 from __future__ import annotations
@@ -34,16 +37,18 @@ import torch
 
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.handover import Claims
-from torchboost.observe import describe
-from torchboost.observe.loss_capture import LossCapture
-from torchboost.observe.phases import (
+from torchboost.observe.probes import describe
+from torchboost.observe.record.facts_builder import RecordedParts, RunState
+from torchboost.observe.record.facts_so_far import FactsSoFar
+from torchboost.observe.record.loss_capture import LossCapture
+from torchboost.observe.record.phases import (
     BACKWARD, DATA, FORWARD, OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, StopObserving,
 )
-from torchboost.observe.run_output import RunOutput
-from torchboost.observe.script_objects import ScriptObjects
+from torchboost.observe.record.run_output import RunOutput
+from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.stages import RunStages
-from torchboost.observe.step_timing import StepTiming
+from torchboost.observe.record.stages import RunStages
+from torchboost.observe.record.step_timing import StepTiming
 
 __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "SLOW_CHECK_STEPS"]
 
@@ -63,13 +68,11 @@ class StepRecorder:
         self.seen = ScriptObjects(clock)
         self.stages = RunStages(spec, self.timing)
         self.output = RunOutput(spec, clock)
-        self.step_source = "backward"
+        self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
-        self.stall: dict[str, Any] | None = None  # what the stall watchdog saw when it ended the run
-        self.signal: str | None = None  # the signal that ended the run, when one did
-        self.ended = "finished"
         self.errors: list[str] = []  # the observer's own failures: recorded, never raised into the script
-        self.applied: list[str] = []  # settings applied from outside, in words (filled by the bootstrap)
+        self.built = FactsSoFar(RecordedParts(spec, self.timing, self.losses, self.seen, self.stages, self.run,
+                                                  self.errors))
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []  # given the roots at warm-up end
         self._claims = claims if claims is not None else Claims()
         self._claims_before = self._claims.names()
@@ -155,24 +158,26 @@ class StepRecorder:
             timing.stop_if_slow()
         done = timing.boundaries
         if self.stages.warmup_ends(done):
-            self.guarded(self.output.at_warmup_end, self)
+            self.guarded(self.built.at_warmup_end, self.uses_booster)
             for callback in self.on_warmup_end:
                 self.guarded(callback, self.roots())
         # Before the profiler starts: flushing the facts is not profiled.
         self.guarded(self.output.after_boundary, done, has_steps=bool(timing.steps),
                      profiling=self.stages.profile.running, write_facts=self.write_facts)
         if self.stages.advance(done, self._uses_cuda):
-            self.ended = "stopped"
+            self.run.ended = "stopped"
             raise StopObserving
         timing.next_step(self._uses_cuda())  # our bookkeeping above is not part of the next step
 
     def facts(self) -> Facts:
         """Everything seen so far, as :class:`Facts` (converts pending losses: may sync)."""
-        return self.output.facts(self)
+        return self.built.facts(self.uses_booster)
 
     def write_facts(self, exit_code: int | None = None) -> Facts:
         """Rewrite facts.json atomically; returns it. ``exit_code``: given at the run's end only."""
-        return self.output.write_facts(self, exit_code)
+        facts = self.built.for_writing(self.uses_booster, exit_code)
+        self.output.write_facts(facts)
+        return facts
 
     def guarded(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Call ``fn``; a failure goes to :attr:`errors` (and the facts), never into the script."""
@@ -185,7 +190,7 @@ class StepRecorder:
         # Boundaries were backward calls: count optimizer steps now (the step in flight is not recorded).
         self.seen.adopt_optimizer(optimizer)
         self.guarded(self.seen.look_for_trainer)
-        self.step_source = "optimizer"
+        self.run.step_source = "optimizer"
         self.losses.scaler = describe.find_grad_scaler(max_depth=16)  # searched from this frame up
         if self.timing.boundaries:
             # The first step's forward and backward, up to this optimizer step, stay in the
@@ -197,4 +202,4 @@ class StepRecorder:
             self.stages.restart()
 
     def _uses_cuda(self) -> bool:
-        return self.output.uses_cuda(self.seen.probe_started_cuda)
+        return self.built.uses_cuda()

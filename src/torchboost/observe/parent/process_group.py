@@ -1,7 +1,8 @@
 """The observed child's process group: started apart, ended whole, signals passed on.
 
-Every observed run (doctor, a tuning trial, a capped verification run) starts in a
-session and process group of its own, so that ending it ends the script's own children
+Every observed run (doctor, a tuning trial, a capped verification run) and every whole
+end-to-end run of tune's check (:func:`run_group`) starts here (:func:`start_group`), in a
+session and process group of its own, with no stdin (:mod:`.no_stdin`), so that ending it ends the script's own children
 too (loader workers, compile workers, torchrun's ranks), and a terminal's Ctrl-C does not
 hit it behind our back. While it runs, SIGINT, SIGTERM and SIGHUP to torchboost are
 caught and passed on to the whole group (SIGINT as SIGINT, so the script's ``finally``
@@ -10,7 +11,8 @@ blocks run and its facts are written; the others as SIGTERM); a group still aliv
 exits with 128 + the signal's number, as a shell reports a process killed by it. A
 process the script detached into a session of its own (``setsid``) is outside the group
 and lives on: :attr:`Interrupted.survivors` names it, so the message says only what was
-ended.
+ended. A whole end-to-end run is not observed and passes no signal on: anything that
+interrupts its wait kills its group at once (:func:`run_group`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Iterator
+from typing import IO, Iterator, Mapping
 
 import psutil
 
-__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "forwarded_signals", "kill_group", "signal_name",
-           "survivors"]
+from torchboost.observe.parent.no_stdin import STDIN
+
+__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "forwarded_signals", "kill_group", "run_group",
+           "signal_name", "start_group", "survivors"]
 
 GRACE_S = 10.0
 """Seconds the child's group has to end after a passed-on signal before it is killed."""
@@ -110,3 +114,30 @@ def kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def start_group(argv: list[str], *, stdout: int | IO[bytes] | None, stderr: int | IO[bytes] | None,
+                env: Mapping[str, str] | None) -> subprocess.Popen:
+    """Start ``argv`` in a session and process group of its own (a terminal's Ctrl-C does
+    not reach it; :func:`kill_group` ends it whole), with no stdin (:mod:`.no_stdin`)."""
+    return subprocess.Popen(argv, stdin=STDIN, stdout=stdout, stderr=stderr, env=env, start_new_session=True)
+
+
+def run_group(argv: list[str], *, env: Mapping[str, str] | None, timeout_s: float | None) -> int | None:
+    """Run ``argv`` to its end in a group of its own (:func:`start_group`), its output
+    dropped; returns its exit status, or None when it ran past ``timeout_s`` (its group is
+    then killed). Anything that interrupts the wait (Ctrl-C) kills the group at once and is
+    raised on; a ``KeyboardInterrupt`` carries ``survivors`` (see :func:`survivors`), so
+    the stop message says what lives on."""
+    proc = start_group(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return None
+    except BaseException as exc:
+        tree = descendants(proc.pid)  # before the kill: orphans lose their place in the tree
+        kill_group(proc)
+        if isinstance(exc, KeyboardInterrupt):
+            exc.survivors = survivors(tree)  # type: ignore[attr-defined]
+        raise

@@ -2,7 +2,7 @@
 
 Modules and optimizers are held by weak reference: observing must not keep the script's
 model alive. What the facts need of them is described while they live
-(:func:`torchboost.observe.facts_builder.build_facts`).
+(:func:`~torchboost.observe.record.facts_builder.build_facts`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 
 from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
-from torchboost.observe import describe, hf_trainer
-from torchboost.observe.optimizer_steps import OptimizerSteps
+from torchboost.observe.probes import describe, hf_trainer
+from torchboost.observe.record.optimizer_steps import OptimizerSteps
 
 __all__ = ["ScriptObjects"]
 

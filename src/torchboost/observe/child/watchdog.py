@@ -9,7 +9,7 @@ thread looks twice a second at the time since the last step boundary; past
 reads the clock and two attributes; it never touches the script's objects.
 
 *Compiling* is not stalling: while torch.compile compiles (its frames on a thread's
-stack, :mod:`~torchboost.observe.compiling`) the clock stops counting toward the stall
+stack, :mod:`~torchboost.observe.child.compiling`) the clock stops counting toward the stall
 limit and the progress line says "compiling (N s so far)". A compile has its own, much
 longer bound, :data:`COMPILE_LIMIT_S`, so one that never ends still ends.
 
@@ -29,10 +29,10 @@ import sys
 import threading
 from typing import Any
 
-from torchboost.observe.compiling import compiling_now
+from torchboost.observe.child.compiling import compiling_now
 from torchboost.techniques.compile.compile_facts import harvest
-from torchboost.observe.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
-from torchboost.observe.recorder import StepRecorder
+from torchboost.observe.record.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
+from torchboost.observe.record.recorder import StepRecorder
 
 __all__ = ["COMPILE_LIMIT_S", "STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
 
@@ -129,10 +129,10 @@ class StallWatchdog:
         recorder = self.recorder
         at_step = recorder.timing.boundaries
         what = what or doing(recorder.current, at_step)
-        recorder.ended = "stalled"
+        recorder.run.ended = "stalled"
         compiling = self.compile_streak_s > COMPILE_LIMIT_S
         limit_s = COMPILE_LIMIT_S if compiling else self.limit_s()
-        recorder.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1),
+        recorder.run.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1),
                           "at_step": at_step, "compiling_s": round(self.compiling_s, 1)}
         bound = "a compile's bound" if compiling else "--stall-timeout to change"
         print(f"torchboost: no training step for {since:.0f} s, the script {what} at step "

@@ -2,7 +2,7 @@
 
 After the profiler window the doctor runs ``REPLAY_STEPS`` more steps in which the
 DataLoader is not asked for a batch: the patched ``__next__``
-(:mod:`torchboost.observe.loader_patch`) hands back one of the last few batches it
+(:mod:`torchboost.observe.hooks.loader_patch`) hands back one of the last few batches it
 returned instead. Those steps cost the script's compute and host work, and no loader
 work at all (its workers, if any, idle once their prefetch queue is full), so their time
 is what no loader change can beat: the data findings' gains are capped by it
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchboost.observe.spec import REPLAY_STEPS
+
 __all__ = ["ReplayBatches", "REPLAY_STEPS", "KEPT_BATCHES"]
 
-REPLAY_STEPS = 3
-"""Steps timed with re-served batches, after the profiler window."""
 REPLAY_MIN_DATA_PCT = 5.0
 """The recorded steps' share waiting for data, percent, under which there is no replay: no
 data finding to bound, and a compute-bound script's doctor run stays as long as it was."""

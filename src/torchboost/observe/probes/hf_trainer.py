@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from torchboost.evidence.observed import TrainerFacts
-from torchboost.observe.describe import self_on_stack
+from torchboost.observe.probes.describe import self_on_stack
 
 __all__ = ["describe_trainer", "find_trainer"]
 

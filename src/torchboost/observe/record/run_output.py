@@ -1,9 +1,9 @@
-"""The observed run's facts as built so far, and what it writes as it goes: progress, ``facts.json``.
+"""What the observed run writes as it goes: the progress line, the step count, ``facts.json``.
 
-The facts are built by :func:`~torchboost.observe.facts_builder.build_facts`; the first
-build with the script's objects alive (the end of warm-up) is kept, so the descriptions
-of the model and optimizer outlive them. The progress line is rewritten at each stage change and at most every 0.2 s (the step
-count, :mod:`~torchboost.observe.step_count`, at every boundary); the facts
+A plain writer: it is handed the :class:`Facts` to write
+(:class:`~torchboost.observe.record.facts_so_far.FactsSoFar` builds them) and the step
+boundaries as they come. The progress line is rewritten at each stage change and at most every 0.2 s (the step
+count, :class:`~torchboost.observe.spec.StepCounter`, at every boundary); the facts
 are rewritten at the first recorded step, then at most every ``spec.flush_interval_s``,
 never while the profiler runs (the write would be profiled), and at the end of the
 recorded steps, so a run that crashes later keeps what was seen.
@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import errno
 import json
-import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from torchboost import env as _env
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.facts_builder import build_facts, uses_cuda
-from torchboost.observe.progress_file import ProgressFile, stage_of
-from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.step_count import StepCounter
-
-if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
-    from torchboost.observe.recorder import StepRecorder
+from torchboost.observe.spec import ObserveSpec, ProgressFile, StepCounter, stage_of
 
 __all__ = ["RunOutput"]
 
@@ -33,7 +25,7 @@ _PROGRESS_INTERVAL_S = 0.2
 
 
 class RunOutput:
-    """Builds and writes the facts of one observed run, and its progress line."""
+    """Writes the facts of one observed run, its step count and its progress line."""
 
     def __init__(self, spec: ObserveSpec, clock: Callable[[], float]) -> None:
         self._spec = spec
@@ -43,38 +35,10 @@ class RunOutput:
         self._count_path = spec.count_path  # None once it could not be made
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
         self._last_progress = float("-inf")
-        self._described: Facts | None = None  # facts built while the script's objects lived
-        self.started_at = time.time()
-        """When observation began (wall clock): what the process did before is not this run's."""
-        self.bf16_speedup: float | None = None
-        """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
 
-    def uses_cuda(self, probe_started_cuda: bool) -> bool:
-        """The script trains on CUDA (see :func:`~torchboost.observe.facts_builder.uses_cuda`)."""
-        return uses_cuda(self._described.model if self._described else None, probe_started_cuda)
-
-    def at_warmup_end(self, recorder: StepRecorder) -> None:
-        """Probe the settings and describe the script's objects while they are set up and alive."""
-        recorder.seen.snapshot_settings()
-        self._described = build_facts(recorder, self._described, fresh=True)
-
-    def facts(self, recorder: StepRecorder) -> Facts:
-        """Everything ``recorder`` has seen so far (converts pending losses: may sync)."""
-        if self._described is None or self._described.model is None:
-            recorder.guarded(recorder.seen.snapshot_settings)
-        facts = build_facts(recorder, self._described)
-        if self._described is None or self._described.model is None:
-            self._described = facts
-        return facts
-
-    def write_facts(self, recorder: StepRecorder, exit_code: int | None) -> Facts:
-        """Rewrite facts.json atomically; returns what was written (see ``StepRecorder.write_facts``)."""
-        facts = self.facts(recorder)
-        if exit_code is not None:
-            facts.exit_code = exit_code
-            if facts.model is not None and facts.model.device == "cpu":
-                recorder.guarded(self._measure_bf16)
-        facts.cpu_bf16_speedup = self.bf16_speedup
+    def write_facts(self, facts: Facts) -> None:
+        """Rewrite facts.json atomically with ``facts``; the parent learns of a failed write
+        (a full disk) through the step count."""
         try:
             atomic_write_bytes(self._spec.facts_path, json.dumps(facts.to_dict(), indent=1).encode())
         except OSError as exc:
@@ -82,7 +46,6 @@ class RunOutput:
             raise
         self._tell_parent(0)
         self._last_flush = self._clock()
-        return facts
 
     def _tell_parent(self, write_errno: int) -> None:
         counter = self._count_file()
@@ -125,7 +88,3 @@ class RunOutput:
             self._progress = ProgressFile(self._spec.progress_path)
         line = stage_of(done, self._spec)
         self._progress.write(line if seconds is None else {**line, "compiling_s": round(seconds)})
-
-    def _measure_bf16(self) -> None:
-        # ~0.1 s: only at the end, outside every recorded step.
-        self.bf16_speedup = float(_env.measure_cpu_bf16_speedup())

@@ -5,24 +5,67 @@
 (``probe_techniques``: autocast, compiled, channels_last...), and puts them with
 everything the recorder's parts measured into one ``Facts``. What a technique needs to
 know of the script's live objects is its probe's to read, not this module's.
+
+It is given the parts themselves (:class:`RecordedParts`: step timing, loss capture, the
+script's objects, the run's stages, and the run's own
+:class:`RunState`), never the recorder. The facts built so
+far are kept by :class:`~torchboost.observe.record.facts_so_far.FactsSoFar`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import torch
 
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, TrainerFacts
-from torchboost.observe import describe
-from torchboost.observe.run_length import length_from_arguments, script_arguments
+from torchboost.observe.probes import describe
+from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
+from torchboost.observe.record.loss_capture import LossCapture
+from torchboost.observe.record.script_objects import ScriptObjects
+from torchboost.observe.record.stages import RunStages
+from torchboost.observe.record.step_timing import StepTiming
+from torchboost.observe.spec import ObserveSpec
 from torchboost.techniques.registry import ProbeContext
 
-if TYPE_CHECKING:  # the recorder imports this module: the type is for readers only
-    from torchboost.observe.recorder import StepRecorder
+__all__ = ["RecordedParts", "RunState", "build_facts", "planned_run", "uses_cuda"]
 
-__all__ = ["build_facts", "planned_run", "uses_cuda"]
+
+@dataclass
+class RunState:
+    """What is the run's own, beside what its parts measured: set by the recorder, the
+    bootstrap and the watchdog, read by the facts."""
+
+    step_source: str = "backward"
+    """What marks a step: "backward", or "optimizer" once an optimizer stepped."""
+    ended: str = "finished"
+    """How the run ended: "finished", "stopped", "crashed", "killed", "stalled"."""
+    stall: dict[str, Any] | None = None
+    """What the stall watchdog saw when it ended the run."""
+    signal: str | None = None
+    """The signal that ended the run, when one did."""
+    applied: list[str] = field(default_factory=list)
+    """Settings applied from outside, in words (filled by the bootstrap)."""
+    started_at: float = field(default_factory=time.time)
+    """When observation began (wall clock): what the process did before is not this run's."""
+
+
+@dataclass(frozen=True)
+class RecordedParts:
+    """What the facts are built from: the recorder's parts and the run's own state (never
+    the recorder itself)."""
+
+    spec: ObserveSpec
+    timing: StepTiming
+    losses: LossCapture
+    seen: ScriptObjects
+    stages: RunStages
+    run: RunState
+    errors: list[str]
+    """The observer's failures so far, which the facts report; the builder's own are added."""
 
 
 def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
@@ -52,10 +95,10 @@ def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
     return (batches, "one epoch of the script's DataLoader") if batches else (None, None)
 
 
-def _described(recorder: StepRecorder, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
+def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
     """The model, the optimizer and each technique's own facts (its probe's), from the live
     objects when there is nothing earlier or ``fresh``; else ``earlier``'s."""
-    seen = recorder.seen
+    seen = parts.seen
     model = earlier.model if earlier is not None else None
     optimizer = earlier.optimizer if earlier is not None else None
     by_technique = dict(earlier.techniques) if earlier is not None else {}
@@ -71,27 +114,28 @@ def _described(recorder: StepRecorder, earlier: Facts | None, fresh: bool) -> tu
             optimizer = describe.describe_optimizer(live, device)
         context = ProbeContext(model=module, optimizer=live, loader=None, device=device.split(":")[0],
                                autocast_dtype=seen.autocast_dtype(device),
-                               grad_scaler=recorder.losses.scaler is not None)
+                               grad_scaler=parts.losses.scaler is not None)
         by_technique = describe.probe_techniques(context)
     except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
-        recorder.errors.append(f"build_facts: {type(exc).__name__}: {exc}")
+        parts.errors.append(f"build_facts: {type(exc).__name__}: {exc}")
     return model, optimizer, by_technique
 
 
-def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: bool = False) -> Facts:
-    """Everything ``recorder`` has seen so far, as :class:`Facts` (converts pending losses: may sync).
+def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None = None, *,
+                fresh: bool = False) -> Facts:
+    """Everything ``parts`` have seen so far, as :class:`Facts` (converts pending losses: may sync).
 
     The model and optimizer are described from the live objects when ``earlier`` (facts
     built before) has no model yet, or when ``fresh``; otherwise ``earlier``'s descriptions
-    are kept, since the script's objects may be gone by the end of the run. The recorder
+    are kept, since the script's objects may be gone by the end of the run. The builder
     builds with ``fresh`` at the end of warm-up, when the script has set them up.
     """
-    seen, timing, spec = recorder.seen, recorder.timing, recorder.spec
-    model, optimizer, by_technique = _described(recorder, earlier, fresh)
+    seen, timing, spec, run, stages = parts.seen, parts.timing, parts.spec, parts.run, parts.stages
+    model, optimizer, by_technique = _described(parts, earlier, fresh)
     try:
-        by_technique = {**by_technique, **describe.observe_techniques(recorder.output.started_at)}
+        by_technique = {**by_technique, **describe.observe_techniques(run.started_at)}
     except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
-        recorder.errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
+        parts.errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
     settings = seen.settings
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)
@@ -100,7 +144,7 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         # What the script is and the machine it ran on.
         env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),
         frameworks=describe.frameworks(trainer=seen.trainer is not None), trainer=seen.trainer,
-        uses_booster=recorder.uses_booster, applied=list(recorder.applied),
+        uses_booster=uses_booster, applied=list(run.applied),
         # Its objects and settings.
         loader=loader,
         model=model,
@@ -109,22 +153,22 @@ def build_facts(recorder: StepRecorder, earlier: Facts | None = None, *, fresh: 
         techniques=by_technique,
         cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
         # What was measured.
-        steps=list(timing.steps), warmup_steps=spec.warmup, step_source=recorder.step_source,
+        steps=list(timing.steps), warmup_steps=spec.warmup, step_source=run.step_source,
         warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
         planned_steps=planned_steps, planned_from=planned_from,
         target_steps=None if spec.full else spec.steps,
-        micro_steps_per_step=timing.micro_median() if recorder.step_source == "optimizer" else None,
-        losses=recorder.losses.values(), warmup_losses=recorder.losses.warmup_values(),
-        profile=recorder.stages.profile.facts, gpu=recorder.stages.profile.gpu,
-        profile_error=recorder.stages.profile.error,
-        flops_per_step=recorder.stages.flops.flops, flops_by_op=dict(recorder.stages.flops.by_op),
-        bytes_by_op=dict(recorder.stages.flops.bytes_by_op),
-        flops_error=recorder.stages.flops.error or recorder.stages.flops.note,
-        replay_step_ms=list(recorder.stages.replay.step_ms),
+        micro_steps_per_step=timing.micro_median() if run.step_source == "optimizer" else None,
+        losses=parts.losses.values(), warmup_losses=parts.losses.warmup_values(),
+        profile=stages.profile.facts, gpu=stages.profile.gpu,
+        profile_error=stages.profile.error,
+        flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),
+        bytes_by_op=dict(stages.flops.bytes_by_op),
+        flops_error=stages.flops.error or stages.flops.note,
+        replay_step_ms=list(stages.replay.step_ms),
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
         device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
         peak_rss_bytes=describe.peak_rss_bytes(),
         # How it ended.
-        ended=recorder.ended, stopped_slow=timing.stopped_slow, stall=recorder.stall, signal=recorder.signal,
-        observer_errors=list(recorder.errors),
+        ended=run.ended, stopped_slow=timing.stopped_slow, stall=run.stall, signal=run.signal,
+        observer_errors=list(parts.errors),
     )

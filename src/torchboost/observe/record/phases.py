@@ -1,6 +1,6 @@
 """The names the observer's parts share: a step's phases, what a closed step was, how a run stops.
 
-Kept apart from :mod:`torchboost.observe.recorder` so that its parts (step timing, loss
+Kept apart from :mod:`torchboost.observe.record.recorder` so that its parts (step timing, loss
 capture) and the hooks can use them without importing the recorder itself.
 """
 

@@ -1,6 +1,6 @@
 """Parent side of the doctor: start the user's command in an observed child, collect its facts.
 
-The child is ``sys.executable -u -m torchboost.observe.bootstrap SPEC.json -- TARGET...``:
+The child is ``sys.executable -u -m torchboost.observe.child.bootstrap SPEC.json -- TARGET...``:
 the same interpreter and environment torchboost runs in (the user's ``python`` word is
 accepted and replaced by it). Its stderr passes through to ours (and its last lines are
 kept); its stdout passes through to ``stdout`` (ours unless told otherwise).
@@ -22,12 +22,12 @@ from typing import IO, Callable, Sequence
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.child import Interrupted, end_group, forwarded_signals, kill_group, signal_name
-from torchboost.observe.launch import Launch, UsageError, parse_command, parse_launch
-from torchboost.observe.no_stdin import STDIN
-from torchboost.observe.relay import PROFILER_LOG, TAIL_CHARS, start_relays
-from torchboost.observe.spec import ObserveSpec, rank_file
-from torchboost.observe.step_count import read_count, reconcile
+from torchboost.observe.parent.process_group import (
+    Interrupted, end_group, forwarded_signals, kill_group, signal_name, start_group,
+)
+from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
+from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
+from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.techniques.compile.compile_cache import compile_cache_env
@@ -110,7 +110,7 @@ def run_observed(
     kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set.
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
-    SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.child.Interrupted`.
+    SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
@@ -126,7 +126,7 @@ def run_observed(
                            progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
                            command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
-        argv = launch.argv("torchboost.observe.bootstrap", str(spec_path))
+        argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
         proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo)
         tail: collections.deque[str] = collections.deque()
         relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=out / PROFILER_LOG)
@@ -177,10 +177,9 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | Non
 
 
 def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:
-    """Start the observed child in a process group of its own (see :mod:`.child`), its
+    """Start the observed child in a process group of its own (see :mod:`.process_group`), its
     stdout and stderr piped (stdout dropped unless ``echo``), no stdin (:mod:`.no_stdin`)."""
-    return subprocess.Popen(argv, stdin=STDIN, stdout=subprocess.PIPE if echo else subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    return start_group(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
 def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
@@ -202,7 +201,7 @@ def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Calla
 def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool,
              count: int | None = None) -> ObservedRun:
     """The run's result from the facts the exited child left in ``out``, corrected with
-    its real exit status and last step ``count`` (:func:`.step_count.reconcile`)."""
+    its real exit status and last step ``count`` (:func:`~torchboost.observe.spec.reconcile`)."""
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)

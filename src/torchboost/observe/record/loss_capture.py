@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from torchboost.observe.phases import RECORDED, WARMUP
+from torchboost.observe.record.phases import RECORDED, WARMUP
 
 __all__ = ["LossCapture"]
 

@@ -2,8 +2,8 @@
 
 Usage (started by :func:`torchboost.observe.run_observed`, not by hand)::
 
-    python -m torchboost.observe.bootstrap SPEC.json -- SCRIPT.py ARGS...
-    python -m torchboost.observe.bootstrap SPEC.json -- -m PACKAGE.MODULE ARGS...
+    python -m torchboost.observe.child.bootstrap SPEC.json -- SCRIPT.py ARGS...
+    python -m torchboost.observe.child.bootstrap SPEC.json -- -m PACKAGE.MODULE ARGS...
 
 The script sees the ``sys.argv`` and ``sys.path[0]`` it would see if run directly. The
 exit status is the script's own: 0 when the observer stopped it after enough steps or
@@ -26,15 +26,15 @@ from typing import Sequence
 
 from torchboost import env as _env
 from torchboost import handover
-from torchboost.observe.apply import Applier, settings_from_config
-from torchboost.observe.instrument import Instrumentation
-from torchboost.observe.recorder import StepRecorder, StopObserving
+from torchboost.nocode import Applier, settings_from_config
+from torchboost.observe.hooks.instrument import Instrumentation
+from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
-from torchboost.observe.watchdog import StallWatchdog, die_with_parent
+from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent
 
 __all__ = ["main", "run_target", "exit_status", "print_user_traceback"]
 
-_USAGE = "usage: python -m torchboost.observe.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
+_USAGE = "usage: python -m torchboost.observe.child.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,24 +65,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)  # a stop passed on by torchboost: write the facts first
     try:
         run_target(argv[2:])
-        recorder.ended = "finished"
+        recorder.run.ended = "finished"
     except StopObserving:
-        recorder.ended = "stopped"
+        recorder.run.ended = "stopped"
     except SystemExit as exc:
         exit_code = exit_status(exc.code)
-        recorder.ended = "finished" if exit_code == 0 else "crashed"
+        recorder.run.ended = "finished" if exit_code == 0 else "crashed"
     except (KeyboardInterrupt, Terminated) as exc:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        recorder.ended, exit_code, recorder.signal = "killed", 128 + signum, signal.Signals(signum).name
+        recorder.run.ended, exit_code, recorder.run.signal = "killed", 128 + signum, signal.Signals(signum).name
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
         print_user_traceback(exc)
-        recorder.ended, exit_code = "crashed", 1
+        recorder.run.ended, exit_code = "crashed", 1
     finally:
         watchdog.stop()
         instrumentation.uninstall()
         if applier is not None:
             applier.uninstall()
-            recorder.applied = list(applier.notes)
+            recorder.run.applied = list(applier.notes)
         recorder.stages.profile.close()
         recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
         try:
@@ -157,7 +157,7 @@ def print_user_traceback(exc: BaseException, *also_skip: str) -> None:
     # Drop the leading frames of torchboost, runpy and ``also_skip`` (the console script)
     # so the traceback starts in the user's code.
     tb = exc.__traceback__
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # torchboost/
     skip = {os.path.abspath(runpy.__file__), *map(os.path.abspath, also_skip)}
 
     def ours(name: str) -> bool:

@@ -3,11 +3,11 @@
 Two parts of torchboost reach into the script's DataLoaders, each through a
 :class:`LoaderPatch` made here:
 
-* the observer (:mod:`torchboost.observe.instrument`), with :func:`timed_iteration`:
+* the observer (:mod:`torchboost.observe.hooks.instrument`), with :func:`timed_iteration`:
   ``DataLoader.__iter__`` tells which loader feeds the loop (once per epoch), and
   ``_BaseDataLoaderIter.__next__`` times the wait for each batch (single- and
   multi-process iterators both inherit it);
-* the no-code applier (:mod:`torchboost.observe.apply`), with :func:`rewritten_arguments`:
+* the no-code applier (:mod:`torchboost.nocode`), with :func:`rewritten_arguments`:
   ``DataLoader.__init__`` builds each loader with the configured arguments.
 
 ``uninstall`` puts back the very objects that were in the class's ``__dict__`` (or
@@ -35,7 +35,7 @@ _MISSING = object()
 
 
 class BatchObserver(Protocol):
-    """What :func:`timed_iteration` tells (the :class:`~torchboost.observe.recorder.StepRecorder`)."""
+    """What :func:`timed_iteration` tells (the :class:`~torchboost.observe.record.recorder.StepRecorder`)."""
 
     def loader_iter(self, loader: Any, iterator: Any) -> None:
         """``loader`` made ``iterator`` (once per epoch)."""
@@ -95,7 +95,7 @@ def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.p
 
         return __iter__
 
-    # the doctor's replay probe (torchboost.observe.replay), on the recorder's stages
+    # the doctor's replay probe (torchboost.observe.probes.replay), on the recorder's stages
     replay = getattr(getattr(observer, "stages", None), "replay", None)
 
     def wrap_next(original: Callable[..., Any]) -> Callable[..., Any]:

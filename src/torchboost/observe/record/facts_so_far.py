@@ -1,0 +1,68 @@
+"""The observed run's facts as built so far: the first build with the script's objects alive is kept.
+
+The facts are built by :func:`~torchboost.observe.record.facts_builder.build_facts`, from the
+recorder's parts; the first build with the script's objects alive (the end of warm-up) is
+kept, so the descriptions of the model and optimizer outlive them. At the run's end a CPU
+run's bf16 matmul speed is measured once, for every later write. What is built is written
+by :class:`~torchboost.observe.record.run_output.RunOutput`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torchboost import env as _env
+from torchboost.evidence.observed import Facts
+from torchboost.observe.record.facts_builder import RecordedParts, build_facts, uses_cuda
+
+__all__ = ["FactsSoFar"]
+
+
+class FactsSoFar:
+    """The run's :class:`Facts` as built so far, from :class:`RecordedParts` alone; its own
+    failures go to ``parts.errors``, never raised."""
+
+    def __init__(self, parts: RecordedParts) -> None:
+        self._parts = parts
+        self._described: Facts | None = None  # facts built while the script's objects lived
+        self.bf16_speedup: float | None = None
+        """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
+
+    def uses_cuda(self) -> bool:
+        """The script trains on CUDA (see :func:`uses_cuda`)."""
+        return uses_cuda(self._described.model if self._described else None, self._parts.seen.probe_started_cuda)
+
+    def at_warmup_end(self, uses_booster: bool) -> None:
+        """Probe the settings and describe the script's objects while they are set up and alive."""
+        self._parts.seen.snapshot_settings()
+        self._described = build_facts(self._parts, uses_booster, self._described, fresh=True)
+
+    def facts(self, uses_booster: bool) -> Facts:
+        """Everything seen so far (converts pending losses: may sync)."""
+        if self._described is None or self._described.model is None:
+            self._guarded(self._parts.seen.snapshot_settings)
+        facts = build_facts(self._parts, uses_booster, self._described)
+        if self._described is None or self._described.model is None:
+            self._described = facts
+        return facts
+
+    def for_writing(self, uses_booster: bool, exit_code: int | None) -> Facts:
+        """:meth:`facts` as facts.json gets them: with the bf16 speedup once measured, and at
+        the run's end (``exit_code`` given) its exit code, measuring that speedup on a CPU."""
+        facts = self.facts(uses_booster)
+        if exit_code is not None:
+            facts.exit_code = exit_code
+            if facts.model is not None and facts.model.device == "cpu":
+                self._guarded(self._measure_bf16)
+        facts.cpu_bf16_speedup = self.bf16_speedup
+        return facts
+
+    def _measure_bf16(self) -> None:
+        # ~0.1 s: only at the end, outside every recorded step.
+        self.bf16_speedup = float(_env.measure_cpu_bf16_speedup())
+
+    def _guarded(self, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - the observer must never break the user's run
+            self._parts.errors.append(f"{getattr(fn, '__name__', 'observer')}: {type(exc).__name__}: {exc}")
