@@ -240,3 +240,121 @@ def test_the_size_checks_fail_on_a_crowded_long_class():
     tree = ast.parse(crowded)
     assert _public_methods(tree) == {"Crowded": 16} and _class_lines(tree)["Crowded"] == 36
     assert _public_methods(ast.parse(crowded.replace("def m15", "def _m15"))) == {"Crowded": 15}
+
+
+# -- no import circle among src modules ---------------------------------------------------
+#
+# Every import counts: module level, inside ``if TYPE_CHECKING:`` and inside functions,
+# since a circle hidden by a lazy import is still two modules that cannot be read apart.
+
+def _module_name(path: str) -> str:
+    parts = ["torchboost", *Path(path).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Each module's torchboost modules it imports (a name imported from a package that is a
+    module of its own counts as that module)."""
+    names = {_module_name(path): path for path in modules}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(modules[path]):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*parent, base] if base else parent)
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names}
+        targets = set()
+        for target in found:
+            while target and target not in names:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more modules (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(out)
+
+
+def test_no_import_circle():
+    graph = _import_graph(_modules())
+    assert sum(len(v) for v in graph.values()) > 100  # the graph has something to find
+    assert _circles(graph) == []
+
+
+_CIRCLE = {
+    "observe/a.py": "from torchboost.observe import b\n",
+    "observe/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from torchboost.observe.c import C\n",
+    "observe/c.py": "def f():\n    from .a import x\n",
+    "observe/d.py": "from torchboost.observe.a import x\n",
+}
+
+
+def test_the_circle_check_fails_on_a_circle_hidden_by_lazy_imports():
+    modules = {path: ast.parse(text) for path, text in _CIRCLE.items()}
+    assert _circles(_import_graph(modules)) == [["torchboost.observe.a", "torchboost.observe.b", "torchboost.observe.c"]]
+    del modules["observe/c.py"]  # break the circle: d's import of a is one-way
+    assert _circles(_import_graph(modules)) == []
+
+
+# -- rooms: observe/ holds few modules directly; a technique's parts live in its package ----
+
+MAX_OBSERVE_MODULES = 12
+
+
+def _parts_beside_their_technique(paths: list[str]) -> list[str]:
+    """``techniques/<t>_<part>.py`` where ``techniques/<t>.py`` or ``techniques/<t>/`` exists."""
+    top = {Path(p).parts[1] for p in paths if p.startswith("techniques/") and len(Path(p).parts) >= 2}
+    names = {n.removesuffix(".py") for n in top}
+    return sorted(p for p in paths if p.startswith("techniques/") and len(Path(p).parts) == 2
+                  and "_" in Path(p).stem.lstrip("_") and Path(p).stem.split("_")[0] in names - {Path(p).stem})
+
+
+def test_observe_holds_at_most_12_modules_directly():
+    direct = [p for p in _modules() if p.startswith("observe/") and len(Path(p).parts) == 2]
+    assert 0 < len(direct) <= MAX_OBSERVE_MODULES, direct
+
+
+def test_no_technique_part_sits_beside_its_technique():
+    assert _parts_beside_their_technique(list(_modules())) == []
+
+
+def test_twin_a_part_beside_its_technique_is_found():
+    paths = ["techniques/compile/__init__.py", "techniques/compile_facts.py", "techniques/cudnn.py",
+             "techniques/_model.py", "techniques/registry.py"]
+    assert _parts_beside_their_technique(paths) == ["techniques/compile_facts.py"]

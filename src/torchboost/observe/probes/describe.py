@@ -14,6 +14,7 @@ import torch
 import torch.optim.optimizer as _optim
 
 from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
+from torchboost.techniques._model import has_conv2d
 from torchboost.techniques.registry import ProbeContext, techniques
 
 __all__ = [
@@ -66,7 +67,7 @@ def describe_model(module: torch.nn.Module) -> ModelFacts:
         param_dtypes=sorted({str(p.dtype).removeprefix("torch.") for p in params}),
         device=devices[0],
         compiled=inner is not module or _is_compiled(module),
-        has_conv2d=any(isinstance(m, torch.nn.Conv2d) for m in inner.modules()),
+        has_conv2d=has_conv2d(inner),  # ConvTranspose2d counts too: one definition, techniques._model
     )
 
 
