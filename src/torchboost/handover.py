@@ -5,7 +5,7 @@ configuration (the user's ``torchboost.toml``, or plain PyTorch without one, wit
 candidate's settings on top) travels once: the trial's parent writes it to a JSON file
 and sets one environment variable, ``TORCHBOOST_TRIAL_SETTINGS``, to its path. Inside the
 trial both appliers read that one file through :func:`trial_config`: the no-code applier
-(:mod:`torchboost.observe.apply`) applies its concrete changes as ``torchboost run``
+(:mod:`torchboost.nocode`) applies its concrete changes as ``torchboost run``
 would, and a :class:`torchboost.Booster` in the script uses it instead of the file it
 would read. It is what tune writes to ``torchboost.toml`` when the candidate wins, so
 what is measured is what is written. Nothing else in torchboost reads the environment for
@@ -16,8 +16,8 @@ applier leaves a claimed technique alone, so nothing is applied twice, and the o
 reports whether the script used a Booster. The claims are one explicit object,
 :class:`Claims`. Inside torchboost it is passed to whoever needs it where they are built:
 the observed child's bootstrap and ``torchboost run`` give the same one to the
-:class:`~torchboost.observe.apply.Applier` and the
-:class:`~torchboost.observe.recorder.StepRecorder`. The one party that cannot be handed
+:class:`~torchboost.nocode.Applier` and the
+:class:`~torchboost.observe.record.recorder.StepRecorder`. The one party that cannot be handed
 it is the Booster: the user's script builds it, with no torchboost argument to carry it,
 in the same process. So there is one ``Claims`` per process, made at import, reached
 through one accessor, :func:`process_claims`, which the Booster calls and the bootstrap

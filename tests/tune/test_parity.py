@@ -75,3 +75,31 @@ def test_on_top_of_bf16_a_real_divergence_still_fails():
     broken = [x * (1 + 0.01 * i) for i, x in enumerate(bf16)]
     assert not judge(EXACT_LEVER, broken, baseline, bf16, reduced=True).ok
     assert judge(REDUCED_LEVER, bf16, baseline, baseline, reduced=True).ok
+
+
+def _search_unseeded():
+    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search import SearchOptions, run_search
+    from torchboost.tune.trial_result import TrialResult
+
+    seeds = iter(range(100))
+
+    def unseeded(settings, repeat):  # every run draws its own batches; fused AdamW is 20% faster
+        ms = 80.0 if settings.get("optimizer.implementation") == "fused" else 100.0
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 5, losses=_unseeded_run(next(seeds)),
+                           samples_per_step=32)
+
+    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False), unseeded,
+                         SearchOptions(run_steps=1000))
+    return [d for d in outcome.decisions if d.lever == "optimizer"]
+
+
+def test_the_search_holds_an_unseeded_scripts_exact_change_to_its_own_spread():
+    fused = _search_unseeded()
+    assert fused and all(d.status != "incorrect" for d in fused), [(d.status, d.reason) for d in fused]
+
+
+def test_twin_a_search_that_ignores_the_repeats_calls_it_incorrect(monkeypatch):
+    monkeypatch.setattr("torchboost.tune.parity.reproducible", lambda baseline, repeats, **kw: True)
+    fused = _search_unseeded()
+    assert any(d.status == "incorrect" for d in fused), [(d.status, d.reason) for d in fused]

@@ -4,7 +4,7 @@
 or ``torchboost doctor --trace FILE|DIR [--out DIR]`` for a trace recorded elsewhere
 
 Runs the script in a child process with instrumentation injected
-(:mod:`torchboost.observe.bootstrap`), stops it after ``W + N`` steps and a short
+(:mod:`torchboost.observe.child.bootstrap`), stops it after ``W + N`` steps and a short
 profiler window, then diagnoses the facts and writes the report folder. Exit status:
 the script's own when it crashed, 128 + N when signal N killed it (137: SIGKILL, the
 OOM killer's), 124 when it stalled (no step for ``--stall-timeout``; the partial report

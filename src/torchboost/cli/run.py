@@ -3,7 +3,7 @@
 ``torchboost run [--config torchboost.toml] -- python train.py ARGS`` runs the script in
 this process, as ``python train.py ARGS`` would, with the configuration's concrete
 settings applied from outside by the same code that applies a tuning trial's candidate
-(:mod:`torchboost.observe.apply`). Nothing is observed or recorded: the script runs at
+(:mod:`torchboost.nocode`). Nothing is observed or recorded: the script runs at
 full speed, to its own end, and ``torchboost run`` exits with the script's exit status.
 
 A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` itself;

@@ -210,7 +210,7 @@ class NoCode:
 
     Every hook gets ``values``, the fields of the technique's section the settings set
     (by field name), and ``notes``, a list to append what was applied to, in words. The
-    applier (:mod:`torchboost.observe.apply`) owns the patching; these say what to do.
+    applier (:mod:`torchboost.nocode`) owns the patching; these say what to do.
     """
 
     refuse: Callable[[dict[str, Any]], str | None] = lambda values: None

@@ -6,8 +6,8 @@ resumed run that replays recorded measurements makes the same choices.
 
 For each lever, largest expected gain first:
 
-1. screen: measure each candidate the lever proposes once, on top of the incumbent;
-   drop those that fail or break loss parity with the baseline;
+1. screen: measure each candidate once on top of the incumbent; drop those that fail or
+   break loss parity (held to the script's own spread when it is not reproducible);
 2. confirm: the fastest survivor against the incumbent, measured in turn (A B A B) until
    ``clear_pairs`` consecutive ratios agree on the verdict or ``max_repeats`` run out;
 3. keep it when the median ratio beats ``min_gain``, and (for compile) when the compile
@@ -17,9 +17,8 @@ Memory levers come first, and only while the baseline peaks over the memory limi
 (:mod:`torchboost.tune.memory_limit`): the first that brings the peak under it is kept,
 whatever its time cost. Any candidate that peaks over the limit is rejected (``over_memory``).
 
-Last, an interaction pass: the runners-up of a coupled lever (loader workers x threads),
-each combined with the exact levers that were correct but not kept alone, screened and
-confirmed the same way. Two changes can pay only together.
+Last, an interaction pass: a coupled lever's runners-up (loader workers x threads), each with
+the exact levers correct but not kept alone, screened and confirmed the same way.
 """
 
 from __future__ import annotations
@@ -67,6 +66,9 @@ class _Search:
         self.incumbent_ms = self.baseline.ms_per_step
         self.incumbent_fixed = self.baseline.fixed_s
         self.reference = self.baseline.losses
+        # A/A losses: reproducible or not; once bf16 is kept, exact levers get its tolerance (judge)
+        self.repeats: list[list[float]] = []
+        self.reduced = False
         """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
         held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
         self.waterfall: list[WaterfallStep] = []
@@ -95,6 +97,7 @@ class _Search:
             again = self.run(Overlay())
             if not again.ok:
                 break
+            self.repeats.append(list(again.losses))
             self.aa_ratios.append(again.ms_per_step / previous.ms_per_step)
             self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
             fixed.append(again.fixed_s)
@@ -250,7 +253,7 @@ class _Search:
             if not result.ok:
                 self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
                 continue
-            verdict = judge(lever, result.losses, self.baseline.losses, self.reference)
+            verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
             if not verdict.ok:
                 self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
@@ -306,7 +309,7 @@ class _Search:
             return Status.FAILED, f"failed when measured again: {b.error}"
         if not a.ok:
             return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
-        verdict = judge(lever, b.losses, self.baseline.losses, self.reference)
+        verdict = judge(lever, b.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
         if not verdict.ok:
             return Status.INCORRECT, f"incorrect when measured again: {verdict.detail}"
         over = self.memory.over(b.peak_memory_bytes, lever.for_memory)
@@ -372,6 +375,7 @@ class _Search:
         self.incumbent_ms = candidate_ms
         self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
         self.reference = best.result.losses
+        self.reduced = self.reduced or lever.parity == REDUCED
         self.memory.peak = pairs.peak_memory_bytes
         speedup = self.waterfall[-1].speedup / statistics.median(ratios)
         self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent, self.baseline.ms_per_step / speedup,

@@ -166,7 +166,7 @@ def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
 
 def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | None:
     """The child's environment: ours plus a tuning trial's settings and the compile cache
-    ``torchboost run`` will use (:mod:`~torchboost.techniques.compile_cache`); None
+    ``torchboost run`` will use (:mod:`~torchboost.techniques.compile.compile_cache`); None
     (inherit) otherwise."""
     if apply is None:
         return None

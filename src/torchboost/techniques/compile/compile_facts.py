@@ -30,8 +30,8 @@ _HARVESTED: list[Any] = []
 _SEEN: set[int] = set()
 
 
-_OURS = str(Path(__file__).resolve().parents[2] / "observe")
-"""The observer's own code: its hooks, which Dynamo may trace as frames of their own
+_OURS = tuple(str(Path(__file__).resolve().parents[2] / part) for part in ("observe", "nocode.py"))
+"""The observer's and the no-code applier's own code: its hooks, which Dynamo may trace as frames of their own
 (folded to nothing), are not the script's compiles (the built-in workloads' are)."""
 
 
