@@ -24,7 +24,7 @@ import psutil
 import torch
 
 __all__ = ["BUSY_PCT", "Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
-           "world_size", "is_torchrun_rank"]
+           "world_size", "is_torchrun_rank", "job_place"]
 
 DIST_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables torchrun sets; their presence means we run under a distributed launcher."""
@@ -51,6 +51,15 @@ def rank() -> int:
 def world_size() -> int:
     """Processes in the job (torchrun's WORLD_SIZE); 1 when not started by torchrun."""
     return max(1, _int_var(os.environ, "WORLD_SIZE", 1))
+
+
+def job_place() -> tuple[int, int] | None:
+    """(rank, world size) of this process from torch.distributed, once the script has
+    initialised it (ranks spawned with ``torch.multiprocessing`` have no RANK set); None before."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
 
 
 def is_torchrun_rank() -> bool:

@@ -59,7 +59,7 @@ def test_doctor_observes_every_rank_of_a_torchrun_job(tmp_path):
         # the phases rest on the rank's typical steps, those within 1.5x of its median
         median = rank["step_time_ms"]["median"]
         assert median / 1.5 <= sum(rank["phase_ms"].values()) <= median * 1.5
-    assert "torchrun job of 2 ranks" in report["notes"][0]
+    assert "A job of 2 ranks" in report["notes"][0]
 
 
 def _run_job(tmp_path: Path, toml: str) -> tuple[subprocess.CompletedProcess, list[dict]]:

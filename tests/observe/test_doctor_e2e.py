@@ -90,7 +90,7 @@ def test_module_form_runs_with_its_arguments(tmp_path):
 @pytest.mark.slow
 def test_no_training_step_is_a_clear_error(tmp_path):
     proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_no_training.py"))
-    assert proc.returncode == 1
+    assert proc.returncode == 0  # the script's own: it only infers, and exits 0
     assert "no training step seen" in proc.stderr
     assert "inference done" in proc.stdout  # the script's own output passes through
     assert not (out / "report.json").exists()

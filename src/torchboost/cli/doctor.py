@@ -9,7 +9,8 @@ profiler window, then diagnoses the facts and writes the report folder. Exit sta
 the script's own when it crashed, 128 + N when signal N killed it (137: SIGKILL, the
 OOM killer's), 124 when it stalled (no step for ``--stall-timeout``; the partial report
 is written), 128 + N when torchboost itself got SIGINT/SIGTERM/SIGHUP (the script's
-process group is ended), 1 when no training step was seen, 2 on bad usage, 0 otherwise.
+process group is ended), 2 on bad usage, otherwise the command's own (also when no
+training step was seen: the message says so and names the processes that ran).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"torchboost doctor: {stdin_words(observed.stderr_tail)}.", highlight=False)
     if facts is None or not facts.steps:
         _explain_no_steps(observed, err)
-        return observed.exit_code or 1
+        return observed.exit_code  # the command's own: a script that only infers exits 0
     shared = shared_run_words(load.pct)
     if shared is not None:
         err.print(f"torchboost doctor: {shared}.", highlight=False)
@@ -155,6 +156,10 @@ def _explain_no_steps(observed: ObservedRun, err: Console) -> None:
     elif observed.exit_code:
         err.print(f"torchboost doctor: the script exited with status {observed.exit_code} "
                   "before completing a training step; nothing to diagnose.", highlight=False)
+    elif observed.processes:
+        err.print("torchboost doctor: no training step seen: no process of the command called "
+                  "optimizer.step() or loss.backward(). The Python processes that ran: "
+                  f"{'; '.join(observed.processes)}. Point the doctor at a command that trains.", highlight=False)
     else:
         err.print("torchboost doctor: no training step seen: the script never called optimizer.step() "
                   "or loss.backward(). Point the doctor at a script that trains (a loop with a "

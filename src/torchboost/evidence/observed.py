@@ -261,6 +261,9 @@ class Facts:
     """This process's rank under torchrun (RANK), 0 alone."""
     world_size: int = 1
     """Processes in the job (WORLD_SIZE), 1 alone."""
+    process: str | None = None
+    """The process observed, when the command started it itself (a wrapper's python, a
+    launcher's worker, a spawned rank): "pid N (its command line)"."""
     gpu: dict[str, Any] | None = None
     """:class:`torchboost.diagnose.gpu.GpuFacts` as a dict, from a trace with device events."""
     micro_steps_per_step: float | None = None

@@ -2,7 +2,11 @@
 
 The parent tells the child what to do in an :class:`ObserveSpec`: step counts and where
 to write facts. It writes the spec to a JSON file and passes that file's path on the
-child's command line (never through an environment variable). The child answers in
+child's command line. Processes the command starts itself (a shell wrapper's ``python``,
+``accelerate launch``'s worker, ranks spawned with ``torch.multiprocessing``) cannot be
+given a command-line word, so the same path also travels in one environment variable,
+:data:`TREE_ENV`, read only by :mod:`torchboost.observe.child.tree` at their start-up;
+each such process writes files tagged with its process id (:meth:`ObserveSpec.for_process`). The child answers in
 three files: ``facts.json`` (its :class:`~torchboost.evidence.observed.Facts`), the
 progress line (:class:`ProgressFile`, :func:`stage_of`) and the step count
 (:class:`StepCounter`, :func:`read_count`, :func:`reconcile`), each described below.
@@ -35,7 +39,7 @@ from typing import Any
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "TREE_ENV", "INJECT_DIR", "HELLO_DIR", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
            "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
@@ -43,6 +47,14 @@ FACTS_FILE = "facts.json"
 TRACE_FILE = "trace.pt.trace.json"
 """Name of the Chrome-trace file inside the output folder (TensorBoard's profiler plugin
 opens ``*.pt.trace.json`` files only)."""
+TREE_ENV = "TORCHBOOST_OBSERVE_TREE"
+"""Names the spec file for every Python process of an observed command's tree; set only by
+the doctor's and tune's parent, for the command it starts (see the module docstring)."""
+INJECT_DIR = Path(__file__).resolve().parent / "child" / "inject"
+"""The folder holding the start-up hook (``sitecustomize.py``) put first on the tree's PYTHONPATH."""
+HELLO_DIR = "processes"
+"""Folder (in the parent's scratch folder, beside the spec) where each Python process of the
+tree leaves one line at start-up: its pid, parent pid and command line."""
 REPLAY_STEPS = 3
 """Steps timed with re-served batches, after the profiler window
 (:mod:`torchboost.observe.probes.replay`)."""
@@ -54,6 +66,12 @@ def rank_file(name: str, rank: int) -> str:
         return name
     stem, dot, suffix = name.partition(".")  # trace.pt.trace.json -> trace.rank1.pt.trace.json
     return f"{stem}.rank{rank}{dot}{suffix}"
+
+
+def tree_file(name: str, pid: int) -> str:
+    """``facts.pid123.json`` for process 123 of a tree (``trace.pid123.pt.trace.json``)."""
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}.pid{pid}{dot}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -101,6 +119,9 @@ class ObserveSpec:
     command: list[str] = field(default_factory=list)
     """The user's command, as typed, for the facts. (A tuning trial's settings are not
     here: they reach the child once, through :mod:`torchboost.handover`.)"""
+    pid: int | None = None
+    """Set for a process of the command's tree (:meth:`for_process`): its files are tagged
+    with this process id, since its rank is not known when it starts."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -116,15 +137,25 @@ class ObserveSpec:
             return self
         return dataclasses.replace(self, rank=rank, progress_path=None, count_path=None)
 
+    def for_process(self, pid: int) -> "ObserveSpec":
+        """This spec for process ``pid`` of the command's tree: its facts, trace and step
+        count tagged with ``pid`` (the parent orders them by rank once they have ended)."""
+        count = None if self.count_path is None else f"{self.count_path}.pid{pid}"
+        return dataclasses.replace(self, pid=pid, count_path=count)
+
+    def _named(self, name: str) -> Path:
+        return Path(self.out_dir) / (tree_file(name, self.pid) if self.pid is not None else rank_file(name, self.rank))
+
     @property
     def facts_path(self) -> Path:
-        """Where the child writes facts.json (``facts.rankR.json`` for rank R > 0)."""
-        return Path(self.out_dir) / rank_file(FACTS_FILE, self.rank)
+        """Where the child writes facts.json (``facts.rankR.json`` for rank R > 0,
+        ``facts.pidN.json`` for process N of a tree)."""
+        return self._named(FACTS_FILE)
 
     @property
     def trace_path(self) -> Path:
         """Where the child writes the Chrome trace (``trace.rankR.pt.trace.json`` for rank R > 0)."""
-        return Path(self.out_dir) / rank_file(TRACE_FILE, self.rank)
+        return self._named(TRACE_FILE)
 
     @property
     def profile_steps(self) -> int:

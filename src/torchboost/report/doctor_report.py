@@ -231,7 +231,7 @@ def job_summary(ranks: list[Facts], job: Facts) -> dict[str, Any] | None:
 def _job_note(job: dict[str, Any] | None) -> list[str]:
     if job is None:
         return []
-    note = (f"A torchrun job of {job['world_size']} ranks ({job['ranks_observed']} observed): the figures "
+    note = (f"A job of {job['world_size']} ranks ({job['ranks_observed']} observed): the figures "
             f"are rank {job['slowest_rank']}'s, the slowest; mean step times spread {job['spread_pct']:.1f}%")
     if job["collective_ms_per_step"]:
         overlap = job["collective_overlap_pct"]
@@ -270,6 +270,7 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "compile": compile_section(facts),
         "headroom": headroom.to_dict() if headroom is not None else None,
         "ranks": [_rank_entry(f) for f in ranks] if job else [],
+        "processes": [f.process for f in (ranks or [facts]) if f.process],
         "trace": facts.profile.trace_path if facts.profile else None,
         "facts": facts.to_dict(),
     })

@@ -94,6 +94,8 @@ def print_report(report: dict[str, Any], console: Console, paths: dict[str, Path
     """Print ``report`` (a build_report document) to ``console``, then the report file paths."""
     console.rule("torchboost doctor")
     console.print(Text(fmt.command(report["command"]), style="dim"))
+    for process in report.get("processes", []):
+        console.print(Text(f"observed: {process}", style="dim"))
     if report.get("headroom"):
         console.print(Text(report["headroom"]["line"], style="bold"))
     console.print(Text(fmt.headline(report)))

@@ -339,8 +339,7 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
 
 def _identity(command: Sequence[str]) -> dict[str, Any]:
     # A module run (-m) is known by its command alone: finding its file would import it.
-    target = parse_launch(command).target
-    return identity(command, Path(target[0]) if target[0] != "-m" else None)
+    return identity(command, parse_launch(command).script)
 
 
 def tune_script(

@@ -32,7 +32,7 @@ from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent
 
-__all__ = ["main", "run_target", "exit_status", "print_user_traceback"]
+__all__ = ["main", "finish", "run_target", "exit_status", "print_user_traceback"]
 
 _USAGE = "usage: python -m torchboost.observe.child.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -78,19 +78,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_user_traceback(exc)
         recorder.run.ended, exit_code = "crashed", 1
     finally:
-        watchdog.stop()
-        instrumentation.uninstall()
-        if applier is not None:
-            applier.uninstall()
-            recorder.run.applied = list(applier.notes)
-        recorder.stages.profile.close()
-        recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
-        try:
-            recorder.write_facts(exit_code)
-        except Exception as exc:  # noqa: BLE001 - keep the script's own exit status
-            if not (isinstance(exc, OSError) and spec.count_path):  # else the parent says it, once
-                print(f"torchboost: could not write {spec.facts_path}: {exc}", file=sys.stderr)
+        finish(recorder, watchdog, instrumentation, applier, exit_code)
     return exit_code
+
+
+def finish(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: Instrumentation,
+           applier: Applier | None, exit_code: int) -> None:
+    """The observed process's end: take the observer off, write the facts with ``exit_code``."""
+    watchdog.stop()
+    instrumentation.uninstall()
+    if applier is not None:
+        applier.uninstall()
+        recorder.run.applied = list(applier.notes)
+    recorder.stages.profile.close()
+    recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
+    try:
+        recorder.write_facts(exit_code)
+    except Exception as exc:  # noqa: BLE001 - keep the script's own exit status
+        if not (isinstance(exc, OSError) and recorder.spec.count_path):  # else the parent says it, once
+            print(f"torchboost: could not write {recorder.spec.facts_path}: {exc}", file=sys.stderr)
 
 
 class Terminated(BaseException):

@@ -65,10 +65,17 @@ def doing(phase: int | None, steps_seen: int) -> str:
 class StallWatchdog:
     """Ends the process when no step boundary comes for too long (see the module docstring)."""
 
-    def __init__(self, recorder: StepRecorder, timeout_s: float, *, parent_pid: int | None = None) -> None:
+    def __init__(self, recorder: StepRecorder, timeout_s: float, *, parent_pid: int | None = None,
+                 torchboost_pid: int | None = None, after_first_step: bool = False) -> None:
         self.recorder = recorder
         self.timeout_s = timeout_s
         self.parent_pid = parent_pid
+        self.torchboost_pid = torchboost_pid
+        """A process of a command's tree ends when this torchboost process is gone (its own
+        parent is the user's launcher, not torchboost)."""
+        self.after_first_step = after_first_step
+        """Count stalls only from the process's first step boundary: in a command's tree,
+        a launcher or a loader worker imports torch and never steps, and is no stall."""
         self.compiling_s = 0.0
         """Seconds spent compiling since the last step boundary (not counted as stalling)."""
         self.compile_streak_s = 0.0
@@ -97,17 +104,32 @@ class StallWatchdog:
     def _run(self) -> None:
         last_tick = self.recorder.clock()
         while not self._stop.wait(_TICK_S):
-            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            if self._orphaned():
                 os._exit(128 + signal.SIGKILL)  # the parent is gone: end as its kill would have
             now = self.recorder.clock()
             self.tick(now - last_tick, compiling=compiling_now())
             self.recorder.guarded(harvest)  # torch.compile's metrics, before newer ones push them out
             last_tick = now
             since = now - self.recorder.timing.last_boundary
+            if self.after_first_step and not self.recorder.timing.boundaries:
+                continue
             if self.compile_streak_s > COMPILE_LIMIT_S:
                 self._stalled(since, "compiling (torch.compile)")
             elif since - self.compiling_s > self.limit_s():
                 self._stalled(since)
+
+    def _orphaned(self) -> bool:
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            return True
+        if self.torchboost_pid is None:
+            return False
+        try:
+            os.kill(self.torchboost_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, another user's: not ours to judge
+        return False
 
     def tick(self, elapsed_s: float, *, compiling: bool) -> None:
         """Account ``elapsed_s`` seconds since the last look: compiling time is excused

@@ -1,4 +1,4 @@
-"""The user's command, understood: one Python process, or a ``torchrun`` job.
+"""The user's command, understood: one Python process, a ``torchrun`` job, or any other command.
 
 ``python train.py ARGS``, ``train.py ARGS`` and ``python -m pkg.mod ARGS`` run one
 process. ``torchrun [OPTIONS] train.py ARGS`` and ``python -m torch.distributed.run
@@ -6,12 +6,19 @@ process. ``torchrun [OPTIONS] train.py ARGS`` and ``python -m torch.distributed.
 of its own), and each rank runs our entry module in place of the script, which then runs
 the script, so every rank is observed or has the settings applied. torchrun's options
 are read by torchrun's own parser, so whatever it accepts is understood here.
+
+Any other command (``bash train.sh``, ``./train.sh``, ``make train``, ``accelerate launch
+train.py``) is a *tree*: it runs as typed, and the Python processes it starts, however deep,
+are reached by the start-up hook every Python process of the command loads
+(:mod:`torchboost.observe.child.tree`); so are the processes a Python command starts
+itself (ranks spawned with ``torch.multiprocessing``, a launcher's workers).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +43,27 @@ class Launch:
     """``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``: what each process runs."""
     torchrun: tuple[str, ...] | None = None
     """torchrun's own options (``--nproc-per-node 2``...); None for one process."""
+    tree: tuple[str, ...] | None = None
+    """Any other command, as it will run (its first word found on the PATH); ``target`` is
+    then the Python script it names, if any, for the journal's hash."""
 
     @property
     def distributed(self) -> bool:
         """The command is a torchrun job."""
         return self.torchrun is not None
 
+    @property
+    def script(self) -> Path | None:
+        """The Python script the command runs (None: a module, or a tree naming none)."""
+        if not self.target or self.target[0] == "-m":
+            return None
+        return Path(self.target[0])
+
     def argv(self, module: str, *module_args: str) -> list[str]:
-        """``python -m MODULE ARGS -- TARGET``, each rank's under torchrun for a job."""
+        """``python -m MODULE ARGS -- TARGET``, each rank's under torchrun for a job; a tree's
+        command as it is (its processes are reached by the start-up hook, not by MODULE)."""
+        if self.tree is not None:
+            return list(self.tree)
         if self.torchrun is None:
             return [sys.executable, "-u", "-m", module, *module_args, "--", *self.target]
         return [sys.executable, "-m", "torch.distributed.run", *self.torchrun, "-m", module, *module_args,
@@ -61,7 +81,22 @@ def parse_launch(command: Sequence[str]) -> Launch:
         return _torchrun(words[1:])
     if len(words) >= 3 and _is_python(words[0]) and words[1] == "-m" and words[2] in _RUN_MODULES:
         return _torchrun(words[3:])
+    if words and not _is_python(words[0]) and not words[0].endswith(".py"):
+        return _tree(words)
     return Launch(parse_command(words))
+
+
+def _tree(words: list[str]) -> Launch:
+    """Any command that is not ``python ...`` or torchrun: run as typed (see the module docstring)."""
+    first = words[0]
+    found = shutil.which(first) if os.sep not in first else (first if os.access(first, os.X_OK) else None)
+    if found is None or os.path.isdir(found):
+        if os.path.isfile(first):
+            raise UsageError(f"{first} is not executable: run it through its interpreter "
+                             f"(e.g. 'bash {first}'), or 'chmod +x {first}'")
+        raise UsageError(f"command not found: {first} (not a file here, nor on the PATH)")
+    scripts = [w for w in words[1:] if w.endswith(".py") and os.path.isfile(w)]
+    return Launch(target=scripts[:1], tree=(found, *words[1:]))
 
 
 def _torchrun(words: list[str]) -> Launch:

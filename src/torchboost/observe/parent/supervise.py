@@ -27,6 +27,7 @@ from torchboost.observe.parent.process_group import (
 )
 from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
 from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
+from torchboost.observe.parent.tree_facts import adopt_trainers, processes_seen, tree_counts, tree_env, tree_files
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
@@ -74,6 +75,9 @@ class ObservedRun:
     ranks: list[Facts] = field(default_factory=list)
     """Every rank's facts, by rank, under torchrun (``facts`` is the slowest rank's);
     rank 0's alone for one process."""
+    processes: list[str] = field(default_factory=list)
+    """The Python processes the command started below the one torchboost started, as
+    "pid N (command)" (a wrapper's python, a launcher's workers, spawned ranks)."""
 
 
 _DRAIN_S = 0.25
@@ -127,36 +131,50 @@ def run_observed(
                            command=list(command), **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
-        proc = _start_child(argv, env=_child_env(apply, Path(tmp)), echo=echo)
-        tail: collections.deque[str] = collections.deque()
-        relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=out / PROFILER_LOG)
-        timed_out = _wait_or_end(proc, Path(spec.progress_path), on_progress, timeout_s)
-        if proc.returncode != 0:  # a failed run can leave its group behind (a worker stuck in __getitem__)
-            kill_group(proc)
-        # The child has exited and what it wrote is in the pipes; a process it started may
-        # still hold them open (torch's shared-memory manager, used by the file_system
-        # hand-over, lingers for seconds), so do not wait for their end-of-file.
-        for relay in relays:
-            relay.join(timeout=_DRAIN_S)
+        env = _child_env(apply, Path(tmp), spec_path)
+        proc, tail, timed_out = _run_child(argv, env, spec, echo=echo, stdout=stdout, on_progress=on_progress,
+                                           timeout_s=timeout_s)
         boundaries = _child_boundaries(spec)
-    return _collect(out, proc, tail, timed_out, boundaries)
+        run = _collect(out, proc, tail, timed_out, boundaries, Path(tmp))
+        run.processes = processes_seen(Path(tmp))
+    return run
+
+
+def _run_child(argv: list[str], env: dict[str, str], spec: ObserveSpec, *, echo: bool,
+               stdout: Callable[[], IO[str]] | None, on_progress: Callable[[Progress], None] | None,
+               timeout_s: float | None) -> tuple[subprocess.Popen, collections.deque[str], bool]:
+    """Start the child, relay its output and wait for it; (the ended child, its stderr's
+    tail, whether it timed out)."""
+    proc = _start_child(argv, env=env, echo=echo)
+    tail: collections.deque[str] = collections.deque()
+    relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=Path(spec.out_dir) / PROFILER_LOG)
+    timed_out = _wait_or_end(proc, Path(spec.progress_path or ""), on_progress, timeout_s)
+    if proc.returncode != 0:  # a failed run can leave its group behind (a worker stuck in __getitem__)
+        kill_group(proc)
+    # The child has exited and what it wrote is in the pipes; a process it started may
+    # still hold them open (torch's shared-memory manager, used by the file_system
+    # hand-over, lingers for seconds), so do not wait for their end-of-file.
+    for relay in relays:
+        relay.join(timeout=_DRAIN_S)
+    return proc, tail, timed_out
 
 
 def _child_boundaries(spec: ObserveSpec) -> int | None:
     """The step boundaries the ended child counted (None: it counted none). Its failed
     facts.json write is raised as ours: a full disk says so in one line."""
-    count = read_count(spec.count_path)
-    if count is not None and count.write_errno in NO_SPACE:
-        raise NoSpaceError(spec.facts_path, count.write_errno)
-    if count is not None and count.write_errno:
-        raise OSError(count.write_errno, os.strerror(count.write_errno), str(spec.facts_path))
-    return count.boundaries if count is not None else None
+    counts = [c for c in (read_count(spec.count_path), *tree_counts(spec.count_path)) if c is not None]
+    for count in counts:
+        if count.write_errno in NO_SPACE:
+            raise NoSpaceError(spec.facts_path, count.write_errno)
+        if count.write_errno:
+            raise OSError(count.write_errno, os.strerror(count.write_errno), str(spec.facts_path))
+    return max(c.boundaries for c in counts) if counts else None
 
 
 def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     """Clear an old run's files from ``out``, write the child's spec; returns its path."""
     old = [out / "facts.json", out / PROFILER_LOG, out / "trace.json", spec.trace_path,
-           *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json")]
+           *out.glob("facts.rank*.json"), *out.glob("trace.rank*.json"), *tree_files(out)]
     for stale in old:
         stale.unlink(missing_ok=True)  # an old run's files (any rank's) must not pass for this one's
     spec_path = tmp_dir / "spec.json"
@@ -164,16 +182,17 @@ def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     return spec_path
 
 
-def _child_env(apply: BoostConfig | None, tmp_dir: Path) -> dict[str, str] | None:
-    """The child's environment: ours plus a tuning trial's settings and the compile cache
-    ``torchboost run`` will use (:mod:`~torchboost.techniques.compile.compile_cache`); None
-    (inherit) otherwise."""
+def _child_env(apply: BoostConfig | None, tmp_dir: Path, spec_path: Path) -> dict[str, str]:
+    """The child's environment: ours, the start-up hook that reaches every Python process
+    of its tree (:mod:`.tree_facts`), and for a tuning trial its settings and the compile
+    cache ``torchboost run`` will use (:mod:`~torchboost.techniques.compile.compile_cache`)."""
+    env = {**os.environ, **tree_env(spec_path)}
     if apply is None:
-        return None
+        return env
     # A tuning trial, the baseline ({}) included.
     settings_path = tmp_dir / "trial-settings.json"
     write_trial_config(settings_path, apply)
-    return {**os.environ, **compile_cache_env(), TRIAL_SETTINGS_ENV: str(settings_path)}
+    return {**env, **compile_cache_env(), TRIAL_SETTINGS_ENV: str(settings_path)}
 
 
 def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> subprocess.Popen:
@@ -199,13 +218,17 @@ def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Calla
 
 
 def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool,
-             count: int | None = None) -> ObservedRun:
+             count: int | None = None, scratch: Path | None = None) -> ObservedRun:
     """The run's result from the facts the exited child left in ``out``, corrected with
     its real exit status and last step ``count`` (:func:`~torchboost.observe.spec.reconcile`)."""
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)
     code = proc.returncode
+    if not any(f.steps_seen for f in ranks):  # the training ran in processes the command started itself
+        trainers = adopt_trainers(out, scratch) if scratch is not None else []
+        if trainers:
+            return _tree_run(out, trainers, code, tail, timed_out, count)
     if code < 0:  # killed by a signal: what a shell reports, and the facts say so
         code = 128 - code
         for facts in ranks:
@@ -221,6 +244,19 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
         steps_seen=max(ranks[0].steps_seen if ranks else 0, count or 0),
         timed_out=timed_out,
     )
+
+
+def _tree_run(out: Path, trainers: list[Facts], code: int, tail: collections.deque[str], timed_out: bool,
+              count: int | None) -> ObservedRun:
+    """The run whose training happened in processes of the command's tree: their facts as a
+    job's ranks, the command's own exit status (124 when a trainer stalled)."""
+    if code < 0:
+        code = 128 - code
+    if any(f.ended == "stalled" for f in trainers):
+        code = 124
+    return ObservedRun(facts=job_facts(trainers), ranks=trainers, exit_code=code,
+                       stderr_tail="".join(tail)[-TAIL_CHARS:], out_dir=out,
+                       steps_seen=max([f.steps_seen for f in trainers] + [count or 0]), timed_out=timed_out)
 
 
 def _rank_facts(out: Path, rank0: Facts | None) -> list[Facts]:

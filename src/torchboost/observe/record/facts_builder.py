@@ -51,6 +51,8 @@ class RunState:
     """Settings applied from outside, in words (filled by the bootstrap)."""
     started_at: float = field(default_factory=time.time)
     """When observation began (wall clock): what the process did before is not this run's."""
+    place: tuple[int, int] | None = None
+    """(rank, world size) from torch.distributed, as last seen initialised."""
 
 
 @dataclass(frozen=True)
@@ -140,9 +142,11 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)
     planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command)
+    run.place = _env.job_place() or run.place  # kept: a script may end its process group before the last write
+    rank, world_size = run.place or (spec.rank, _env.world_size())
     return Facts(
         # What the script is and the machine it ran on.
-        env=settings.get("env", {}), command=list(spec.command), rank=spec.rank, world_size=_env.world_size(),
+        env=settings.get("env", {}), command=list(spec.command), rank=rank, world_size=world_size,
         frameworks=describe.frameworks(trainer=seen.trainer is not None), trainer=seen.trainer,
         uses_booster=uses_booster, applied=list(run.applied),
         # Its objects and settings.

@@ -22,9 +22,12 @@ SLOW_CHECK_STEPS = 5
 """Recorded steps after which a tuning trial may be stopped as far too slow."""
 
 
-class StopObserving(BaseException):
+class StopObserving(SystemExit):
     """Ends the observed script at a step boundary once enough steps were seen.
 
-    A BaseException so the script's ``finally`` blocks run and its ``except Exception``
-    does not swallow it.
+    Not an ``Exception``, so the script's ``finally`` blocks run and its ``except
+    Exception`` does not swallow it; a ``SystemExit`` with no code, so that where nothing
+    of torchboost's catches it (a process of a command's tree: a launcher's worker, a
+    rank ``torch.multiprocessing`` spawned) the process leaves quietly with status 0, and
+    its launcher goes on as after a finished run.
     """

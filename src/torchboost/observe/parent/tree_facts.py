@@ -1,0 +1,91 @@
+"""The parent's side of a command's tree: the environment that reaches every Python process
+of it, and, once it has ended, the facts of the processes that trained.
+
+Every Python process of the command loads the start-up hook in
+:data:`~torchboost.observe.spec.INJECT_DIR` (first on its ``PYTHONPATH``), which finds
+the spec through :data:`~torchboost.observe.spec.TREE_ENV`; a process that trains
+writes ``facts.pidN.json`` (and its trace and step count, tagged alike). After the run,
+:func:`adopt_trainers` orders those by rank (torch.distributed's, else the order they
+started in) and gives them the names a torchrun job's ranks have (``facts.json``,
+``facts.rank1.json``, ...), so the report reads them as it reads any job's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from torchboost._io import atomic_write_bytes
+from torchboost.evidence.observed import Facts
+from torchboost.observe.spec import FACTS_FILE, HELLO_DIR, INJECT_DIR, TRACE_FILE, TREE_ENV, ChildCount, rank_file, \
+    read_count, tree_file
+
+__all__ = ["adopt_trainers", "processes_seen", "tree_counts", "tree_env", "tree_files"]
+
+
+def tree_env(spec_path: Path) -> dict[str, str]:
+    """What the command's environment gains: the start-up hook first on ``PYTHONPATH``, and
+    the spec's path for it to find."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {TREE_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(p for p in (str(INJECT_DIR), path) if p)}
+
+
+def _tagged(name: str) -> str:
+    return tree_file(name, 0).replace(".pid0", ".pid*")
+
+
+def tree_files(out: Path) -> list[Path]:
+    """Every process-tagged file of a run in ``out`` (facts and traces)."""
+    return [*out.glob(_tagged(FACTS_FILE)), *out.glob(_tagged(TRACE_FILE))]
+
+
+def tree_counts(count_path: str | None) -> list[ChildCount]:
+    """The step counts the tree's processes left beside ``count_path`` (one per process that stepped)."""
+    if not count_path:
+        return []
+    folder, name = os.path.split(count_path)
+    counts = (read_count(p) for p in Path(folder).glob(f"{name}.pid*"))
+    return [c for c in counts if c is not None]
+
+
+def adopt_trainers(out: Path, scratch: Path) -> list[Facts]:
+    """The facts of the tree's processes that trained, by rank, renamed as a job's ranks'
+    files, each naming its process (from the lines in ``scratch``); [] when none did."""
+    named = _hellos(scratch)
+    found = []
+    for path in out.glob(_tagged(FACTS_FILE)):
+        pid = int(path.name.split(".")[1][3:])
+        facts = Facts.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        found.append((facts.rank if facts.world_size > 1 else 0, pid, facts, path))
+    found.sort(key=lambda item: item[:2])
+    trainers = []
+    for rank, (_, pid, facts, path) in enumerate(found):
+        facts.rank, facts.world_size = rank, max(len(found), facts.world_size)
+        facts.process = named.get(pid, f"pid {pid}")
+        trace = out / tree_file(TRACE_FILE, pid)
+        if trace.is_file():
+            os.replace(trace, out / rank_file(TRACE_FILE, rank))
+            if facts.profile is not None:
+                facts.profile.trace_path = rank_file(TRACE_FILE, rank)
+        atomic_write_bytes(out / rank_file(FACTS_FILE, rank), json.dumps(facts.to_dict(), indent=1).encode())
+        path.unlink()
+        trainers.append(facts)
+    return trainers
+
+
+def _hellos(scratch: Path) -> dict[int, str]:
+    """pid -> "pid N (its command)" for every Python process of the tree, in the order they started."""
+    seen = []
+    for path in (scratch / HELLO_DIR).glob("*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            seen.append((path.stat().st_mtime, data["pid"], f"pid {data['pid']} ({' '.join(data['argv'])[:100]})"))
+        except (OSError, ValueError, KeyError):
+            continue
+    return {pid: words for _, pid, words in sorted(seen)}
+
+
+def processes_seen(scratch: Path) -> list[str]:
+    """The Python processes of the tree, as "pid N (its command)", in the order they started."""
+    return list(_hellos(scratch).values())
