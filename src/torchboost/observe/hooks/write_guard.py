@@ -1,0 +1,295 @@
+"""The write guard: an observed run changes none of the user's files for good.
+
+Installed in every observed process (the doctor's child, tune's trials and end-to-end
+runs), it wraps the calls through which Python code changes files, and before the first
+change of a file that existed when the run started keeps its original in the journal
+folder (:mod:`.guard_keeper`); after the run the parent puts the originals back and moves
+what the run made out of the user's folders (:mod:`torchboost.observe.parent.user_files`).
+
+What is wrapped, and why each:
+
+* ``builtins.open`` (``io.open`` is the same object; ``pathlib``, ``shutil.copy``,
+  ``logging.FileHandler``, ``numpy.save`` and ``csv`` writers call it): a mode that
+  writes. Read-only opens go straight through after one look at the mode, since a Dataset
+  opens thousands of files;
+* ``os.open`` with a flag that writes (``tempfile``, ``Path.touch``), ``os.truncate``;
+* ``os.replace``, ``os.rename`` (``shutil.move``, ``Path.rename``/``replace``),
+  ``os.remove``, ``os.unlink`` (``Path.unlink``), ``os.rmdir``, ``shutil.rmtree``:
+  entries that go or are replaced;
+* ``os.mkdir`` (``os.makedirs``, ``Path.mkdir``): folders the run made, to clear them after;
+* ``os.utime`` (``Path.touch`` of an existing file): its times, to put them back;
+* ``torch.save`` (and ``torch.serialization.save``, the same function) and
+  ``safetensors.torch.save_file`` / ``safetensors.numpy.save_file``: given a path, C++ and
+  Rust write the file themselves, past ``open``. Both libraries are imported at install,
+  so a ``from safetensors.torch import save_file`` in the script gets the wrapper.
+
+Not seen: writers outside Python (a shell redirection, a C library's ``fopen``), and
+modules that bound ``open``/``os.replace`` to a name of their own before install. The
+parent's snapshot catches what they leave in the user's folders and says it was not
+restored. Python's own bytecode cache writes past these wrappers, so it is switched off
+while installed (``sys.dont_write_bytecode``). A failure of the guard itself never reaches
+the script: the change goes ahead and is journaled as unprotected.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import functools
+import importlib
+import io
+import os
+import shutil
+import sys
+import threading
+from typing import Any, Callable
+
+from torchboost.observe.guard_spec import UNPROTECTED, WriteGuardSpec
+from torchboost.observe.hooks.guard_keeper import COPY, LINK, MOVE, Keeper
+
+__all__ = ["WriteGuard"]
+
+_READ_MODES = frozenset({"r", "rb", "rt", "br", "tr", "U", "rU", "Ur"})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT
+_OPTIONAL_SAVERS = ("safetensors.torch", "safetensors.numpy")
+
+
+class WriteGuard:
+    """Wraps the calls that change files so the user's originals are kept; ``uninstall`` undoes all.
+
+    Use as a context manager, or ``install()`` / ``uninstall()``. Installing twice in one
+    process is refused, since the second would wrap the first's wrappers.
+    """
+
+    _active: "WriteGuard | None" = None
+
+    def __init__(self, spec: WriteGuardSpec) -> None:
+        self.spec = spec
+        self._keeper = Keeper(spec)
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._local = threading.local()
+        self._bytecode = sys.dont_write_bytecode
+
+    @property
+    def installed(self) -> bool:
+        """True between ``install()`` and ``uninstall()``."""
+        return WriteGuard._active is self
+
+    def install(self) -> "WriteGuard":
+        """Wrap the writers; raises RuntimeError if a guard is already installed in this process."""
+        if WriteGuard._active is not None:
+            raise RuntimeError("torchboost's write guard is already installed in this process")
+        WriteGuard._active = self
+        wrappers: dict[int, Any] = {}  # one wrapper per function: io.open is builtins.open
+        for owner, name, wrap in self._targets():
+            original = getattr(owner, name)
+            if id(original) not in wrappers:
+                wrappers[id(original)] = functools.wraps(original)(wrap(original))
+            self._saved.append((owner, name, original))
+            setattr(owner, name, wrappers[id(original)])
+        self._bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+        atexit.register(self._at_exit)
+        os.register_at_fork(after_in_child=self._keeper.after_fork)
+        return self
+
+    def uninstall(self) -> None:
+        """Restore every wrapped attribute and close the journal; safe to call twice."""
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        if self._saved:
+            sys.dont_write_bytecode = self._bytecode
+            atexit.unregister(self._at_exit)
+            self._at_exit()
+        self._saved = []
+        if WriteGuard._active is self:
+            WriteGuard._active = None
+
+    def __enter__(self) -> "WriteGuard":
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def _at_exit(self) -> None:
+        self._call_quietly(self._keeper.flush)
+        self._keeper.close()
+
+    def _targets(self) -> list[tuple[Any, str, Callable[[Any], Any]]]:
+        import torch
+        import torch.serialization
+
+        found = [(builtins, "open", self._open), (io, "open", self._open), (os, "open", self._os_open),
+                 (os, "truncate", self._truncate), (os, "replace", self._rename), (os, "rename", self._rename),
+                 (os, "remove", self._unlink), (os, "unlink", self._unlink), (os, "rmdir", self._unlink),
+                 (os, "mkdir", self._mkdir), (os, "utime", self._utime), (shutil, "rmtree", self._rmtree),
+                 (torch, "save", _saver(self, 1, "f")), (torch.serialization, "save", _saver(self, 1, "f"))]
+        for name in _OPTIONAL_SAVERS:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:  # not installed: nothing can call it
+                continue
+            found.append((module, "save_file", _saver(self, 1, "filename")))
+        return found
+
+    # -- the one path every change takes ------------------------------------------------------
+    def change(self, call: Callable[[], Any], raw: Any, how: str | None, *, dir_fd: int | None = None,
+               follow: bool = True, counts: bool = True, hold: bool = False) -> Any:
+        """Run ``call()``, which changes the file ``raw`` names: keep the user's original first
+        (``how``: MOVE, COPY or LINK; None for a change that cannot alter an existing
+        entry, such as ``mkdir``), journal a new entry and count the write after.
+        ``hold`` keeps the wrappers off during the call (a save that opens its own file)."""
+        local = self._local
+        if getattr(local, "busy", False):
+            return call()
+        local.busy = True
+        path = existed = moved = None
+        try:
+            path = _resolve(raw, dir_fd, follow)
+            if path is not None and self._keeper.guarded(path):
+                existed = os.path.lexists(path)
+                moved = self._keeper.before_change(path, how) if existed and how else None
+            else:
+                path = None
+        except Exception as exc:  # the guard's failure never reaches the script
+            self._unprotected(path or str(raw), exc)
+            path = None
+        local.busy = hold
+        try:
+            result = call()
+        except BaseException:
+            if moved is not None:
+                self._call_quietly(self._keeper.undo_move, path, moved)
+            raise
+        finally:
+            local.busy = False
+        if path is not None:
+            self._call_quietly(self._after, path, existed, counts)
+        return result
+
+    def _after(self, path: str, existed: bool, counts: bool) -> None:
+        if not existed and os.path.lexists(path):
+            self._keeper.created(path)
+        if counts:
+            self._keeper.wrote(path)
+
+    def _call_quietly(self, fn: Callable[..., Any], *args: Any) -> None:
+        local = self._local
+        was, local.busy = getattr(local, "busy", False), True
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._unprotected(str(args[0]) if args else "", exc)
+        finally:
+            local.busy = was
+
+    def _unprotected(self, path: str, exc: Exception) -> None:
+        try:
+            self._keeper.record(UNPROTECTED, path, why=f"{type(exc).__name__}: {exc}")
+        except Exception:  # not even the journal can be written: nothing more to do
+            pass
+
+    # -- the wrappers -------------------------------------------------------------------------
+    def _open(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if mode in _READ_MODES or isinstance(file, int) or not any(c in mode for c in "wax+"):
+                return original(file, mode, *args, **kwargs)
+            # "x" fails on an existing file: nothing of the user's to keep.
+            how = None if "x" in mode else MOVE if "w" in mode else COPY
+            return self.change(lambda: original(file, mode, *args, **kwargs), file, how)
+
+        return open
+
+    def _os_open(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def open(path: Any, flags: int, *args: Any, dir_fd: int | None = None, **kwargs: Any) -> Any:
+            if not flags & _WRITE_FLAGS:
+                return original(path, flags, *args, dir_fd=dir_fd, **kwargs)
+            # Renaming away is only safe when the open may create the file anew.
+            creates = flags & os.O_CREAT
+            how = None if creates and flags & os.O_EXCL else MOVE if creates and flags & os.O_TRUNC else COPY
+            call = lambda: original(path, flags, *args, dir_fd=dir_fd, **kwargs)  # noqa: E731
+            return self.change(call, path, how, dir_fd=dir_fd, counts=bool(flags & ~os.O_CREAT & _WRITE_FLAGS))
+
+        return open
+
+    def _truncate(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def truncate(path: Any, length: int) -> Any:
+            if isinstance(path, int):  # a descriptor: its open for writing was seen
+                return original(path, length)
+            return self.change(lambda: original(path, length), path, COPY)
+
+        return truncate
+
+    def _rename(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def rename(src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> Any:
+            call = lambda: original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)  # noqa: E731
+            # The source goes from its place: keep it if it is the user's; then the
+            # destination is replaced: keep it too, and count the write.
+            inner = lambda: self.change(call, dst, LINK, dir_fd=dst_dir_fd, follow=False)  # noqa: E731
+            return self.change(inner, src, LINK, dir_fd=src_dir_fd, follow=False, counts=False)
+
+        return rename
+
+    def _unlink(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def unlink(path: Any, *, dir_fd: int | None = None) -> Any:
+            return self.change(lambda: original(path, dir_fd=dir_fd), path, LINK, dir_fd=dir_fd, follow=False,
+                               counts=False)
+
+        return unlink
+
+    def _rmtree(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def rmtree(path: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.change(lambda: original(path, *args, **kwargs), path, LINK, dir_fd=kwargs.get("dir_fd"),
+                               follow=False, counts=False, hold=True)
+
+        return rmtree
+
+    def _mkdir(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> Any:
+            return self.change(lambda: original(path, mode, dir_fd=dir_fd), path, None, dir_fd=dir_fd,
+                               follow=False, counts=False)
+
+        return mkdir
+
+    def _utime(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def utime(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if not isinstance(path, int) and not getattr(self._local, "busy", False):
+                self._call_quietly(self._keep_times, path, kwargs.get("dir_fd"), kwargs.get("follow_symlinks", True))
+            return original(path, *args, **kwargs)
+
+        return utime
+
+    def _keep_times(self, raw: Any, dir_fd: int | None, follow: bool) -> None:
+        path = _resolve(raw, dir_fd, follow)
+        if path is not None and self._keeper.guarded(path):
+            self._keeper.keep_times(path)
+
+
+def _saver(guard: WriteGuard, index: int, name: str) -> Callable[[Any], Any]:
+    """A wrapper for a save function whose argument ``index`` (or keyword ``name``) may be a path."""
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            target = args[index] if len(args) > index else kwargs.get(name)
+            if not isinstance(target, (str, bytes, os.PathLike)):  # a file object: its open was seen
+                return original(*args, **kwargs)
+            return guard.change(lambda: original(*args, **kwargs), target, MOVE, hold=True)
+
+        return save
+
+    return wrap
+
+
+def _resolve(raw: Any, dir_fd: int | None, follow: bool) -> str | None:
+    """The absolute path ``raw`` names, its folders' links resolved (and its own when
+    ``follow``); None for a descriptor or a ``dir_fd`` this process cannot name."""
+    if isinstance(raw, int):
+        return None
+    path = os.fsdecode(os.fspath(raw))
+    if dir_fd is not None and not os.path.isabs(path):
+        try:
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            return None
+    if follow:
+        return os.path.realpath(path)
+    head, tail = os.path.split(os.path.abspath(path))
+    return os.path.join(os.path.realpath(head), tail)

@@ -1,0 +1,345 @@
+"""The user's folders left as they were after a run: originals put back, the run's writes kept apart.
+
+After the whole process tree of a doctor's run or a tune trial has ended, :func:`settle`
+reads the write guard's journal (:mod:`torchboost.observe.guard_spec`) and, against the
+snapshot taken before the run (:class:`~.folder_snapshot.FolderSnapshot`):
+
+1. puts every user's original back in place, the script's version of it moved into the
+   writes folder (folders the run removed are made again first);
+2. moves every entry the run made into the writes folder (a new folder whole; one holding
+   nothing but empty folders is removed): what the snapshot did not have, and what the
+   guard saw created outside the user's folders;
+3. names every user's entry changed with no original kept (a writer outside Python, a
+   shell redirection) as not restored, and gives the user's folders back their times.
+
+Settling is done once per run: per tune trial, into a writes folder of its own, after a
+snapshot of its own. The journal is marked read, so settling it again changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchboost.observe.guard_spec import COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE, read_journal, \
+    settled_journals
+from torchboost.observe.parent.folder_snapshot import SKIPPED_NAMES, FolderSnapshot, entry_of, under
+
+__all__ = ["FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle"]
+# -- what settling found ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WrittenPath:
+    """One thing the run made in the user's folders, now kept apart."""
+
+    path: str
+    """As shown: relative to its root, else absolute."""
+    times: int
+    """Writes the guard counted (a folder: of the files inside it; 0: none seen from Python)."""
+    moved_to: str | None
+    """Where it is now; None for an empty folder, removed."""
+    new: bool
+    """It did not exist before the run (else: the script's version of a file put back)."""
+    entries: int = 1
+    """Entries it holds, itself included (a folder moved whole)."""
+
+
+@dataclass(frozen=True)
+class NotRestored:
+    """A user's entry that settling could not put back as it was."""
+
+    path: str
+    """As shown: relative to its root, else absolute."""
+    why: str
+    """In words ("changed outside Python", the guard's reason)."""
+
+
+@dataclass(frozen=True)
+class UserWrites:
+    """What a run wrote in the user's folders, and what settling did with it."""
+
+    writes_dir: str
+    """Where the run's writes now are (as shown: relative to the first root when inside it)."""
+    kept_apart: list[WrittenPath] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    """The user's entries put back (as shown)."""
+    not_restored: list[NotRestored] = field(default_factory=list)
+    note: str | None = None
+    """The snapshot's note: what could not be looked at."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        return dataclasses.asdict(self)
+
+    def words(self) -> str:
+        """One line for the report: what the script wrote, where it is, whether the user's
+        files are as they were."""
+        if not self.kept_apart and not self.not_restored:
+            return "the script wrote nothing in your folders"
+        head = ""
+        if self.kept_apart:
+            names = [_one(w) for w in self.kept_apart[:3]]
+            if len(self.kept_apart) > 3:
+                names.append(f"{len(self.kept_apart) - 3} more")
+            listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            head = f"the script wrote {listed}: kept apart in {self.writes_dir.rstrip(os.sep)}{os.sep}; "
+        if not self.not_restored:
+            return head + "your files are as they were"
+        bad = ", ".join(f"{n.path} ({n.why})" for n in self.not_restored[:3])
+        more = f" and {len(self.not_restored) - 3} more" if len(self.not_restored) > 3 else ""
+        return head + f"NOT restored: {bad}{more}"
+
+
+def _one(written: WrittenPath) -> str:
+    if written.entries > 1:
+        return f"{written.path}{os.sep}… ({written.entries} new entries)"
+    if written.times > 1:
+        return f"{written.path} {written.times} times"
+    return written.path
+
+
+# -- settling ---------------------------------------------------------------------------------
+
+def settle(snapshot: FolderSnapshot, journal_dir: str | Path, writes_dir: str | Path) -> UserWrites:
+    """Put the user's folders back as ``snapshot`` found them, the run's writes moved into
+    ``writes_dir``; call once the whole process tree has ended."""
+    journal = _Journal.read(str(journal_dir))
+    writes = os.path.realpath(writes_dir)
+    mover = _Mover(snapshot, writes, journal)
+    restored = _restore_originals(snapshot, journal, mover)
+    skip = {writes, os.path.realpath(journal_dir)}
+    if snapshot.complete:
+        for root in snapshot.roots:
+            for path in _new_under(root, snapshot, skip):
+                mover.move_new(path)
+    for path in sorted(journal.created):  # outside the roots, or all of them when the snapshot is incomplete
+        if not (snapshot.complete and snapshot.covers(path)) and os.path.lexists(path) and not mover.taken(path):
+            if not any(under(path, s) for s in skip):
+                mover.move_new(path)
+    not_restored = _changed_behind(snapshot, set(restored), journal) + mover.failed
+    _restore_folder_times(snapshot)
+    settled_journals(journal_dir)
+    shutil.rmtree(os.path.join(journal_dir, COPIES_DIR), ignore_errors=True)  # the run's own versions
+    root = snapshot.roots[0] if snapshot.roots else None
+    shown_writes = os.path.relpath(writes, root) if root and under(writes, root) else writes
+    return UserWrites(shown_writes, mover.kept_apart, [snapshot.shown(p) for p in restored], not_restored,
+                      snapshot.note)
+
+
+@dataclass
+class _Journal:
+    """The journal's lines, gathered per path."""
+
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    times: dict[str, tuple[int, int]] = field(default_factory=dict)
+    created: set[str] = field(default_factory=set)
+    wrote: dict[str, int] = field(default_factory=dict)
+    unprotected: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, journal_dir: str) -> "_Journal":
+        out = cls()
+        most: dict[tuple[int, str], int] = {}  # each process journals its running count
+        for line in read_journal(journal_dir):
+            op, path = line["op"], line["path"]
+            if op == KEPT and path not in out.kept:
+                # A copy gone was put back by the guard when the change failed.
+                if line.get("kind") == "dir" or os.path.lexists(line.get("copy") or ""):
+                    out.kept[path] = line
+            elif op == TIMES:
+                out.times.setdefault(path, (line["atime_ns"], line["mtime_ns"]))
+            elif op == CREATED:
+                out.created.add(path)
+            elif op == WROTE:
+                key = (line.get("pid", 0), path)
+                most[key] = max(most.get(key, 0), int(line.get("times", 1)))
+            elif op == UNPROTECTED:
+                out.unprotected.setdefault(path, line.get("why", "no original kept"))
+        for (_, path), times in most.items():
+            out.wrote[path] = out.wrote.get(path, 0) + times
+        return out
+
+    def writes_under(self, path: str) -> int:
+        """Writes counted to ``path`` and everything inside it."""
+        return sum(n for p, n in self.wrote.items() if under(p, path))
+
+
+class _Mover:
+    """Moves the run's entries into the writes folder, mirroring where they were."""
+
+    def __init__(self, snapshot: FolderSnapshot, writes: str, journal: _Journal) -> None:
+        self.snapshot, self.writes, self.journal = snapshot, writes, journal
+        self.kept_apart: list[WrittenPath] = []
+        self.failed: list[NotRestored] = []
+        self._moved: list[str] = []
+
+    def taken(self, path: str) -> bool:
+        """Whether ``path`` or a folder above it was already moved."""
+        return any(under(path, m) for m in self._moved)
+
+    def destination(self, path: str) -> str:
+        """A free place in the writes folder for ``path``."""
+        shown = self.snapshot.shown(path)
+        dest = os.path.join(self.writes, shown if not os.path.isabs(shown) else "outside" + shown)
+        base, n = dest, 0
+        while os.path.lexists(dest):  # settled into the same folder before
+            n += 1
+            dest = f"{base}.{n}"
+        return dest
+
+    def move(self, path: str) -> str:
+        """Move ``path`` into the writes folder; where it went."""
+        dest = self.destination(path)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.move(path, dest)
+        self._moved.append(path)
+        return dest
+
+    def move_script_version(self, path: str) -> None:
+        """The script's version of a user's file, before the original goes back."""
+        dest = self.move(path)
+        self.kept_apart.append(WrittenPath(self.snapshot.shown(path), self.journal.writes_under(path), dest, False))
+
+    def move_new(self, path: str) -> None:
+        """An entry the run made: moved whole, or removed when it holds only empty folders."""
+        entries, files = _count(path)
+        shown, times = self.snapshot.shown(path), self.journal.writes_under(path)
+        if files == 0 and entries > 0 and _remove_empty(path):
+            self.kept_apart.append(WrittenPath(shown, times, None, True, entries))
+            self._moved.append(path)
+            return
+        self.kept_apart.append(WrittenPath(shown, times, self.move(path), True, entries))
+
+
+def _restore_originals(snapshot: FolderSnapshot, journal: _Journal, mover: _Mover) -> list[str]:
+    """Put back every original the guard kept (folders before their files); the paths."""
+    restored: list[str] = []
+    for path, line in sorted(journal.kept.items(), key=lambda item: (item[0].count(os.sep), item[0])):
+        is_dir = line.get("kind") == "dir"
+        if not _is_original(path, is_dir, snapshot, journal):
+            continue
+        try:
+            done = _restore_dir(path, snapshot, mover) if is_dir else _restore_file(path, line["copy"], mover)
+        except OSError as exc:
+            kept = "" if is_dir else f"; the original is at {mover.move(line['copy'])}"
+            mover.failed.append(NotRestored(snapshot.shown(path), f"could not be put back: {exc.strerror}{kept}"))
+            continue
+        if done:
+            restored.append(path)
+    for path, (atime_ns, mtime_ns) in journal.times.items():
+        if _is_original(path, False, snapshot, journal) and os.path.isfile(path):
+            os.utime(path, ns=(atime_ns, mtime_ns))
+            if path not in restored:
+                restored.append(path)
+    return restored
+
+
+def _is_original(path: str, is_dir: bool, snapshot: FolderSnapshot, journal: _Journal) -> bool:
+    """Whether the guard's kept entry is the user's: the snapshot says, where it looked."""
+    if snapshot.complete and snapshot.covers(path):
+        entry = snapshot.entries.get(path)
+        return entry is not None and entry.is_dir == is_dir
+    return not is_dir or path not in journal.created
+
+
+def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
+    if os.path.lexists(path):
+        mover.move_script_version(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.replace(copy, path)  # the original's own inode and times, when on one filesystem
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.copy2(copy, path, follow_symlinks=False)
+        os.unlink(copy)
+    return True
+
+
+def _restore_dir(path: str, snapshot: FolderSnapshot, mover: _Mover) -> bool:
+    if os.path.isdir(path) and not os.path.islink(path):
+        return False
+    if os.path.lexists(path):  # the script put something else where the user's folder was
+        mover.move_script_version(path)
+    os.makedirs(path)
+    entry = snapshot.entries.get(path)
+    if entry is not None:
+        os.chmod(path, stat.S_IMODE(entry.mode))
+    return True
+
+
+def _new_under(root: str, snapshot: FolderSnapshot, skip: set[str]) -> list[str]:
+    """Entries under ``root`` the snapshot did not have, outermost only."""
+    found, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                children = sorted((e.path, e.name, e.is_dir(follow_symlinks=False)) for e in entries)
+        except OSError:
+            continue
+        for path, name, is_dir in children:
+            if name in SKIPPED_NAMES or path in skip or any(under(path, e) for e in snapshot.exempt):
+                continue
+            if path not in snapshot.entries:
+                found.append(path)
+            elif is_dir and snapshot.entries[path].is_dir:
+                stack.append(path)
+    return found
+
+
+def _changed_behind(snapshot: FolderSnapshot, restored: set[str], journal: _Journal) -> list[NotRestored]:
+    """The user's entries changed with no original kept: the guard's reasons, then the snapshot's."""
+    out = {p: why for p, why in journal.unprotected.items()
+           if p not in restored and (p in snapshot.entries or not snapshot.covers(p))}
+    if snapshot.complete:
+        for path, entry in snapshot.entries.items():
+            if path in restored or path in out:
+                continue
+            try:
+                now = entry_of(os.lstat(path))
+            except FileNotFoundError:
+                out[path] = "removed; no original kept"
+                continue
+            if entry.is_dir != now.is_dir or (not entry.is_dir and now != entry):
+                out[path] = "changed; no original kept"
+    return [NotRestored(snapshot.shown(p), why) for p, why in sorted(out.items())]
+
+
+def _restore_folder_times(snapshot: FolderSnapshot) -> None:
+    """Give the user's folders back their modification times (entries came and went)."""
+    for path, entry in snapshot.entries.items():
+        if entry.is_dir:
+            try:
+                st = os.lstat(path)
+                if stat.S_ISDIR(st.st_mode) and st.st_mtime_ns != entry.mtime_ns:
+                    os.utime(path, ns=(st.st_atime_ns, entry.mtime_ns), follow_symlinks=False)
+            except OSError:
+                continue
+
+
+def _count(path: str) -> tuple[int, int]:
+    """(entries, files) in ``path``, itself included; links are not followed."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return 1, 1
+    entries, files = 1, 0
+    for _, dirs, names in os.walk(path):
+        entries += len(dirs) + len(names)
+        files += len(names)
+    return entries, files
+
+
+def _remove_empty(path: str) -> bool:
+    """Remove a folder holding only empty folders, bottom up; False if something else was there."""
+    try:
+        for folder, _, _ in sorted(os.walk(path), key=lambda walked: -len(walked[0])):
+            os.rmdir(folder)
+    except OSError:
+        return False
+    return True
