@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchboost doctor: error: {exc}", file=sys.stderr)
         return 2
     facts = observed.facts
+    if observed.writes is not None and (observed.writes.kept_apart or observed.writes.not_restored):
+        err.print(f"torchboost doctor: {observed.writes.words()}.", highlight=False)
     if facts is not None and ending_words(facts):
         err.print(f"torchboost doctor: {ending_words(facts)}.", highlight=False)
     if observed.exit_code and stdin_words(observed.stderr_tail):
@@ -78,13 +80,22 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"torchboost doctor: {shared}.", highlight=False)
     headroom = _headroom(facts, err, shared)
     findings = cap_findings(diagnose(facts), headroom)
-    paths = write_doctor_report(facts, findings, observed.out_dir, observed.ranks, headroom)
+    writes = _writes(observed)
+    paths = write_doctor_report(facts, findings, observed.out_dir, observed.ranks, headroom, writes)
     if args.json:
         report = next((Path(p) for p in paths.values() if Path(p).name == "report.json"), None)
         sys.stdout.write(report.read_text(encoding="utf-8") if report else "{}\n")
     else:
-        print_doctor_report(facts, findings, make_console(), paths, observed.ranks, headroom)
+        print_doctor_report(facts, findings, make_console(), paths, observed.ranks, headroom, writes)
     return observed.exit_code
+
+
+def _writes(observed: ObservedRun) -> dict[str, object]:
+    """What the script wrote in the user's folders, for the report: kept apart and the
+    user's files put back, or, under ``--full`` (the user's real run), left where they are."""
+    if observed.writes is None:
+        return {"line": "--full is your real run: what the script wrote stays where it wrote it"}
+    return {"line": observed.writes.words(), **observed.writes.to_dict()}
 
 
 def _headroom(facts: Facts, err: Console, shared: str | None = None) -> Headroom | None:

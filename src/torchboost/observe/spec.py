@@ -122,6 +122,12 @@ class ObserveSpec:
     pid: int | None = None
     """Set for a process of the command's tree (:meth:`for_process`): its files are tagged
     with this process id, since its rank is not known when it starts."""
+    observe: bool = True
+    """False: the processes of the tree are not observed, only guarded (``guard``) or given
+    a trial's settings (tune's end-to-end runs, ``torchboost run`` of a launcher command)."""
+    guard: dict[str, Any] | None = None
+    """The write guard's spec (:class:`~torchboost.observe.guard_spec.WriteGuardSpec` as a
+    dict): the user's files are kept as they were; None: the run's writes stay (``--full``)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:

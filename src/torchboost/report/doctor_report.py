@@ -241,11 +241,12 @@ def _job_note(job: dict[str, Any] | None) -> list[str]:
 
 
 def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | None = None,
-                 headroom: Headroom | None = None) -> dict[str, Any]:
+                 headroom: Headroom | None = None, writes: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report.json document (schema in this module's docstring); plain data, no plots.
 
     ``ranks``: every rank's facts under torchrun (``facts`` is then the slowest rank's);
-    ``headroom``: the step against the machine's measured peak, when measured."""
+    ``headroom``: the step against the machine's measured peak, when measured; ``writes``:
+    what the script wrote in the user's folders and where it was kept apart ({"line", ...})."""
     summary = summarize(facts)
     job = job_summary(ranks or [], facts)
     return _finite({
@@ -264,7 +265,9 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "findings": [_finding_entry(f) for f in findings if not f.changes_training and f.memory_ratio is None],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
         "memory_fixes": [_finding_entry(f) for f in findings if f.memory_ratio is not None and not f.changes_training],
-        "notes": _job_note(job) + run_notes(facts, summary, findings) + list(headroom.notes if headroom else ()),
+        "notes": (_job_note(job) + run_notes(facts, summary, findings) + list(headroom.notes if headroom else ())
+                  + ([writes["line"]] if writes else [])),
+        "writes": writes,
         "job": job,
         "gpu": facts.gpu,
         "compile": compile_section(facts),
@@ -277,13 +280,14 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
 
 
 def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path,
-                        ranks: list[Facts] | None = None, headroom: Headroom | None = None) -> dict[str, Path]:
+                        ranks: list[Facts] | None = None, headroom: Headroom | None = None,
+                        writes: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write report.json, report.md and report.html (plots embedded) into ``out_dir``.
 
     Each file is replaced atomically. Returns {"json": path, "md": path, "html": path}.
     """
     out_dir = Path(out_dir)
-    report = build_report(facts, findings, ranks, headroom)
+    report = build_report(facts, findings, ranks, headroom, writes)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "html": out_dir / "report.html"}
     atomic_write_bytes(paths["json"], (json.dumps(report, indent=1, allow_nan=False) + "\n").encode("utf-8"))
     atomic_write_bytes(paths["md"], render_markdown(report).encode("utf-8"))
@@ -292,6 +296,7 @@ def write_doctor_report(facts: Facts, findings: list[Finding], out_dir: Path,
 
 
 def print_doctor_report(facts: Facts, findings: list[Finding], console: Console, paths: dict[str, Path],
-                        ranks: list[Facts] | None = None, headroom: Headroom | None = None) -> None:
+                        ranks: list[Facts] | None = None, headroom: Headroom | None = None,
+                        writes: dict[str, Any] | None = None) -> None:
     """Print the breakdown and the ranked findings as rich tables, then where the files are."""
-    print_report(build_report(facts, findings, ranks, headroom), console, paths)
+    print_report(build_report(facts, findings, ranks, headroom, writes), console, paths)

@@ -35,8 +35,8 @@ from typing import Any, Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
-from torchboost.observe.parent.process_group import run_group
-from torchboost.observe.parent.supervise import run_observed
+from torchboost.observe.parent.launch import parse_launch
+from torchboost.observe.parent.supervise import run_guarded, run_observed
 from torchboost.tune.journal import RunJournal
 
 __all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "verify"]
@@ -227,10 +227,12 @@ def users_own_command(command: Sequence[str]) -> list[str]:
     return words
 
 
-def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float) -> float | None:
+def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float, out_dir: Path) -> float | None:
     """Seconds the whole script took under ``torchboost run`` with ``config_file`` (None:
-    the user's own command, no torchboost in the process); None when it ran past
-    ``limit_s``. Raises RuntimeError when it failed."""
+    the user's own command, no torchboost settings in the process); None when it ran past
+    ``limit_s``. Raises RuntimeError when it failed. Both sides run under the write guard
+    (:func:`~torchboost.observe.parent.supervise.run_guarded`): what the script writes is
+    kept apart in ``out_dir/writes/``, the user's files put back."""
     if config_file is None:
         argv, env = users_own_command(command), dict(os.environ)
     else:
@@ -239,7 +241,7 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float)
     start = time.monotonic()
     # Observe's process group, as the doctor's and the trials' children: a Ctrl-C kills it
     # whole and names what lived on outside it.
-    code = run_group(argv, env=env, timeout_s=limit_s)
+    code, _ = run_guarded(argv, env=env, timeout_s=limit_s, out_dir=out_dir, script=parse_launch(command).script)
     if code is None:
         return None
     if code != 0:
@@ -313,7 +315,7 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
             pace = None
             try:
                 if result.steps is None:
-                    seconds = _whole_run(command, files[name], plan.run_limit_s)
+                    seconds = _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole")
                 else:
                     seconds, pace = _capped_run(command, configs[name], result.steps, out_dir,
                                                 _capped_limit(result, plan)) or (None, None)

@@ -27,12 +27,14 @@ from typing import Sequence
 from torchboost import env as _env
 from torchboost import handover
 from torchboost.nocode import Applier, settings_from_config
+from torchboost.observe.guard_spec import WriteGuardSpec
 from torchboost.observe.hooks.instrument import Instrumentation
+from torchboost.observe.hooks.write_guard import WriteGuard
 from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent
 
-__all__ = ["main", "finish", "run_target", "exit_status", "print_user_traceback"]
+__all__ = ["main", "finish", "guard_of", "run_target", "exit_status", "print_user_traceback"]
 
 _USAGE = "usage: python -m torchboost.observe.child.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -60,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trial = handover.trial_config()
     applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
     applier = Applier(applicable, claims=claims).install() if applicable else None
+    guard = guard_of(spec)
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0
     signal.signal(signal.SIGTERM, _terminate)  # a stop passed on by torchboost: write the facts first
@@ -79,7 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorder.run.ended, exit_code = "crashed", 1
     finally:
         finish(recorder, watchdog, instrumentation, applier, exit_code)
+        if guard is not None:
+            guard.uninstall()
     return exit_code
+
+
+def guard_of(spec: ObserveSpec) -> WriteGuard | None:
+    """The write guard the spec asks for, installed (None: the run's writes stay)."""
+    return WriteGuard(WriteGuardSpec.from_dict(spec.guard)).install() if spec.guard else None
 
 
 def finish(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: Instrumentation,

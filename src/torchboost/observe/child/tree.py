@@ -29,7 +29,7 @@ from typing import Any
 
 from torchboost import handover
 from torchboost.nocode import Applier, settings_from_config
-from torchboost.observe.child.bootstrap import finish
+from torchboost.observe.child.bootstrap import finish, guard_of
 from torchboost.observe.child.watchdog import StallWatchdog
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.observe.record.recorder import StepRecorder
@@ -47,21 +47,36 @@ class TreeTerminated(SystemExit):
         self.signum = signum
 
 
-def start(spec_path: str) -> StepRecorder:
-    """Observe this process (called once it has imported torch); returns its recorder."""
+def start(spec_path: str) -> StepRecorder | None:
+    """Start what the spec asks of this process (called once it has imported torch): the
+    write guard, a trial's settings, the observer; returns the recorder when observed.
+
+    torchboost's own command-line process (``torchboost run`` in tune's end-to-end check)
+    is only guarded: it applies the settings itself."""
     spec = ObserveSpec.read(spec_path).for_process(os.getpid())
+    guard_of(spec)  # uninstalled by its own exit hook, after every other
+    if _is_torchboost(sys.orig_argv):
+        return None
     claims = handover.process_claims()
-    recorder = StepRecorder(spec, claims=claims)
-    watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"), torchboost_pid=spec.parent_pid,
-                             after_first_step=True).start()
     trial = handover.trial_config()
     applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
     applier = Applier(applicable, claims=claims).install() if applicable else None
+    if not spec.observe:
+        return None
+    recorder = StepRecorder(spec, claims=claims)
+    watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"), torchboost_pid=spec.parent_pid,
+                             after_first_step=True).start()
     instrumentation = Instrumentation(recorder).install()
     _on_signals(recorder)
     _on_crash(recorder)
     atexit.register(_at_exit, recorder, watchdog, instrumentation, applier)
     return recorder
+
+
+def _is_torchboost(argv: list[str]) -> bool:
+    """``torchboost ...`` or ``python -m torchboost.cli ...``."""
+    words = [os.path.basename(w) for w in argv[:3]]
+    return "torchboost" in words[1:2] or "torchboost.cli" in words
 
 
 def _on_signals(recorder: StepRecorder) -> None:

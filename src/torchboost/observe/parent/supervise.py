@@ -23,10 +23,12 @@ from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.process_group import (
-    Interrupted, end_group, forwarded_signals, kill_group, signal_name, start_group,
+    Interrupted, end_group, forwarded_signals, kill_group, run_group, signal_name, start_group,
 )
 from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
 from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
+from torchboost.observe.parent.run_guard import RunGuard
+from torchboost.observe.parent.user_files import UserWrites
 from torchboost.observe.parent.tree_facts import adopt_trainers, processes_seen, tree_counts, tree_env, tree_files
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
@@ -34,7 +36,7 @@ from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.techniques.compile.compile_cache import compile_cache_env
 
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
-           "run_observed"]
+           "run_guarded", "run_observed"]
 
 TAIL_CHARS = 8000
 
@@ -75,6 +77,9 @@ class ObservedRun:
     ranks: list[Facts] = field(default_factory=list)
     """Every rank's facts, by rank, under torchrun (``facts`` is the slowest rank's);
     rank 0's alone for one process."""
+    writes: UserWrites | None = None
+    """What the run wrote in the user's folders, kept apart in ``<out>/writes/`` and the
+    user's files put back; None when the run's writes stay (``full``: the user's real run)."""
     processes: list[str] = field(default_factory=list)
     """The Python processes the command started below the one torchboost started, as
     "pid N (command)" (a wrapper's python, a launcher's workers, spawned ranks)."""
@@ -123,21 +128,51 @@ def run_observed(
     launch = parse_launch(command)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    guard = None if full else _guard(out, launch.script, apply is not None)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
                            progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
-                           command=list(command), **window)
+                           command=list(command), guard=guard.spec() if guard else None, **window)
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
         env = _child_env(apply, Path(tmp), spec_path)
-        proc, tail, timed_out = _run_child(argv, env, spec, echo=echo, stdout=stdout, on_progress=on_progress,
-                                           timeout_s=timeout_s)
+        try:
+            proc, tail, timed_out = _run_child(argv, env, spec, echo=echo, stdout=stdout, on_progress=on_progress,
+                                               timeout_s=timeout_s)
+        finally:  # a stop too: the user's folders are put back before anything is said
+            writes = guard.settle() if guard is not None else None
         boundaries = _child_boundaries(spec)
         run = _collect(out, proc, tail, timed_out, boundaries, Path(tmp))
-        run.processes = processes_seen(Path(tmp))
+        run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
+
+
+def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None, out_dir: Path,
+                script: Path | None) -> tuple[int | None, UserWrites]:
+    """A whole run of the user's command, not observed (tune's end-to-end check): to its end
+    in its own group (:func:`.process_group.run_group`), every Python process of it under
+    the write guard; (its exit status or None past ``timeout_s``, what it wrote)."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    guard = _guard(out, script, trial=True)
+    with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        ObserveSpec(out_dir=str(out), observe=False, parent_pid=os.getpid(), guard=guard.spec()).write(spec_path)
+        try:
+            code = run_group(argv, env={**env, **tree_env(spec_path)}, timeout_s=timeout_s)
+        finally:
+            writes = guard.settle()
+    return code, writes
+
+
+def _guard(out: Path, script: Path | None, trial: bool) -> RunGuard:
+    """The run's write guard; a folder it cannot record is said now, before the run."""
+    guard = RunGuard(out, script, also_exempt=compile_cache_env().values() if trial else ())
+    if guard.note:
+        print(f"torchboost: {guard.note}", file=sys.stderr)
+    return guard
 
 
 def _run_child(argv: list[str], env: dict[str, str], spec: ObserveSpec, *, echo: bool,

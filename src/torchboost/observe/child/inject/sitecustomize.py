@@ -27,7 +27,6 @@ _HELLO_DIR = "processes"  # torchboost.observe.spec.HELLO_DIR
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _OBSERVED_ELSEWHERE = (
     "torchboost.observe.child.bootstrap",  # observes its own process
-    "torchboost.cli",  # torchboost itself
     "torch.distributed.run",  # torchrun's agent: its ranks run the bootstrap
     "torch._inductor.compile_worker",  # torch.compile's helpers never train
 )
