@@ -10,6 +10,9 @@ A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` i
 for it the model and optimizer settings stand down here, so nothing is applied twice (the
 Booster claims them in the process's :class:`~torchboost.handover.Claims`, which is given
 to the applier).
+
+A file tune wrote records what it was tuned for (:class:`~torchboost.tune.config_file.TunedFor`):
+run on another version of the script, or another command, says so in one line and runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torchboost.nocode import Applier, settings_from_config
 from torchboost.observe.child.bootstrap import exit_status, print_user_traceback, run_target
 from torchboost.observe.parent.launch import Launch, UsageError, parse_launch
 from torchboost.techniques.compile.compile_cache import CACHE_ENV, compile_cache_env
+from torchboost.tune.config_file import TunedFor, tuned_for
 
 __all__ = ["add_arguments", "run", "run_applied", "run_job"]
 
@@ -47,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"torchboost run: error: {exc}", file=sys.stderr)
         return 2
+    if _env.rank() == 0:
+        _check_tuned_for(Path(args.config), args.command)
     cache = compile_cache_env()
     os.environ.update(cache)  # the compile cache tune filled (the user's own folder when set)
     if launch.distributed:
@@ -63,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
                   f"not {args.config}", file=sys.stderr)
     return run_applied(settings, launch.target)
+
+
+def _check_tuned_for(config: Path, command: list[str]) -> None:
+    """One line when ``config`` was tuned for another version of the script, or another command."""
+    then = tuned_for(config)
+    if then is None:  # the user's own file, or an older torchboost's: nothing to check against
+        return
+    now = TunedFor.of(command)
+    differs = then.differences(now)
+    if differs:
+        what = f"another version of {then.script or now.script}" if then.script_sha256 != now.script_sha256 \
+            else "another command"
+        print(f"torchboost run: {config} was tuned for {what} ({'; '.join(differs)}): its figures may not hold; "
+              "re-run torchboost tune", file=sys.stderr)
 
 
 def run_job(launch: Launch, config: Path) -> int:
