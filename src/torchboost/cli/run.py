@@ -120,6 +120,6 @@ def run_applied(settings: Overlay, target: list[str]) -> int:
         return 1
     finally:
         applier.uninstall()
-        if applier.notes and _env.rank() == 0:
-            print(f"torchboost run: applied: {'; '.join(applier.notes)}", file=sys.stderr)
+        if applier.effect and _env.rank() == 0:
+            print(f"torchboost run: applied, as at {applier.effect_at}: {'; '.join(applier.effect)}", file=sys.stderr)
     return 0
