@@ -11,6 +11,11 @@ for it the model and optimizer settings stand down here, so nothing is applied t
 Booster claims them in the process's :class:`~torchboost.handover.Claims`, which is given
 to the applier).
 
+SIGTERM and SIGHUP, as under the doctor, raise :class:`~torchboost.observe.child.bootstrap.Terminated`
+where the script is, so its ``finally`` blocks run; then every process it started
+(loader workers, persistent ones too) is ended, and ``torchboost run`` says "stopped by
+SIGTERM" and exits with 128 + the signal's number (Ctrl-C likewise, 130).
+
 A file tune wrote records what it was tuned for (:class:`~torchboost.tune.config_file.TunedFor`):
 run on another version of the script, or another command, says so in one line and runs.
 """
@@ -18,18 +23,22 @@ run on another version of the script, or another command, says so in one line an
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from torchboost import env as _env
 from torchboost import handover
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
 from torchboost.nocode import Applier, settings_from_config
-from torchboost.observe.child.bootstrap import exit_status, print_user_traceback, run_target
+from torchboost.observe.child.bootstrap import (Terminated, exit_status, print_user_traceback, run_target,
+                                               terminated_by)
 from torchboost.observe.parent.launch import Launch, UsageError, parse_launch
+from torchboost.observe.parent.process_group import Interrupted, descendants, end_tree
 from torchboost.techniques.compile.compile_cache import CACHE_ENV, compile_cache_env
 from torchboost.tune.config_file import TunedFor, tuned_for
 
@@ -88,15 +97,25 @@ def _check_tuned_for(config: Path, command: list[str]) -> None:
 def run_job(launch: Launch, config: Path) -> int:
     """A torchrun job: torchrun starts every rank, and each runs ``torchboost run`` on the
     script in its own process, so the settings apply on every rank. Returns torchrun's
-    exit status; a signal to this process is passed on to torchrun, which ends the ranks."""
+    exit status. SIGINT, SIGTERM and SIGHUP to this process are passed on to torchrun,
+    which ends the ranks (each ends its own tree, as :func:`run_applied`); anything left
+    is ended, and :class:`Interrupted` is raised: the command exits with 128 + N."""
     proc = subprocess.Popen(launch.argv("torchboost.cli", "run", "--config", str(config)))
-    forwarded = {sig: signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
-                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        proc.send_signal(signum)
+
+    forwarded = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return proc.wait()
+        status = proc.wait()
     finally:
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
+    if received:
+        raise _stopped(received[0])
+    return status
 
 
 def run_applied(settings: Overlay, target: list[str]) -> int:
@@ -110,11 +129,14 @@ def run_applied(settings: Overlay, target: list[str]) -> int:
     entry = sys.argv[0]  # the console script, whose frames are ours in a traceback
     applier = Applier(settings, claims=handover.process_claims()).install()
     try:
-        run_target(target)
+        with terminated_by(signal.SIGTERM, signal.SIGHUP):
+            run_target(target)
     except SystemExit as exc:
         return exit_status(exc.code)
-    except KeyboardInterrupt:
-        return 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        # The script's finally blocks have run; its frames (and the loaders they hold) go.
+        traceback.clear_frames(exc.__traceback__)
+        raise _stopped(exc.signum if isinstance(exc, Terminated) else signal.SIGINT) from None
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
         print_user_traceback(exc, entry)
         return 1
@@ -123,3 +145,14 @@ def run_applied(settings: Overlay, target: list[str]) -> int:
         if applier.effect and _env.rank() == 0:
             print(f"torchboost run: applied, as at {applier.effect_at}: {'; '.join(applier.effect)}", file=sys.stderr)
     return 0
+
+
+def _stopped(signum: int) -> Interrupted:
+    """End every process left below this one (loader workers, persistent ones too, and
+    what they started); the stop to raise, for the command's "stopped by" line."""
+    gc.collect()  # a loader no longer referenced shuts its workers down itself
+    # torch's SIGCHLD handler would raise in the middle of this for a worker ended here
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    stop = Interrupted(signum)
+    stop.survivors = end_tree(descendants(os.getpid()))
+    return stop
