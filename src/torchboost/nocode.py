@@ -14,7 +14,12 @@ the patching that reaches them, restored by :meth:`Applier.uninstall`:
   from outside any other forward) is handed to the techniques after its first forward
   (compile, bf16 autocast); they take effect from the second forward call;
 * before an optimizer's first step (its state still empty) it is handed to the
-  techniques (fused or foreach kernels, switched in place).
+  techniques (fused or foreach kernels, switched in place);
+* right after that, what holds of every setting is read back (:attr:`Applier.effect`):
+  a technique with an ``in_effect`` hook reads the live state (the threads now, the
+  loaders the script built), so a setting the script overrode itself is reported as
+  such; the others are reported by what their hooks did. A script that takes no
+  optimizer step is read at ``uninstall``.
 
 When the script itself prepares a :class:`torchboost.Booster`, the Booster applies the
 configuration and claims its techniques in the :class:`~torchboost.handover.Claims` the
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from itertools import chain
 from typing import Any, Collection, Mapping
 
 import torch
@@ -130,21 +136,30 @@ class Applier:
         self._forward_handles: list[Any] = []
         self._root: weakref.ref | None = None
         self._depth = 0
-        self.notes: list[str] = []
+        self._notes: dict[str, list[str]] = {technique.name: [] for technique, _, _ in self._hooks}
+        self._loaders: list[weakref.ref] = []  # in the order built; a loader gone meanwhile is not read
+        self.effect: list[str] | None = None
+        """What held of every setting at the first optimizer step (or at ``uninstall``), in words."""
+        self.effect_at = "the first optimizer step"
+        """When :attr:`effect` was read ("the script's end" when no step came first)."""
+
+    @property
+    def notes(self) -> list[str]:
         """What was applied, in words, for the trial's record."""
+        return list(chain.from_iterable(self._notes.values()))
 
     # -- install / uninstall -----------------------------------------------------------
 
     def install(self) -> "Applier":
         """Apply process-wide settings now and patch for the rest."""
         self._log_filters.start()
-        for _, hooks, values in self._hooks:
+        for technique, hooks, values in self._hooks:
             if hooks.at_start is not None:
-                hooks.at_start(values, self.notes)
+                hooks.at_start(values, self._notes[technique.name])
         rewrites = [functools.partial(hooks.loader_arguments, values) for _, hooks, values in self._hooks
                     if hooks.loader_arguments is not None]
         if rewrites:
-            self._loader_patch = rewritten_arguments(rewrites).install()
+            self._loader_patch = rewritten_arguments(rewrites, built=self._built).install()
         if any(hooks.at_root is not None and hooks.wants_root(values) for _, hooks, values in self._hooks):
             # Global hooks send every module call through PyTorch's slower hook path: they
             # are removed as soon as the root module has been found and boosted.
@@ -152,12 +167,15 @@ class Applier:
                 _nn_module.register_module_forward_pre_hook(self._on_forward_pre),
                 _nn_module.register_module_forward_hook(self._on_forward_post, always_call=True),
             ]
-        if any(hooks.at_first_step is not None for _, hooks, _ in self._hooks):
+        if self._hooks:
             self._handles.append(_optim.register_optimizer_step_pre_hook(self._on_first_step))
         return self
 
     def uninstall(self) -> None:
-        """Remove every patch and hook (the model keeps what was applied to it)."""
+        """Remove every patch and hook (the model keeps what was applied to it); read
+        :attr:`effect` now if no optimizer step did."""
+        if self.effect is None:
+            self.effect, self.effect_at = self._read_effect(), "the script's end"
         self._remove_forward_hooks()
         for handle in self._handles:
             handle.remove()
@@ -166,6 +184,9 @@ class Applier:
             self._loader_patch.uninstall()
             self._loader_patch = None
         self._log_filters.release()
+
+    def _built(self, loader: Any) -> None:
+        self._loaders.append(weakref.ref(loader))
 
     def _booster_in_charge(self, technique: Technique | None = None) -> bool:
         if technique is None:
@@ -201,7 +222,7 @@ class Applier:
     def _boost_root(self, module: nn.Module) -> None:
         for technique, hooks, values in self._hooks:
             if hooks.at_root is not None and hooks.wants_root(values) and not self._booster_in_charge(technique):
-                hooks.at_root(values, module, self.notes)
+                hooks.at_root(values, module, self._notes[technique.name])
 
     # -- optimizer -----------------------------------------------------------------------
 
@@ -210,4 +231,28 @@ class Applier:
             return
         for technique, hooks, values in self._hooks:
             if hooks.at_first_step is not None and not self._booster_in_charge(technique):
-                hooks.at_first_step(values, optimizer, self.notes)
+                hooks.at_first_step(values, optimizer, self._notes[technique.name])
+        if self.effect is None:
+            self.effect = self._read_effect()
+            if not any(hooks.at_first_step is not None for _, hooks, _ in self._hooks):
+                for handle in self._handles:  # read once: later steps need not pass through here
+                    handle.remove()
+                self._handles.clear()
+
+    # -- what held -------------------------------------------------------------------------
+
+    def _read_effect(self) -> list[str]:
+        """Every setting, in words: read back where its technique can, else its notes."""
+        out: list[str] = []
+        loaders = [loader for loader in (ref() for ref in self._loaders) if loader is not None]
+        for technique, hooks, values in self._hooks:
+            if self._booster_in_charge(technique):
+                out.append(f"{technique.title}: applied by the script's Booster")
+            elif hooks.in_effect is not None:
+                out += hooks.in_effect(values, loaders)
+            elif self._notes[technique.name]:
+                out += self._notes[technique.name]
+            else:  # e.g. compile when no model trained before the step
+                settings = ", ".join(f"{key}={value}" for key, value in values.items())
+                out.append(f"{technique.section.section} {settings}: not applied, nothing to apply it to by then")
+        return out

@@ -6,7 +6,8 @@ import os
 
 from torchboost.config import BoostConfig
 from torchboost.tune import config_file
-from torchboost.tune.config_file import HEADER_START, backup_path, write_config, written_by_torchboost
+from torchboost.tune.config_file import (HEADER_START, TunedFor, backup_path, tuned_for, write_config,
+                                         written_by_torchboost)
 
 USER_FILE = "# my settings, by hand\n[cpu]\nthreads = 2  # two is enough here\n"
 HEADER = f"{HEADER_START} python train.py\nkept something"
@@ -62,3 +63,61 @@ def test_a_user_file_written_after_a_tune_replaces_the_bak(tmp_path):
     path.write_text("# edited again by hand\n[cpu]\nthreads = 4\n")  # the user's newer file
     write_config(path, BoostConfig.from_dict({**mine.to_dict(), "cpu": {"threads": 3}}), HEADER)
     assert backup_path(path).read_text() == "# edited again by hand\n[cpu]\nthreads = 4\n"
+
+
+# -- what the file was tuned for ---------------------------------------------------------
+
+def _script(tmp_path, text="print('v1')\n"):
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    return script
+
+
+def test_the_header_records_the_command_and_the_scripts_hash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _script(tmp_path)
+    record = TunedFor.of(["python", "train.py", "--lr", "1e-3 x"])
+    path = tmp_path / "torchboost.toml"
+    write_config(path, BoostConfig.off(), "\n".join([*record.lines(), "kept nothing"]))
+    assert tuned_for(path) == record and record.script == "train.py" and len(record.script_sha256) == 16
+    assert BoostConfig.from_toml(path) == BoostConfig.off()  # the record is comments: the tables stay settings
+
+
+def test_an_edited_script_differs_by_its_hash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = _script(tmp_path)
+    then = TunedFor.of(["python", "train.py"])
+    assert then.differences(TunedFor.of(["python3", "train.py"])) == []  # the twin: the same script
+    script.write_text("print('v2')\n")
+    differs = then.differences(TunedFor.of(["python", "train.py"]))
+    assert len(differs) == 1 and differs[0].startswith(f"sha256 {then.script_sha256[:8]}… then")
+    assert TunedFor.of(["python", "train.py", "--bs", "64"]).differences(TunedFor.of(["python", "train.py"]))[-1] \
+        == "command then: python train.py --bs 64"
+
+
+def test_a_module_is_hashed_without_being_imported(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "pkg" / "train.py").write_text("print('train')\n")
+    record = TunedFor.of(["python", "-m", "pkg.train"])
+    assert record.script == os.path.join("pkg", "train.py") and record.script_sha256
+
+
+def test_a_file_without_a_record_has_none(tmp_path):
+    path, _ = _user_file(tmp_path)
+    assert tuned_for(path) is None
+    path.write_text(f"# {HEADER_START} python train.py\n[cpu]\nthreads = 1\n")  # an older torchboost's
+    assert tuned_for(path) == TunedFor(("python", "train.py"))
+
+
+def test_the_same_settings_tuned_for_another_script_are_rewritten(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = _script(tmp_path)
+    path = tmp_path / "torchboost.toml"
+    write_config(path, BoostConfig.off(), "\n".join(TunedFor.of(["python", "train.py"]).lines()))
+    same = write_config(path, BoostConfig.off(), "\n".join(TunedFor.of(["python", "train.py"]).lines()))
+    assert not same.changed  # the twin: the same record, the file left alone
+    script.write_text("print('v2')\n")
+    now = TunedFor.of(["python", "train.py"])
+    assert write_config(path, BoostConfig.off(), "\n".join(now.lines())).changed and tuned_for(path) == now

@@ -10,24 +10,41 @@ A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` i
 for it the model and optimizer settings stand down here, so nothing is applied twice (the
 Booster claims them in the process's :class:`~torchboost.handover.Claims`, which is given
 to the applier).
+
+SIGTERM and SIGHUP, as under the doctor, raise :class:`~torchboost.observe.child.bootstrap.Terminated`
+where the script is, so its ``finally`` blocks run; then every process it started
+(loader workers, persistent ones too) is ended, and ``torchboost run`` says "stopped by
+SIGTERM" and exits with 128 + the signal's number (Ctrl-C likewise, 130).
+
+A file tune wrote records what it was tuned for (:class:`~torchboost.tune.config_file.TunedFor`):
+run on another version of the script, or another command, says so in one line and runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 from torchboost import env as _env
 from torchboost import handover
 from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.nocode import Applier, settings_from_config
-from torchboost.observe.child.bootstrap import exit_status, print_user_traceback, run_target
+from torchboost.observe.child.bootstrap import (Terminated, exit_status, print_user_traceback, run_target,
+                                               terminated_by)
 from torchboost.observe.parent.launch import Launch, UsageError, parse_launch
+from torchboost.observe.parent.process_group import Interrupted, descendants, end_tree
+from torchboost.observe.parent.tree_facts import tree_env
+from torchboost.observe.spec import TREE_ENV, ObserveSpec
 from torchboost.techniques.compile.compile_cache import CACHE_ENV, compile_cache_env
+from torchboost.tune.config_file import TunedFor, tuned_for
 
 __all__ = ["add_arguments", "run", "run_applied", "run_job"]
 
@@ -47,10 +64,14 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"torchboost run: error: {exc}", file=sys.stderr)
         return 2
+    if _env.rank() == 0:
+        _check_tuned_for(Path(args.config), args.command)
     cache = compile_cache_env()
     os.environ.update(cache)  # the compile cache tune filled (the user's own folder when set)
     if launch.distributed:
         return run_job(launch, Path(args.config).resolve())
+    if launch.tree is not None:
+        return run_tree(launch, config)
     settings, notes = settings_from_config(config, BoostConfig.written_keys(args.config))
     if _env.rank() == 0:  # under torchrun, rank 0 speaks for the job
         for note in notes:
@@ -65,18 +86,64 @@ def run(args: argparse.Namespace) -> int:
     return run_applied(settings, launch.target)
 
 
+def _check_tuned_for(config: Path, command: list[str]) -> None:
+    """One line when ``config`` was tuned for another version of the script, or another command."""
+    then = tuned_for(config)
+    if then is None:  # the user's own file, or an older torchboost's: nothing to check against
+        return
+    now = TunedFor.of(command)
+    differs = then.differences(now)
+    if differs:
+        what = f"another version of {then.script or now.script}" if then.script_sha256 != now.script_sha256 \
+            else "another command"
+        print(f"torchboost run: {config} was tuned for {what} ({'; '.join(differs)}): its figures may not hold; "
+              "re-run torchboost tune", file=sys.stderr)
+
+
 def run_job(launch: Launch, config: Path) -> int:
     """A torchrun job: torchrun starts every rank, and each runs ``torchboost run`` on the
     script in its own process, so the settings apply on every rank. Returns torchrun's
-    exit status; a signal to this process is passed on to torchrun, which ends the ranks."""
-    proc = subprocess.Popen(launch.argv("torchboost.cli", "run", "--config", str(config)))
-    forwarded = {sig: signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
-                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    exit status. SIGINT, SIGTERM and SIGHUP to this process are passed on to torchrun,
+    which ends the ranks (each ends its own tree, as :func:`run_applied`); anything left
+    is ended, and :class:`Interrupted` is raised: the command exits with 128 + N."""
+    return _passing_signals(subprocess.Popen(launch.argv("torchboost.cli", "run", "--config", str(config))))
+
+
+def run_tree(launch: Launch, config: BoostConfig) -> int:
+    """Any other command (``bash train.sh``, ``accelerate launch train.py``): it runs as
+    typed, and every Python process it starts applies the configuration once it imports
+    torch, through the start-up hook that reaches every Python process of the command
+    (:mod:`torchboost.observe.child.tree`) and the settings hand-over
+    (:mod:`torchboost.handover`). Signals are passed on as for a torchrun job."""
+    with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
+        settings = Path(tmp) / "settings.json"
+        write_trial_config(settings, config)
+        env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings)}
+        if TREE_ENV not in env:  # else tune's end-to-end check already put its guard there
+            spec = Path(tmp) / "spec.json"
+            ObserveSpec(out_dir=tmp, observe=False, parent_pid=os.getpid()).write(spec)
+            env.update(tree_env(spec))
+        return _passing_signals(subprocess.Popen(list(launch.tree or ()), env=env))
+
+
+def _passing_signals(proc: subprocess.Popen) -> int:
+    """Wait for ``proc``, passing SIGINT, SIGTERM and SIGHUP on to it; after one, what is
+    left is ended and :class:`Interrupted` raised."""
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        proc.send_signal(signum)
+
+    forwarded = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return proc.wait()
+        status = proc.wait()
     finally:
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
+    if received:
+        raise _stopped(received[0])
+    return status
 
 
 def run_applied(settings: Overlay, target: list[str]) -> int:
@@ -90,16 +157,30 @@ def run_applied(settings: Overlay, target: list[str]) -> int:
     entry = sys.argv[0]  # the console script, whose frames are ours in a traceback
     applier = Applier(settings, claims=handover.process_claims()).install()
     try:
-        run_target(target)
+        with terminated_by(signal.SIGTERM, signal.SIGHUP):
+            run_target(target)
     except SystemExit as exc:
         return exit_status(exc.code)
-    except KeyboardInterrupt:
-        return 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        # The script's finally blocks have run; its frames (and the loaders they hold) go.
+        traceback.clear_frames(exc.__traceback__)
+        raise _stopped(exc.signum if isinstance(exc, Terminated) else signal.SIGINT) from None
     except BaseException as exc:  # noqa: BLE001 - the user's crash, reported as Python would
         print_user_traceback(exc, entry)
         return 1
     finally:
         applier.uninstall()
-        if applier.notes and _env.rank() == 0:
-            print(f"torchboost run: applied: {'; '.join(applier.notes)}", file=sys.stderr)
+        if applier.effect and _env.rank() == 0:
+            print(f"torchboost run: applied, as at {applier.effect_at}: {'; '.join(applier.effect)}", file=sys.stderr)
     return 0
+
+
+def _stopped(signum: int) -> Interrupted:
+    """End every process left below this one (loader workers, persistent ones too, and
+    what they started); the stop to raise, for the command's "stopped by" line."""
+    gc.collect()  # a loader no longer referenced shuts its workers down itself
+    # torch's SIGCHLD handler would raise in the middle of this for a worker ended here
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    stop = Interrupted(signum)
+    stop.survivors = end_tree(descendants(os.getpid()))
+    return stop

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
@@ -38,6 +40,17 @@ def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
     if threads is not None:
         apply_threads(threads)
         notes.append(f"intra-op threads set to {threads}")
+
+
+def _nocode_in_effect(values: dict[str, Any], loaders: list[Any]) -> list[str]:
+    # The script may set its own count after ours (set at install, before it ran).
+    threads = _threads(values.get("threads"))
+    if threads is None:
+        return []
+    now = torch.get_num_threads()
+    if now == threads:
+        return [f"intra-op threads set to {threads}"]
+    return [f"the script sets {now} thread{'' if now == 1 else 's'} itself (torchboost's {threads} did not hold)"]
 
 
 def _spell(section: CpuConfig) -> FrameworkSpelling:
@@ -96,7 +109,7 @@ TECHNIQUE = Technique(
     placed='a process-wide switch: the intra-op thread count is set before any tensor work, so every later step runs with it',
     section=CpuConfig,
     apply=_apply,
-    nocode=NoCode(at_start=_nocode_start),
+    nocode=NoCode(at_start=_nocode_start, in_effect=_nocode_in_effect),
     spell=_spell,
     rules=(Rule("threads.oversubscribed", threads_oversubscribed),),
 )

@@ -225,6 +225,10 @@ class NoCode:
     """The root module (the outermost trainable module) after its first forward."""
     at_first_step: Callable[[dict[str, Any], torch.optim.Optimizer, list[str]], None] | None = None
     """An optimizer before its first step (its state still empty)."""
+    in_effect: Callable[[dict[str, Any], list[Any]], list[str]] | None = None
+    """What holds of ``values`` at the first optimizer step (or the script's end), read back
+    from live state, given the DataLoaders built meanwhile: a value the script overrode says
+    so. None: the notes the other hooks appended say it."""
 
 
 @dataclass(frozen=True)

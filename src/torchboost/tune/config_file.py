@@ -10,22 +10,108 @@ Three rules, so that two tunes in a row never lose a hand-written, commented fil
   it keeps the last file the user wrote.
 - The new file replaces the old one atomically (:mod:`torchboost._io`), and so does the
   ``.bak``: a full disk leaves neither an empty file nor a half-written one.
+
+The header also records what the file was tuned for (:class:`TunedFor`: the command as
+typed, on its first line, and the script with its content hash on the next), in
+comments, so the file's tables stay settings only and every torchboost reads it.
+``torchboost run`` reads the record back and says when the script it runs is another
+version. A torchboost file already holding the configuration is rewritten when its
+record is of another script or command: left alone, it would speak of the old one.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError
+from torchboost.observe.parent.launch import UsageError, parse_launch, without_interpreter
+from torchboost.tune.journal import script_digest
 
-__all__ = ["HEADER_START", "ConfigWrite", "backup_path", "write_config", "written_by_torchboost"]
+__all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "tuned_for", "write_config",
+           "written_by_torchboost"]
 
 HEADER_START = "Tuned by torchboost for:"
 """How the header of every torchboost.toml that tune writes begins (its first line is
 ``# Tuned by torchboost for: COMMAND``)."""
+
+
+_SCRIPT_LINE = re.compile(r"^Tuned on (?P<script>.+) with sha256 (?P<sha256>[0-9a-f]+)\.$")
+
+
+@dataclass(frozen=True)
+class TunedFor:
+    """What a torchboost.toml was tuned for: the command, and the script it ran."""
+
+    command: tuple[str, ...]
+    """The command as typed after ``--``."""
+    script: str | None = None
+    """The file the command runs (``-m``: the module's file), as named then; None: unknown."""
+    script_sha256: str | None = None
+    """Its content hash (:func:`~torchboost.tune.journal.script_digest`)."""
+
+    @classmethod
+    def of(cls, command: Sequence[str]) -> "TunedFor":
+        """The record for ``command`` now (its script read from disk, a module not imported)."""
+        try:
+            path = parse_launch(command).script
+        except UsageError:  # a command that cannot run here (a report rebuilt elsewhere): no script known
+            path = None
+        return cls(tuple(command), None if path is None else _shown(path), script_digest(path))
+
+    def lines(self) -> list[str]:
+        """The header's first lines (without "# "), as :meth:`from_lines` reads them."""
+        lines = [f"{HEADER_START} {shlex.join(self.command)}"]
+        if self.script is not None and self.script_sha256 is not None:
+            lines.append(f"Tuned on {self.script} with sha256 {self.script_sha256}.")
+        return lines
+
+    @classmethod
+    def from_lines(cls, lines: Sequence[str]) -> "TunedFor | None":
+        """The record in a header's lines (without "# "); None when it has none."""
+        if not lines or not lines[0].startswith(f"{HEADER_START} "):
+            return None
+        try:
+            command = tuple(shlex.split(lines[0][len(HEADER_START) + 1:]))
+        except ValueError:  # a hand-edited, unbalanced quote
+            return None
+        found = _SCRIPT_LINE.match(lines[1]) if len(lines) > 1 else None
+        return cls(command, *(found.group("script", "sha256") if found else (None, None)))
+
+    def differences(self, now: "TunedFor") -> list[str]:
+        """What differs in ``now``, in words ("sha256 0123abcd… then, 4567ef01… now",
+        "command then: python train.py --bs 64"); [] when nothing this record holds does.
+        ``python3 train.py`` is the same command as ``python train.py``."""
+        out = []
+        if self.script_sha256 is not None and self.script_sha256 != now.script_sha256:
+            out.append(f"sha256 {self.script_sha256[:8]}… then, "
+                       f"{now.script_sha256[:8] + '…' if now.script_sha256 else 'no file'} now")
+        if without_interpreter(self.command) != without_interpreter(now.command):
+            out.append(f"command then: {shlex.join(self.command)}")
+        return out
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:  # outside the working folder
+        return str(path)
+
+
+def tuned_for(path: Path) -> TunedFor | None:
+    """The record in the header of the torchboost.toml at ``path``; None when it has none
+    (the user's own file, or one an older torchboost wrote without the script's hash)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [fh.readline(), fh.readline()]
+    except OSError:
+        return None
+    return TunedFor.from_lines([line.rstrip("\n").removeprefix("# ") for line in lines])
 
 
 @dataclass(frozen=True)
@@ -59,7 +145,7 @@ def write_config(path: Path, config: BoostConfig, header: str) -> ConfigWrite:
     """Write ``config`` with ``header`` (whose first line starts with :data:`HEADER_START`)
     to ``path``, keeping the user's file as described in this module's docstring."""
     path = Path(path)
-    if path.is_file() and _holds(path, config):
+    if path.is_file() and _holds(path, config) and not _record_changed(path, header):
         return ConfigWrite(path=path, changed=False)
     backup = None
     if path.is_file():
@@ -71,6 +157,12 @@ def write_config(path: Path, config: BoostConfig, header: str) -> ConfigWrite:
             shutil.copystat(path, backup)
     atomic_write_bytes(path, config.to_toml_string(header=header).encode("utf-8"))
     return ConfigWrite(path=path, changed=True, backup=backup)
+
+
+def _record_changed(path: Path, header: str) -> bool:
+    """True when torchboost wrote ``path`` for another script or command than ``header``'s."""
+    old, new = tuned_for(path), TunedFor.from_lines(header.splitlines())
+    return old is not None and new is not None and old != new
 
 
 def _holds(path: Path, config: BoostConfig) -> bool:

@@ -23,13 +23,17 @@ from typing import Any, Iterator, Sequence
 
 from torchboost.tune.trial_result import TrialResult, trial_key
 
-__all__ = ["Journal", "RunJournal", "identity"]
+__all__ = ["Journal", "RunJournal", "identity", "script_digest"]
+
+
+def script_digest(script: Path | None) -> str | None:
+    """The script's content hash (the first 16 hex digits of its sha256); None without a file."""
+    return hashlib.sha256(script.read_bytes()).hexdigest()[:16] if script and script.is_file() else None
 
 
 def identity(command: Sequence[str], script: Path | None) -> dict[str, Any]:
     """What a journal's measurements belong to: the command, and the script's content hash."""
-    digest = hashlib.sha256(script.read_bytes()).hexdigest()[:16] if script and script.is_file() else None
-    return {"command": list(command), "script_sha256": digest}
+    return {"command": list(command), "script_sha256": script_digest(script)}
 
 
 class _Lines:

@@ -23,7 +23,7 @@ from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.supervise import run_observed
-from torchboost.tune.config_file import HEADER_START, write_config
+from torchboost.tune.config_file import TunedFor, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
 from torchboost.tune.memory_limit import default_memory_limit
@@ -149,9 +149,10 @@ def settings_to_config(settings: dict[str, Any] | Overlay, base: BoostConfig | N
 
 
 def toml_header(run: TuneRun, command: Sequence[str]) -> str:
-    """Comment lines for torchboost.toml: the command, the verified figure, each kept change."""
+    """Comment lines for torchboost.toml: what it was tuned for (the command, the script's
+    hash: :class:`~torchboost.tune.config_file.TunedFor`), the verified figure, each kept change."""
     outcome = run.outcome
-    lines = [f"{HEADER_START} {' '.join(command)}"]
+    lines = TunedFor.of(command).lines()
     if run.verdict:
         lines.append(run.verdict[0].upper() + run.verdict[1:] + ".")
     lines.append(f"Search: baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
@@ -338,7 +339,7 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
 
 
 def _identity(command: Sequence[str]) -> dict[str, Any]:
-    # A module run (-m) is known by its command alone: finding its file would import it.
+    # A module run (-m) is hashed too: its file is found on the path without importing it.
     return identity(command, parse_launch(command).script)
 
 

@@ -14,7 +14,9 @@ is printed to stderr as Python would).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib.machinery
+import threading
 import io
 import os
 import runpy
@@ -22,7 +24,7 @@ import signal
 import sys
 import traceback
 import types
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from torchboost import env as _env
 from torchboost import handover
@@ -34,7 +36,8 @@ from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent
 
-__all__ = ["main", "finish", "guard_of", "run_target", "exit_status", "print_user_traceback"]
+__all__ = ["Terminated", "main", "finish", "guard_of", "run_target", "exit_status", "print_user_traceback",
+           "terminated_by"]
 
 _USAGE = "usage: python -m torchboost.observe.child.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -110,7 +113,9 @@ def finish(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: Ins
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived (torchboost passes a stop on as SIGTERM): the facts are written on the way out."""
+    """SIGTERM arrived (torchboost passes a stop on as SIGTERM): the facts are written on the
+    way out. Under ``torchboost run``, SIGTERM or SIGHUP (:func:`terminated_by`). Not an
+    ``Exception``: a script's ``except Exception`` does not swallow the stop."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -119,6 +124,21 @@ class Terminated(BaseException):
 
 def _terminate(signum: int, _frame: object) -> None:
     raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def terminated_by(*signals: int) -> Iterator[None]:
+    """Within the block, each of ``signals`` raises :class:`Terminated` where the script is, so
+    its ``finally`` blocks run (main thread only: elsewhere the block changes nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _terminate) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_target(target: list[str]) -> None:

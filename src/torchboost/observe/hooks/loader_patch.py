@@ -115,11 +115,12 @@ def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.p
     return LoaderPatch(dict(zip(ITERATION_ATTRIBUTES, (wrap_iter, wrap_next))))
 
 
-def rewritten_arguments(rewrites: list[Callable[[dict[str, Any]], None]]) -> LoaderPatch:
+def rewritten_arguments(rewrites: list[Callable[[dict[str, Any]], None]],
+                        built: Callable[[Any], None] | None = None) -> LoaderPatch:
     """A patch building every DataLoader with its arguments passed through ``rewrites``.
 
     Each rewrite changes the dict of the loader's arguments (by name, the script's own
-    included) in place, in order.
+    included) in place, in order; ``built`` is then given each loader so built.
     """
 
     def wrap_init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,7 +132,9 @@ def rewritten_arguments(rewrites: list[Callable[[dict[str, Any]], None]]) -> Loa
             arguments.pop("self", None)
             for rewrite in rewrites:
                 rewrite(arguments)
-            return original(loader_self, **arguments)
+            original(loader_self, **arguments)
+            if built is not None:
+                built(loader_self)
 
         return __init__
 

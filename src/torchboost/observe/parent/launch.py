@@ -16,6 +16,7 @@ itself (ranks spawned with ``torch.multiprocessing``, a launcher's workers).
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["Launch", "UsageError", "parse_command", "parse_launch"]
+__all__ = ["Launch", "UsageError", "parse_command", "parse_launch", "script_file", "without_interpreter"]
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 _RUN_MODULES = ("torch.distributed.run",)
@@ -54,10 +55,8 @@ class Launch:
 
     @property
     def script(self) -> Path | None:
-        """The Python script the command runs (None: a module, or a tree naming none)."""
-        if not self.target or self.target[0] == "-m":
-            return None
-        return Path(self.target[0])
+        """The Python file the command runs (:func:`script_file`; None: a tree naming none)."""
+        return script_file(self.target)
 
     def argv(self, module: str, *module_args: str) -> list[str]:
         """``python -m MODULE ARGS -- TARGET``, each rank's under torchrun for a job; a tree's
@@ -139,3 +138,34 @@ def parse_command(command: Sequence[str]) -> list[str]:
     if not Path(words[0]).is_file():
         raise UsageError(f"script not found: {words[0]} (check the path, relative to {os.getcwd()})")
     return words
+
+
+def without_interpreter(command: Sequence[str]) -> list[str]:
+    """The command less a leading ``python`` (any version, or this interpreter's path):
+    ``python3 train.py`` and ``python train.py`` run the same script."""
+    words = list(command)
+    return words[1:] if words and _is_python(words[0]) else words
+
+
+def script_file(target: Sequence[str]) -> Path | None:
+    """The file a target runs: the script, a directory's ``__main__.py``, or for ``-m`` the
+    module's file, found on the path as ``python -m`` would search it, without importing
+    the module or its packages. None when there is no such file."""
+    if not target:
+        return None
+    if target[0] != "-m":
+        path = Path(target[0])
+        path = path / "__main__.py" if path.is_dir() else path
+        return path if path.is_file() else None
+    search: list[str] | None = [os.getcwd(), *sys.path[1:]]  # as run_target sets the path
+    spec = None
+    parts = target[1].split(".")
+    for depth in range(1, len(parts) + 1):  # each package's folder, not its __init__, is read
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]), search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    if spec is not None and spec.submodule_search_locations:  # a package run with -m: its __main__
+        spec = importlib.machinery.PathFinder.find_spec(f"{target[1]}.__main__", search)
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and os.path.isfile(origin) else None

@@ -28,8 +28,8 @@ import psutil
 
 from torchboost.observe.parent.no_stdin import STDIN
 
-__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "forwarded_signals", "kill_group", "run_group",
-           "signal_name", "start_group", "survivors"]
+__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "end_tree", "forwarded_signals", "kill_group",
+           "run_group", "signal_name", "start_group", "survivors"]
 
 GRACE_S = 10.0
 """Seconds the child's group has to end after a passed-on signal before it is killed."""
@@ -107,6 +107,21 @@ def survivors(tree: list[psutil.Process]) -> list[str]:
         except psutil.Error:
             continue  # ended meanwhile
     return alive
+
+
+def end_tree(tree: list[psutil.Process], grace_s: float = GRACE_S) -> list[str]:
+    """SIGTERM each process of ``tree``, SIGKILL those alive after ``grace_s``, and return
+    any still running then (see :func:`survivors`). For the processes a script started in
+    torchboost's own process (``torchboost run``), which share no group of their own."""
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=1.0)
+    return survivors(tree)
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -127,6 +127,25 @@ def _nocode_arguments(values: dict[str, Any], arguments: dict[str, Any]) -> None
         arguments["worker_init_fn"] = with_sharing(arguments.get("worker_init_fn"), sharing)
 
 
+def _nocode_in_effect(values: dict[str, Any], loaders: list[Any]) -> list[str]:
+    # Each loader's own attributes, as built: one that kept its arguments (an unsharded
+    # stream keeps its workers) shows what it holds instead.
+    if not loaders:
+        return [f"no DataLoader built by then ({_loader_words(values, None)} unused)"]
+    said = [f"DataLoader {_loader_words(values, loader)}" for loader in loaders]
+    return [f"{said.count(words)} x {words}" if said.count(words) > 1 else words for words in dict.fromkeys(said)]
+
+
+def _loader_words(values: dict[str, Any], loader: Any) -> str:
+    words = []
+    for key, wanted in values.items():
+        held = getattr(loader, key, wanted) if loader is not None else wanted
+        if held != wanted and key in ("persistent_workers", "prefetch_factor") and not loader.num_workers:
+            continue  # follows num_workers, said there
+        words.append(f"{key}={held}" if held == wanted else f"{key}={held} (torchboost's {wanted} did not hold)")
+    return ", ".join(words)
+
+
 # -- the tuner's levers -----------------------------------------------------------------
 
 def _workers(settings: Overlay) -> int:
@@ -203,7 +222,7 @@ TECHNIQUE = Technique(
     section=LoaderConfig,
     resolve=_resolve,
     apply=_apply,
-    nocode=NoCode(loader_arguments=_nocode_arguments),
+    nocode=NoCode(loader_arguments=_nocode_arguments, in_effect=_nocode_in_effect),
     levers=(
         Lever("host", "loader workers + CPU threads", Parity.EXACT, _host,
               ("data.workers", "threads.oversubscribed", "data.persistent_workers"), priority=10,

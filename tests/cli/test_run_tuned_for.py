@@ -1,0 +1,59 @@
+"""`torchboost run` on a script edited since tune: one line says so, and the script still runs."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from torchboost import cli
+from torchboost.config import BoostConfig
+from torchboost.tune.config_file import TunedFor, write_config
+
+WORD = "was tuned for another"
+
+
+@pytest.fixture
+def tuned(tmp_path, monkeypatch):
+    """A train.py, and a torchboost.toml tune wrote for it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script runs here: run sets sys.path[0]
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').close()\n")
+    header = "\n".join([*TunedFor.of(["python", "train.py"]).lines(), "kept cpu.threads=1"])
+    write_config(tmp_path / "torchboost.toml", BoostConfig.off().replace(cpu={"threads": 1}), header)
+    return script
+
+
+def _run(capfd, *command: str) -> tuple[int, str]:
+    code = cli.main(["run", "--", *command])
+    return code, capfd.readouterr().err
+
+
+def test_an_edited_script_is_named_and_still_runs(tuned, capfd):
+    tuned.write_text("open('ran', 'w').close()\nx = 1  # another model\n")
+    code, err = _run(capfd, "python", "train.py")
+    assert code == 0 and (tuned.parent / "ran").exists()
+    said = [line for line in err.splitlines() if WORD in line]
+    assert len(said) == 1 and said[0].startswith("torchboost run: torchboost.toml was tuned for another version "
+                                                 "of train.py (sha256 ")
+    assert "then, " in said[0] and "now)" in said[0] and "re-run torchboost tune" in said[0]
+
+
+def test_the_twin_the_unchanged_script_gets_no_word(tuned, capfd):
+    code, err = _run(capfd, "python3", "train.py")  # another spelling of the same interpreter
+    assert code == 0 and WORD not in err
+
+
+def test_another_command_is_named(tuned, capfd):
+    code, err = _run(capfd, "python", "train.py", "--epochs", "3")
+    assert code == 0
+    assert "was tuned for another command (command then: python train.py)" in err
+
+
+def test_a_users_own_file_is_not_checked(tuned, capfd):
+    BoostConfig.off().to_toml(tuned.parent / "torchboost.toml")  # no record: nothing to compare
+    tuned.write_text("pass\n")
+    code, err = _run(capfd, "python", "train.py")
+    assert code == 0 and WORD not in err
