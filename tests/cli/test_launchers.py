@@ -141,3 +141,14 @@ def test_ranks_spawned_with_torch_multiprocessing_are_each_observed(tmp_path):
     assert "spawn.py done" in proc.stderr  # both ranks left with status 0: mp.spawn returned
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert report["job"]["world_size"] == 2 and report["steps_observed"] == 4
+
+
+@pytest.mark.slow
+def test_a_command_that_goes_on_after_its_training_has_ended_is_ended_as_a_stop(tmp_path):
+    folder = _folder(tmp_path)
+    (folder / "long.sh").write_text("python train.py\necho evaluating\nsleep 120\necho never printed\n")
+    proc, report = _doctor(folder, "bash", "long.sh")
+    assert proc.returncode == 0, proc.stderr[-2000:]  # stopped by torchboost after its steps, as python train.py
+    assert "went on after its training had ended, and was ended" in proc.stderr and "sleep 120" in proc.stderr
+    assert "evaluating" in proc.stderr and "never printed" not in proc.stderr
+    assert report["steps_observed"] == 4

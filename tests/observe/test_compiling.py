@@ -79,3 +79,19 @@ def test_the_progress_line_says_compiling_only_while_it_is():
 
     assert Progress("warm-up", 0, 5, compiling_s=41.6).words() == "compiling (42 s so far), warm-up step 0/5"
     assert Progress("warm-up", 1, 5).words() == "warm-up step 1/5"  # twin: no compile, no word of it
+
+
+def test_a_process_of_a_tree_is_no_stall_until_it_trains(tmp_path):
+    spec = ObserveSpec(out_dir=str(tmp_path), profile_active=0)
+    recorder = StepRecorder(spec, clock=lambda: 0.0)
+    watchdog = StallWatchdog(recorder, timeout_s=5.0, after_first_step=True)
+    assert watchdog.idle_s(600.0) is None  # a launcher that imported torch ten minutes ago
+    recorder.data_begin()  # its loop asks for its first batch
+    assert watchdog.idle_s(601.0) == 0.0
+    assert watchdog.idle_s(611.0) == 10.0  # from when it began to train, not from torch's import
+
+
+def test_twin_the_observed_script_itself_counts_from_its_start(tmp_path):
+    spec = ObserveSpec(out_dir=str(tmp_path), profile_active=0)
+    watchdog = StallWatchdog(StepRecorder(spec, clock=lambda: 0.0), timeout_s=5.0)
+    assert watchdog.idle_s(600.0) == 600.0

@@ -74,8 +74,10 @@ class StallWatchdog:
         """A process of a command's tree ends when this torchboost process is gone (its own
         parent is the user's launcher, not torchboost)."""
         self.after_first_step = after_first_step
-        """Count stalls only from the process's first step boundary: in a command's tree,
-        a launcher or a loader worker imports torch and never steps, and is no stall."""
+        """Count stalls only once the process trains (its first forward pass or DataLoader
+        batch asked for): in a command's tree, a launcher or a loader worker imports torch
+        and never trains, and is no stall."""
+        self._training_since: float | None = None
         self.compiling_s = 0.0
         """Seconds spent compiling since the last step boundary (not counted as stalling)."""
         self.compile_streak_s = 0.0
@@ -110,13 +112,32 @@ class StallWatchdog:
             self.tick(now - last_tick, compiling=compiling_now())
             self.recorder.guarded(harvest)  # torch.compile's metrics, before newer ones push them out
             last_tick = now
-            since = now - self.recorder.timing.last_boundary
-            if self.after_first_step and not self.recorder.timing.boundaries:
+            since = self.idle_s(now)
+            if since is None:
                 continue
             if self.compile_streak_s > COMPILE_LIMIT_S:
                 self._stalled(since, "compiling (torch.compile)")
             elif since - self.compiling_s > self.limit_s():
                 self._stalled(since)
+
+    def idle_s(self, now: float) -> float | None:
+        """Seconds since the last step boundary at ``now`` (the recorder's clock); with
+        ``after_first_step``, since the process began to train when that is later, and None
+        before it has (a launcher, a loader worker)."""
+        since = now - self.recorder.timing.last_boundary
+        if not self.after_first_step:
+            return since
+        if self._training_since is None:
+            if not self._trains():
+                return None
+            self._training_since = now
+        return min(since, now - self._training_since)
+
+    def _trains(self) -> bool:
+        """The process has started training: a step, a forward pass, or a batch asked for."""
+        recorder = self.recorder
+        return bool(recorder.timing.boundaries or recorder.seen.first_forward_at is not None
+                     or recorder.current is not None)
 
     def _orphaned(self) -> bool:
         if self.parent_pid is not None and os.getppid() != self.parent_pid:

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, Sequence
@@ -29,7 +28,10 @@ from torchboost.observe.parent.launch import Launch, UsageError, parse_command, 
 from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
 from torchboost.observe.parent.run_guard import RunGuard
 from torchboost.observe.parent.user_files import UserWrites
-from torchboost.observe.parent.tree_facts import adopt_trainers, processes_seen, tree_counts, tree_env, tree_files
+from torchboost.observe.parent.tree_facts import (
+    adopt_trainers, processes_seen, trainers_ended, tree_counts, tree_env, tree_files,
+)
+from torchboost.observe.parent.wait import Waited, progress_reader, wait_for
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
@@ -139,12 +141,12 @@ def run_observed(
         argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
         env = _child_env(apply, Path(tmp), spec_path)
         try:
-            proc, tail, timed_out = _run_child(argv, env, spec, echo=echo, stdout=stdout, on_progress=on_progress,
-                                               timeout_s=timeout_s)
+            proc, tail, waited = _run_child(argv, env, spec, echo=echo, stdout=stdout, on_progress=on_progress,
+                                            timeout_s=timeout_s)
         finally:  # a stop too: the user's folders are put back before anything is said
             writes = guard.settle() if guard is not None else None
         boundaries = _child_boundaries(spec)
-        run = _collect(out, proc, tail, timed_out, boundaries, Path(tmp))
+        run = _collect(out, proc, tail, waited, boundaries, Path(tmp))
         run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
 
@@ -177,21 +179,24 @@ def _guard(out: Path, script: Path | None, trial: bool) -> RunGuard:
 
 def _run_child(argv: list[str], env: dict[str, str], spec: ObserveSpec, *, echo: bool,
                stdout: Callable[[], IO[str]] | None, on_progress: Callable[[Progress], None] | None,
-               timeout_s: float | None) -> tuple[subprocess.Popen, collections.deque[str], bool]:
+               timeout_s: float | None) -> tuple[subprocess.Popen, collections.deque[str], Waited]:
     """Start the child, relay its output and wait for it; (the ended child, its stderr's
-    tail, whether it timed out)."""
+    tail, how the wait ended)."""
     proc = _start_child(argv, env=env, echo=echo)
     tail: collections.deque[str] = collections.deque()
     relays = start_relays(proc, tail, echo=echo, stdout=stdout, noise_log=Path(spec.out_dir) / PROFILER_LOG)
-    timed_out = _wait_or_end(proc, Path(spec.progress_path or ""), on_progress, timeout_s)
+    waited = _wait_or_end(proc, spec, on_progress, timeout_s)
     if proc.returncode != 0:  # a failed run can leave its group behind (a worker stuck in __getitem__)
         kill_group(proc)
+    if waited.went_on:
+        print(f"torchboost: the command went on after its training had ended, and was ended "
+              f"({'; '.join(waited.went_on[:3])})", file=sys.stderr)
     # The child has exited and what it wrote is in the pipes; a process it started may
     # still hold them open (torch's shared-memory manager, used by the file_system
     # hand-over, lingers for seconds), so do not wait for their end-of-file.
     for relay in relays:
         relay.join(timeout=_DRAIN_S)
-    return proc, tail, timed_out
+    return proc, tail, waited
 
 
 def _child_boundaries(spec: ObserveSpec) -> int | None:
@@ -236,14 +241,19 @@ def _start_child(argv: list[str], *, env: dict[str, str] | None, echo: bool) -> 
     return start_group(argv, stdout=subprocess.PIPE if echo else subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
-def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
-                 timeout_s: float | None) -> bool:
-    """:func:`_wait`, ending the child's group if anything interrupts us: a signal is
-    passed on (the script may write what it saw), any other error kills it at once.
-    True if it timed out."""
+def _wait_or_end(proc: subprocess.Popen, spec: ObserveSpec, on_progress: Callable[[Progress], None] | None,
+                 timeout_s: float | None) -> Waited:
+    """Wait for the child (:func:`.wait.wait_for`: progress shown, ``timeout_s``, a tree's
+    training ended), ending its group if anything interrupts us: a signal is passed on
+    (the script may write what it saw), any other error kills it at once."""
+    show = None
+    if on_progress is not None and spec.progress_path:
+        show = progress_reader(Path(spec.progress_path), lambda d: on_progress(Progress(
+            stage=d["stage"], step=int(d["step"]), of=d.get("of"), compiling_s=d.get("compiling_s"))))
+    trained = None if spec.full else trainers_ended(spec.count_path)
     try:
         with forwarded_signals():
-            return _wait(proc, progress_path, on_progress, timeout_s)
+            return wait_for(proc, timeout_s=timeout_s, show=show, trained=trained)
     except Interrupted as exc:
         exc.survivors = end_group(proc, exc.signum)
         raise
@@ -252,10 +262,13 @@ def _wait_or_end(proc: subprocess.Popen, progress_path: Path, on_progress: Calla
         raise
 
 
-def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], timed_out: bool,
+def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], waited: Waited | bool,
              count: int | None = None, scratch: Path | None = None) -> ObservedRun:
     """The run's result from the facts the exited child left in ``out``, corrected with
     its real exit status and last step ``count`` (:func:`~torchboost.observe.spec.reconcile`)."""
+    if isinstance(waited, bool):  # as the step-count tests give it
+        waited = Waited(timed_out=waited)
+    timed_out = waited.timed_out
     facts_path = out / "facts.json"
     raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)
@@ -263,7 +276,7 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], ti
     if not any(f.steps_seen for f in ranks):  # the training ran in processes the command started itself
         trainers = adopt_trainers(out, scratch) if scratch is not None else []
         if trainers:
-            return _tree_run(out, trainers, code, tail, timed_out, count)
+            return _tree_run(out, trainers, 0 if waited.went_on else code, tail, timed_out, count)
     if code < 0:  # killed by a signal: what a shell reports, and the facts say so
         code = 128 - code
         for facts in ranks:
@@ -313,29 +326,3 @@ def job_facts(ranks: list[Facts]) -> Facts:
         return sum(s.total_ms for s in facts.steps) / len(facts.steps) if facts.steps else 0.0
 
     return max(ranks, key=lambda f: (mean_step(f), -f.rank))
-
-
-def _wait(proc: subprocess.Popen, progress_path: Path, on_progress: Callable[[Progress], None] | None,
-          timeout_s: float | None = None) -> bool:
-    """Wait for the child, reporting progress; kill it after ``timeout_s``. True if it timed out."""
-    last = None
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        try:
-            proc.wait(timeout=0.2)
-            return False
-        except subprocess.TimeoutExpired:
-            pass
-        if deadline is not None and time.monotonic() > deadline:
-            kill_group(proc)
-            return True
-        if on_progress is None:
-            continue
-        try:
-            data = json.loads(progress_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not written yet
-        if data != last:
-            last = data
-            on_progress(Progress(stage=data["stage"], step=int(data["step"]), of=data.get("of"),
-                                 compiling_s=data.get("compiling_s")))

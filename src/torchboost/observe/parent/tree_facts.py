@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Callable
+
+import psutil
 
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.spec import FACTS_FILE, HELLO_DIR, INJECT_DIR, TRACE_FILE, TREE_ENV, ChildCount, rank_file, \
     read_count, tree_file
 
-__all__ = ["adopt_trainers", "processes_seen", "tree_counts", "tree_env", "tree_files"]
+__all__ = ["adopt_trainers", "processes_seen", "trainers_ended", "tree_counts", "tree_env", "tree_files"]
 
 
 def tree_env(spec_path: Path) -> dict[str, str]:
@@ -47,6 +50,27 @@ def tree_counts(count_path: str | None) -> list[ChildCount]:
     folder, name = os.path.split(count_path)
     counts = (read_count(p) for p in Path(folder).glob(f"{name}.pid*"))
     return [c for c in counts if c is not None]
+
+
+def trainers_ended(count_path: str | None) -> Callable[[], bool] | None:
+    """A check: have the tree's processes that trained (each left a step count beside
+    ``count_path``) all ended? False while none has trained."""
+    if not count_path:
+        return None
+    folder, name = os.path.split(count_path)
+
+    def ended() -> bool:
+        pids = [int(p.name.rsplit(".pid", 1)[1]) for p in Path(folder).glob(f"{name}.pid*")]
+        return bool(pids) and not any(_alive(pid) for pid in pids)
+
+    return ended
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def adopt_trainers(out: Path, scratch: Path) -> list[Facts]:
