@@ -153,7 +153,8 @@ def test_a_logging_script_leaves_the_folder_as_it_was(tmp_path):
     assert shown[run].entries == 3 and Path(shown[run].moved_to, "summary.txt").read_text() == "done"
     assert shown["runs/empty"].moved_to is None  # an empty folder the run made: removed
     assert shown["renamed.txt"].new and shown["config.json"].times == 1
-    assert {"config.json", "old.log", "data", "data/train.bin", "runs/old/events.txt", "notes.txt"} <= set(writes.restored)
+    restored = {"config.json", "old.log", "data", "data/train.bin", "runs/old/events.txt", "notes.txt"}
+    assert restored <= set(writes.restored)
     assert writes.not_restored == []
     assert writes.words().endswith("your files are as they were")
 

@@ -45,7 +45,8 @@ def _ops(guard: WriteGuard) -> list[tuple[str, str]]:
 
 
 def test_uninstall_restores_every_attribute_and_a_second_install_is_refused(folder):
-    before = (builtins.open, io.open, os.open, os.replace, os.unlink, shutil.rmtree, torch.save, sys.dont_write_bytecode)
+    before = (builtins.open, io.open, os.open, os.replace, os.unlink, shutil.rmtree, torch.save,
+              sys.dont_write_bytecode)
     guard = _guard(folder).install()
     try:
         assert builtins.open is io.open and builtins.open is not before[0]
