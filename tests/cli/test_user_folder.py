@@ -100,3 +100,7 @@ def test_tune_leaves_the_users_folder_as_it_was(tmp_path):
     proc = _torchboost(folder, "tune", "--budget", "20", "--", "python", "train.py")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _state(folder) == before  # trials and end-to-end runs alike
+    writes = json.loads((folder / "torchboost-tune" / "report.json").read_text())["writes"]
+    listed = {p["path"]: p for p in writes["paths"]}
+    assert listed["ckpt.pt"]["runs"] == writes["runs"] >= 2 and "runs/…" in listed
+    assert writes["line"].endswith("your files are as they were")

@@ -205,7 +205,7 @@ def test_a_run_without_its_pace_is_not_projected():
 def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypatch):
     from torchboost.tune import verify as verify_module
 
-    def fake_capped(command, config, steps, out_dir, limit_s):
+    def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
         return (12.0, 60.0) if config.compile.mode != "off" else (10.0, 80.0)
 
     monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
@@ -221,7 +221,7 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
 
     limits = []
 
-    def fake_capped(command, config, steps, out_dir, limit_s):
+    def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
         limits.append(limit_s)
         return None if len(limits) == 3 else (10.0, 80.0)  # the third run is ended at its limit
 

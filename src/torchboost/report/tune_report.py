@@ -97,7 +97,10 @@ is baseline step time / this step time (above 1 is faster)::
     elapsed_s          float   seconds the search took
     config             {path: str | null, toml: str | null}   torchboost.toml and its text
                        (null toml: not written because the baseline failed)
-    notes              [str]   what a reader needs to trust the figures
+    writes             {line, runs, paths: [{path, times, runs}], not_restored: [{path, why}]} | null
+                       what the script wrote in your folders over every run, moved out of
+                       them, and whether your files are as they were
+    notes              [str]   what a reader needs to trust the figures (the writes' line last)
 
 Non-finite numbers are written as null, so any JSON parser reads the file.
 
@@ -166,6 +169,8 @@ def _notes(summary: dict[str, Any]) -> list[str]:
                      "is the best found so far; run again with a larger --budget (and --resume) to try the rest.")
     else:
         notes.append(f"The search finished within its time budget ({summary['elapsed_s']:.0f} s).")
+    if summary.get("writes"):
+        notes.append(summary["writes"]["line"])
     return notes
 
 
@@ -205,6 +210,7 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "elapsed_s": summary["elapsed_s"],
         "config": summary["config"],
         "next_step": summary.get("next_step") or {"how": "booster", "text": _BOOSTER_STEP},
+        "writes": summary.get("writes"),
         "notes": _notes(summary),
     })
 

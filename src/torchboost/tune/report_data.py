@@ -213,4 +213,5 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
         "verdict": run.verdict,
         "elapsed_s": outcome.elapsed_s,
         "config": _config(run, config_path),
+        "writes": run.writes,
     }

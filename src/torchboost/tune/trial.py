@@ -87,6 +87,7 @@ def run_trial(
     timeout_s: float | None = None,
     slower_than_ms: float | None = None,
     stall_timeout_s: float | None = 60.0,
+    writes_ledger: Path | None = None,
 ) -> TrialResult:
     """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
     None: plain PyTorch); ``warmup`` steps, then ``steps`` measured, or fewer when the first
@@ -97,6 +98,7 @@ def run_trial(
         observed = run_observed(
             command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
             echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms, stall_timeout_s=stall_timeout_s,
+            writes_ledger=writes_ledger,
         )
         wall = time.monotonic() - start
     if observed.timed_out:

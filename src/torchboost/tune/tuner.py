@@ -22,6 +22,7 @@ from torchboost.diagnose.headroom import step_dtype
 from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
+from torchboost.observe.parent.run_guard import summed_writes
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.config_file import TunedFor, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
@@ -64,6 +65,12 @@ class TuneOptions:
     """Peak memory a kept configuration must stay under, bytes; None: 90% of the device's
     memory, as the doctor saw it (:func:`torchboost.tune.memory_limit.default_memory_limit`)."""
 
+    @property
+    def writes_ledger(self) -> Path:
+        """Where every run of the tune (diagnosis, trials, end-to-end) adds what the script
+        wrote in the user's folders (:class:`~torchboost.observe.parent.run_guard.RunGuard`)."""
+        return self.out_dir / "writes.jsonl"
+
 
 @dataclass
 class TuneRun:
@@ -88,6 +95,9 @@ class TuneRun:
     peak_flops_per_s: float | None = None
     """The probe's matmul peak for the step's dtype (``peak_dtype``): MFU's denominator."""
     peak_dtype: str = "fp32"
+    writes: dict[str, Any] | None = None
+    """What the script wrote in the user's folders over every run of the tune, and that
+    they were put back (:func:`~torchboost.observe.parent.run_guard.summed_writes`)."""
 
     @property
     def settings(self) -> Overlay:
@@ -188,7 +198,8 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
                            out_dir=trials_dir / "current",
                            timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10),
                                          max(deadline - time.monotonic(), 1.0)),
-                           slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s)
+                           slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
+                           writes_ledger=options.writes_ledger)
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
@@ -224,7 +235,7 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
     # leaves the search nothing to start from.
     observed = run_observed(command, steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
                             out_dir=doctor_dir, echo=False, timeout_s=options.budget_s,
-                            stall_timeout_s=options.stall_timeout_s)
+                            stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger)
     facts = observed.facts
     if observed.timed_out:  # the script did not fail: the budget ended it
         why = (f"the diagnosis did not finish within --budget {options.budget_s:.0f} s (the script's start-up, "
@@ -309,7 +320,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
                              whole_run_s=_whole_run_estimate(outcome, run_steps), planned_steps=run_steps)
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
-                 journal=journal, min_gain=options.min_gain)
+                 journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger)
     settings, verdict = end_to_end_verdict(outcome.settings, outcome.decisions, e2e, options.min_gain)
     return settings, e2e, verdict
 
@@ -356,6 +367,8 @@ def tune_script(
     own ``options.config_path`` (when there is one), write the winner there."""
     base = user_config(options.config_path)
     options.out_dir.mkdir(parents=True, exist_ok=True)
+    if not options.resume:
+        options.writes_ledger.unlink(missing_ok=True)  # an earlier tune's; --resume adds to it
     start = time.monotonic()
     deadline = start + options.budget_s * (1 + BUDGET_SLACK)
     if facts is None:
@@ -383,7 +396,8 @@ def tune_script(
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
                   run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
                   steps_per_trial=options.steps_per_trial,
-                  base=base, end_to_end=e2e, verdict=verdict, **_peak(facts))
+                  base=base, end_to_end=e2e, verdict=verdict, writes=summed_writes(options.writes_ledger),
+                  **_peak(facts))
     if outcome.error is None:
         write_config(options.config_path, run.config, toml_header(run, command))
     _write_outcome(options.out_dir / "outcome.json", command, outcome, run_steps, options, journal.reused)

@@ -227,7 +227,8 @@ def users_own_command(command: Sequence[str]) -> list[str]:
     return words
 
 
-def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float, out_dir: Path) -> float | None:
+def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float, out_dir: Path,
+               writes_ledger: Path | None = None) -> float | None:
     """Seconds the whole script took under ``torchboost run`` with ``config_file`` (None:
     the user's own command, no torchboost settings in the process); None when it ran past
     ``limit_s``. Raises RuntimeError when it failed. Both sides run under the write guard
@@ -241,7 +242,8 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
     start = time.monotonic()
     # Observe's process group, as the doctor's and the trials' children: a Ctrl-C kills it
     # whole and names what lived on outside it.
-    code, _ = run_guarded(argv, env=env, timeout_s=limit_s, out_dir=out_dir, script=parse_launch(command).script)
+    code, _ = run_guarded(argv, env=env, timeout_s=limit_s, out_dir=out_dir, script=parse_launch(command).script,
+                          writes_ledger=writes_ledger)
     if code is None:
         return None
     if code != 0:
@@ -251,12 +253,12 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
 
 
 def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir: Path,
-                limit_s: float | None = None) -> tuple[float, float] | None:
+                limit_s: float | None = None, writes_ledger: Path | None = None) -> tuple[float, float] | None:
     """Seconds of a run stopped after ``steps``, and its pace: the mean step (ms) of its
     second half; None when it ran past ``limit_s`` (it is then ended)."""
     start = time.monotonic()
     observed = run_observed(command, steps=steps, warmup=0, out_dir=out_dir, apply=config, profile=False,
-                            echo=False, timeout_s=limit_s)
+                            echo=False, timeout_s=limit_s, writes_ledger=writes_ledger)
     if observed.timed_out:
         return None
     if observed.exit_code != 0 or observed.facts is None or not observed.facts.steps:
@@ -292,7 +294,7 @@ def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str,
 
 def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: VerifyPlan, *, out_dir: Path,
            on_run: Callable[[str, int], None] | None = None, journal: RunJournal | None = None,
-           min_gain: float = 0.03) -> EndToEnd:
+           min_gain: float = 0.03, writes_ledger: Path | None = None) -> EndToEnd:
     """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
     turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
     ``journal`` are replayed instead of run again."""
@@ -315,10 +317,10 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
             pace = None
             try:
                 if result.steps is None:
-                    seconds = _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole")
+                    seconds = _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole", writes_ledger)
                 else:
                     seconds, pace = _capped_run(command, configs[name], result.steps, out_dir,
-                                                _capped_limit(result, plan)) or (None, None)
+                                                _capped_limit(result, plan), writes_ledger) or (None, None)
             except RuntimeError as exc:
                 raise RuntimeError(f"the {name} configuration failed end to end: {exc}") from None
             if pace is not None:

@@ -106,6 +106,7 @@ def run_observed(
     timeout_s: float | None = None,
     stop_slower_than_ms: float | None = None,
     stall_timeout_s: float | None = 60.0,
+    writes_ledger: Path | None = None,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -121,6 +122,9 @@ def run_observed(
     kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set.
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
+    Unless ``full``, the user's folders are guarded (:mod:`.run_guard`): what the script
+    writes there is kept apart in ``out_dir/writes/`` (and, with ``writes_ledger``, summed
+    there for a report over many runs), and their files put back.
     SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
     if steps < 1:
@@ -130,7 +134,7 @@ def run_observed(
     launch = parse_launch(command)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    guard = None if full else _guard(out, launch.script, apply is not None)
+    guard = None if full else _guard(out, launch.script, apply is not None, writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
@@ -152,13 +156,13 @@ def run_observed(
 
 
 def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None, out_dir: Path,
-                script: Path | None) -> tuple[int | None, UserWrites]:
+                script: Path | None, writes_ledger: Path | None = None) -> tuple[int | None, UserWrites]:
     """A whole run of the user's command, not observed (tune's end-to-end check): to its end
     in its own group (:func:`.process_group.run_group`), every Python process of it under
     the write guard; (its exit status or None past ``timeout_s``, what it wrote)."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    guard = _guard(out, script, trial=True)
+    guard = _guard(out, script, True, writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         ObserveSpec(out_dir=str(out), observe=False, parent_pid=os.getpid(), guard=guard.spec()).write(spec_path)
@@ -169,9 +173,9 @@ def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None
     return code, writes
 
 
-def _guard(out: Path, script: Path | None, trial: bool) -> RunGuard:
+def _guard(out: Path, script: Path | None, trial: bool, ledger: Path | None) -> RunGuard:
     """The run's write guard; a folder it cannot record is said now, before the run."""
-    guard = RunGuard(out, script, also_exempt=compile_cache_env().values() if trial else ())
+    guard = RunGuard(out, script, also_exempt=compile_cache_env().values() if trial else (), ledger=ledger)
     if guard.note:
         print(f"torchboost: {guard.note}", file=sys.stderr)
     return guard

@@ -1,0 +1,37 @@
+"""Many runs' writes summed for tune's report (the ledger each guarded run adds to)."""
+
+from __future__ import annotations
+
+import json
+
+from torchboost.observe.parent.run_guard import summed_writes
+
+
+def _run(tmp_path, folder: str, not_restored: list[dict] | None = None) -> dict:
+    return {"writes_dir": "torchboost-tune/trials/current/writes", "restored": ["ckpt.pt"], "note": None,
+            "kept_apart": [
+                {"path": "ckpt.pt", "times": 3, "moved_to": "x", "new": False, "entries": 1},
+                {"path": f"runs/{folder}", "times": 3, "moved_to": "y", "new": True, "entries": 2},
+            ], "not_restored": not_restored or []}
+
+
+def test_every_run_is_summed_and_a_new_folder_per_run_is_one_entry(tmp_path):
+    ledger = tmp_path / "writes.jsonl"
+    ledger.write_text("".join(json.dumps(_run(tmp_path, str(t))) + "\n" for t in (1, 2, 3)))
+    summed = summed_writes(ledger)
+    assert summed["runs"] == 3
+    assert {p["path"]: (p["times"], p["runs"]) for p in summed["paths"]} == {"ckpt.pt": (9, 3), "runs/…": (9, 3)}
+    assert summed["line"].startswith("your folders: in 3 runs the script wrote ckpt.pt (9 times in 3 runs)")
+    assert summed["line"].endswith("your files are as they were")
+
+
+def test_twin_a_file_changed_outside_python_is_named_not_restored(tmp_path):
+    ledger = tmp_path / "writes.jsonl"
+    bad = [{"path": "train.log", "why": "changed outside Python"}]
+    ledger.write_text(json.dumps(_run(tmp_path, "1")) + "\n" + json.dumps(_run(tmp_path, "2", bad)) + "\n")
+    line = summed_writes(ledger)["line"]
+    assert "NOT restored: train.log (changed outside Python)" in line and "as they were" not in line
+
+
+def test_no_ledger_no_summary(tmp_path):
+    assert summed_writes(tmp_path / "absent.jsonl") is None
