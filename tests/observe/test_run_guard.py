@@ -35,3 +35,25 @@ def test_twin_a_file_changed_outside_python_is_named_not_restored(tmp_path):
 
 def test_no_ledger_no_summary(tmp_path):
     assert summed_writes(tmp_path / "absent.jsonl") is None
+
+
+def test_a_small_file_changed_outside_python_is_put_back_from_its_copy(tmp_path, monkeypatch):
+    from torchboost.observe.parent.run_guard import INSURED_FILE_BYTES, RunGuard
+
+    user = tmp_path / "project"
+    user.mkdir()
+    (user / "train.log").write_text("the user's log\n")
+    big = user / "data.bin"
+    big.write_bytes(b"\0" * (INSURED_FILE_BYTES + 1))
+    monkeypatch.chdir(user)
+    guard = RunGuard(user / "torchboost-doctor", None)
+    # Writers the guard does not see (no guard in this process): a shell's ">>", a C library.
+    with open(user / "train.log", "a") as fh:
+        fh.write("a line from the wrapper\n")
+    with open(big, "r+b") as fh:
+        fh.write(b"\1")
+    writes = guard.settle()
+    assert (user / "train.log").read_text() == "the user's log\n"  # put back from the copy made before the run
+    assert "train.log" in writes.restored and any(w.path == "train.log" for w in writes.kept_apart)
+    # The twin: a file over the copied size changed the same way cannot be put back, and is named.
+    assert [n.path for n in writes.not_restored] == ["data.bin"] and "NOT restored: data.bin" in writes.words()

@@ -7,6 +7,13 @@ freely in the ``--out`` folder, the temp directory and the caches
 (:func:`~torchboost.observe.guard_spec.default_exempt`); what the script writes anywhere
 else is kept apart in ``<out>/writes/`` after the run, and every file that existed before
 it is put back (:mod:`.user_files`).
+
+The guard in the processes sees Python's writes. A writer outside Python (a wrapper's
+``>> train.log``, a C library's own ``fopen``) is not seen, so the small files of the
+user's folders are also copied before the run (:data:`INSURED_FILE_BYTES` each, at most
+:data:`INSURED_BYTES` in all, the shallowest first: logs and CSVs beside the script rather
+than a data set's samples); one of them changed behind the guard's back is put back from
+that copy like any other original.
 """
 
 from __future__ import annotations
@@ -14,19 +21,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from torchboost.observe.guard_spec import WriteGuardSpec, default_exempt
-from torchboost.observe.parent.folder_snapshot import FolderSnapshot
+from torchboost.observe.guard_spec import KEPT, WriteGuardSpec, default_exempt
+from torchboost.observe.parent.folder_snapshot import FolderSnapshot, entry_of
 from torchboost.observe.parent.user_files import UserWrites, settle
 
-__all__ = ["WRITES_DIR", "RunGuard", "summed_writes"]
+__all__ = ["INSURED_BYTES", "INSURED_FILE_BYTES", "WRITES_DIR", "RunGuard", "summed_writes"]
 
+INSURED_FILE_BYTES = 1 << 20
+"""A file of the user's folders up to this size is copied before the run (1 MiB)."""
+INSURED_BYTES = 64 << 20
+"""At most this much is copied before each run in all (64 MiB)."""
 WRITES_DIR = "writes"
 """Folder inside ``--out`` where a run's writes in the user's folders are kept apart."""
 _JOURNAL_DIR = ".journal"
+_INSURED_DIR = "insured"
+_INSURED_JOURNAL = "insured.jsonl"  # read after every process's <pid>.jsonl
 
 
 class RunGuard:
@@ -46,6 +60,7 @@ class RunGuard:
                                 environ=os.environ)
         self.exempt = tuple(dict.fromkeys([*exempt, *(os.path.realpath(p) for p in also_exempt)]))
         self.snapshot = FolderSnapshot.take(roots, exempt=self.exempt)
+        self.insured = self._insure()
 
     @property
     def note(self) -> str | None:
@@ -57,8 +72,41 @@ class RunGuard:
         return WriteGuardSpec(str(self.journal_dir.resolve()), self.snapshot.taken_ns, self.snapshot.roots,
                               self.exempt).to_dict()
 
+    def _insure(self) -> dict[str, str]:
+        """Copy the small files of the user's folders (see the module docstring); path -> copy."""
+        folder = self.journal_dir / _INSURED_DIR
+        files = sorted(((p.count(os.sep), e.size, p) for p, e in self.snapshot.entries.items()
+                        if stat.S_ISREG(e.mode) and e.size <= INSURED_FILE_BYTES), key=lambda f: f[:2])
+        copies, total = {}, 0
+        for _, size, path in files:
+            if total + size > INSURED_BYTES:
+                break
+            copy = folder / str(len(copies))
+            try:
+                folder.mkdir(exist_ok=True)
+                shutil.copy2(path, copy, follow_symlinks=False)
+            except OSError:
+                continue  # unreadable: the guard still keeps it if Python changes it
+            copies[path], total = str(copy), total + size
+        return copies
+
+    def _insured_changes(self) -> None:
+        """Journal, as kept originals, the insured files changed behind the guard's back; the
+        guard's own lines come first and win where it kept one too."""
+        lines = []
+        for path, copy in self.insured.items():
+            try:
+                same = entry_of(os.lstat(path)) == self.snapshot.entries[path]
+            except OSError:
+                same = False
+            if not same:
+                lines.append(json.dumps({"pid": 0, "op": KEPT, "path": path, "copy": copy, "kind": "file"}))
+        if lines:
+            (self.journal_dir / _INSURED_JOURNAL).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
     def settle(self) -> UserWrites:
         """Put the user's folders back, the run's writes into ``writes/``; once the tree has ended."""
+        self._insured_changes()
         writes = settle(self.snapshot, self.journal_dir, self.writes_dir)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
         if self.writes_dir.is_dir() and not any(self.writes_dir.iterdir()):
