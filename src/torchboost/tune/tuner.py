@@ -67,8 +67,7 @@ class TuneOptions:
 
     @property
     def writes_ledger(self) -> Path:
-        """Where every run of the tune (diagnosis, trials, end-to-end) adds what the script
-        wrote in the user's folders (:class:`~torchboost.observe.parent.run_guard.RunGuard`)."""
+        """Where each run of the tune adds what the script wrote in the user's folders."""
         return self.out_dir / "writes.jsonl"
 
 
@@ -96,8 +95,7 @@ class TuneRun:
     """The probe's matmul peak for the step's dtype (``peak_dtype``): MFU's denominator."""
     peak_dtype: str = "fp32"
     writes: dict[str, Any] | None = None
-    """What the script wrote in the user's folders over every run of the tune, and that
-    they were put back (:func:`~torchboost.observe.parent.run_guard.summed_writes`)."""
+    """What the script wrote in the user's folders over the tune's runs (``summed_writes``)."""
 
     @property
     def settings(self) -> Overlay:

@@ -122,9 +122,8 @@ def run_observed(
     kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set.
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
-    Unless ``full``, the user's folders are guarded (:mod:`.run_guard`): what the script
-    writes there is kept apart in ``out_dir/writes/`` (and, with ``writes_ledger``, summed
-    there for a report over many runs), and their files put back.
+    Unless ``full``, the user's folders are guarded (:mod:`.run_guard`; ``writes_ledger``
+    sums many runs' writes).
     SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
     if steps < 1:
