@@ -141,8 +141,9 @@ def test_a_kept_claim_wider_than_ten_percent_gets_more_pairs(tuned, pairs):
 
 
 def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path):
-    script = tmp_path / "probe.py"
-    log = tmp_path / "log.txt"
+    (tmp_path / "project").mkdir()
+    script = tmp_path / "project" / "probe.py"
+    log = tmp_path / "log.txt"  # outside the script's folder, which each run's write guard puts back
     script.write_text(f"import sys\nopen({str(log)!r}, 'a').write(str('torchboost' in sys.modules) + '\\n')\n")
     assert users_own_command(["python", str(script)]) == [sys.executable, str(script)]
     assert users_own_command(["torchrun", "--nproc-per-node=2", "t.py"])[0] == "torchrun"

@@ -26,14 +26,15 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from torchboost._io import atomic_write_bytes
-from torchboost.config import BoostConfig, ConfigError
+from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.observe.parent.launch import UsageError, parse_launch, without_interpreter
 from torchboost.tune.journal import script_digest
 
-__all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "tuned_for", "write_config",
+__all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "settings_to_config", "tuned_for", "user_config",
+           "write_config",
            "written_by_torchboost"]
 
 HEADER_START = "Tuned by torchboost for:"
@@ -171,3 +172,18 @@ def _holds(path: Path, config: BoostConfig) -> bool:
         return BoostConfig.from_toml(path) == config
     except ConfigError:
         return False
+
+
+def user_config(path: Path) -> BoostConfig:
+    """Where the search starts: the ``torchboost.toml`` at ``path`` when there is one (every
+    setting in it is kept unless a kept change replaces it), else plain PyTorch. Raises
+    :class:`~torchboost.config.ConfigError` for a file that does not parse."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{path}: a directory; --config names the torchboost.toml file to write")
+    return BoostConfig.from_toml(path) if Path(path).is_file() else BoostConfig.off()
+
+
+def settings_to_config(settings: dict[str, Any] | Overlay, base: BoostConfig | None = None) -> BoostConfig:
+    """A torchboost.toml config: the user's own (``base``; None: plain PyTorch, "off"/"keep")
+    with the kept settings on top; nothing else is changed."""
+    return Overlay(settings).on(base if base is not None else BoostConfig.off())

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torchboost._io import atomic_write_bytes
-from torchboost.config import BoostConfig, ConfigError, Overlay
+from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import step_dtype
 from torchboost.limits import machine_limits
@@ -24,7 +24,7 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.run_guard import summed_writes
 from torchboost.observe.parent.supervise import run_observed
-from torchboost.tune.config_file import TunedFor, write_config
+from torchboost.tune.config_file import TunedFor, settings_to_config, user_config, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
 from torchboost.tune.memory_limit import default_memory_limit
@@ -139,21 +139,6 @@ def context_from_facts(facts: Facts) -> TuneContext:
         techniques=dict(facts.techniques),
         **techniques_context(facts),
     )
-
-
-def user_config(path: Path) -> BoostConfig:
-    """Where the search starts: the ``torchboost.toml`` at ``path`` when there is one (every
-    setting in it is kept unless a kept change replaces it), else plain PyTorch. Raises
-    :class:`~torchboost.config.ConfigError` for a file that does not parse."""
-    if Path(path).is_dir():
-        raise ConfigError(f"{path}: a directory; --config names the torchboost.toml file to write")
-    return BoostConfig.from_toml(path) if Path(path).is_file() else BoostConfig.off()
-
-
-def settings_to_config(settings: dict[str, Any] | Overlay, base: BoostConfig | None = None) -> BoostConfig:
-    """A torchboost.toml config: the user's own (``base``; None: plain PyTorch, "off"/"keep")
-    with the kept settings on top; nothing else is changed."""
-    return Overlay(settings).on(base if base is not None else BoostConfig.off())
 
 
 def toml_header(run: TuneRun, command: Sequence[str]) -> str:

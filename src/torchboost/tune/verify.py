@@ -5,8 +5,8 @@ the whole run, start-up, workers and compile included, run the way they will run
 after the search both configurations run in turn (A B A B ...), each as a fresh process
 through ``torchboost run`` (which a Booster in the script also reads, through the trial
 hand-over), timed from start to exit. The baseline with no configuration of the user's is
-their own command, as they run it today (``python train.py ARGS``: no torchboost in the
-process). Pairs alternate their order (A B, B A, ...), so a drifting machine or a cache
+their own command, as they run it today (``python train.py ARGS``: no torchboost setting
+in the process; both sides run under the write guard, which keeps the user's files). Pairs alternate their order (A B, B A, ...), so a drifting machine or a cache
 warmed by the first run favours neither. When the whole script fits the verification's time
 it runs to its own end; otherwise each run stops after the same number of steps, and the
 report says so. A capped run holds a fixed cost (start-up, workers, a compile) that the

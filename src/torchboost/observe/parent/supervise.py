@@ -126,10 +126,7 @@ def run_observed(
     sums many runs' writes).
     SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
+    _check_counts(steps, warmup)
     launch = parse_launch(command)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -152,6 +149,13 @@ def run_observed(
         run = _collect(out, proc, tail, waited, boundaries, Path(tmp))
         run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
+
+
+def _check_counts(steps: int, warmup: int) -> None:
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
 
 
 def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None, out_dir: Path,
