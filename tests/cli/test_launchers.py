@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from torchboost.observe.parent.launch import UsageError, parse_launch
 
@@ -152,3 +153,20 @@ def test_a_command_that_goes_on_after_its_training_has_ended_is_ended_as_a_stop(
     assert "went on after its training had ended, and was ended" in proc.stderr and "sleep 120" in proc.stderr
     assert "evaluating" in proc.stderr and "never printed" not in proc.stderr
     assert report["steps_observed"] == 4
+
+
+@pytest.mark.slow
+def test_run_applies_the_configuration_in_the_python_process_a_wrapper_starts(tmp_path):
+    folder = _folder(tmp_path)
+    (folder / "threads.py").write_text(TRAIN + "print('threads', torch.get_num_threads())\n")
+    (folder / "threads.sh").write_text("python threads.py\n")
+    (folder / "torchboost.toml").write_text("[cpu]\nthreads = 1\n")
+    exe = shutil.which("torchboost") or pytest.skip("the torchboost console script is not installed")
+    proc = subprocess.run([exe, "run", "--", "bash", "threads.sh"], capture_output=True, text=True, cwd=folder,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "threads 1" in proc.stdout  # the process bash started runs with the configuration's threads
+    assert "applied in pid" in proc.stderr and "intra-op threads set to 1" in proc.stderr
+    if torch.get_num_threads() > 1:  # twin: without torchboost run, the machine's own count
+        plain = subprocess.run(["bash", "threads.sh"], capture_output=True, text=True, cwd=folder, timeout=300)
+        assert "threads 1" not in plain.stdout

@@ -27,6 +27,7 @@ import sys
 import threading
 from typing import Any
 
+from torchboost import env as _env
 from torchboost import handover
 from torchboost.nocode import Applier, settings_from_config
 from torchboost.observe.child.bootstrap import finish, guard_of
@@ -62,6 +63,8 @@ def start(spec_path: str) -> StepRecorder | None:
     applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
     applier = Applier(applicable, claims=claims).install() if applicable else None
     if not spec.observe:
+        if applier is not None:
+            atexit.register(_say_applied, applier)
         return None
     recorder = StepRecorder(spec, claims=claims)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"), torchboost_pid=spec.parent_pid,
@@ -71,6 +74,17 @@ def start(spec_path: str) -> StepRecorder | None:
     _on_crash(recorder)
     atexit.register(_at_exit, recorder, watchdog, instrumentation, applier)
     return recorder
+
+
+def _say_applied(applier: Applier) -> None:
+    """``torchboost run`` of a command's tree: what held in this process, where it trained
+    (as ``torchboost run`` says it for ``python train.py``); rank 0 speaks for a job."""
+    stepped = applier.effect is not None  # read at its first optimizer step; a helper process never steps
+    applier.uninstall()
+    place = _env.job_place() or (_env.rank(), 1)
+    if stepped and applier.effect and place[0] == 0:
+        print(f"torchboost run: applied in pid {os.getpid()} ({' '.join(sys.orig_argv[1:])[:60]}), as at "
+              f"{applier.effect_at}: {'; '.join(applier.effect)}", file=sys.stderr)
 
 
 def _is_torchboost(argv: list[str]) -> bool:
