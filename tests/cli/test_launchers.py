@@ -170,3 +170,49 @@ def test_run_applies_the_configuration_in_the_python_process_a_wrapper_starts(tm
     if torch.get_num_threads() > 1:  # twin: without torchboost run, the machine's own count
         plain = subprocess.run(["bash", "threads.sh"], capture_output=True, text=True, cwd=folder, timeout=300)
         assert "threads 1" not in plain.stdout
+
+
+SLOW = """\
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = DataLoader(TensorDataset(torch.randn(4096, 16), torch.randn(4096, 1)), batch_size=8, num_workers=2,
+                  persistent_workers=True)
+try:
+    for epoch in range(100):
+        for step, (x, y) in enumerate(data):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if epoch == 0 and step == 3:
+                print("stepping", flush=True)
+            time.sleep(0.05)
+finally:
+    print("slow.py finally", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_doctor_ends_a_wrappers_whole_tree_through_its_finally(tmp_path):
+    import psutil
+
+    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "slow.sh").write_text("python slow.py\n")
+    exe = shutil.which("torchboost") or pytest.skip("the torchboost console script is not installed")
+    proc = subprocess.Popen([exe, "doctor", "--full", "--", "bash", "slow.sh"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    for line in proc.stdout:  # the script's own output passes through: wait until it steps
+        lines.append(line)
+        if "stepping" in line:
+            break
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.terminate()
+    out = "".join(lines) + proc.stdout.read()
+    assert proc.wait(timeout=120) == 143
+    assert "slow.py finally" in out  # the wrapper died at once; the python it started had its grace
+    assert "stopped by SIGTERM" in out and "detached" not in out
+    gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert alive == [] and len(tree) >= 4  # bash, python and its two loader workers

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from typing import IO, Iterator, Mapping
 
 import psutil
@@ -80,11 +81,16 @@ def end_group(proc: subprocess.Popen, signum: int) -> list[str]:
     tree = descendants(proc.pid)  # before the end: orphans lose their place in the tree
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
     try:
         proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         pass
+    # A wrapper (bash train.sh) ends at once; the python it started still runs its finally
+    # blocks and writes its facts: the whole tree has the same grace before the kill.
+    psutil.wait_procs(tree, timeout=max(deadline - time.monotonic(), 0.0))
     kill_group(proc)
+    psutil.wait_procs(tree, timeout=1.0)  # a SIGKILL takes a moment to land
     return survivors(tree)
 
 
