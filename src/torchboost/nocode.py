@@ -233,11 +233,9 @@ class Applier:
             if hooks.at_first_step is not None and not self._booster_in_charge(technique):
                 hooks.at_first_step(values, optimizer, self._notes[technique.name])
         if self.effect is None:
+            # Read once; the hook stays until uninstall: removing it here, while torch
+            # iterates over the step's pre-hooks, breaks that iteration.
             self.effect = self._read_effect()
-            if not any(hooks.at_first_step is not None for _, hooks, _ in self._hooks):
-                for handle in self._handles:  # read once: later steps need not pass through here
-                    handle.remove()
-                self._handles.clear()
 
     # -- what held -------------------------------------------------------------------------
 

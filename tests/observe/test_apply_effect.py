@@ -83,3 +83,29 @@ def test_without_a_step_what_held_is_read_at_the_end():
 def test_a_setting_with_nothing_to_apply_to_is_still_named():
     applier = _effect({"compile.mode": "default"}, lambda: None)
     assert applier.effect == ["compile mode=default: not applied, nothing to apply it to by then"]
+
+
+def test_reading_what_held_leaves_torchs_step_hooks_as_they_are_mid_step():
+    """The read at the first step happens inside torch's loop over the step's pre-hooks;
+    another global hook there (the doctor's observer) must still see a working step."""
+    import torch
+    import torch.optim.optimizer as optim_module
+
+    from torchboost.nocode import Applier
+    from torchboost.config import Overlay
+
+    seen: list[int] = []
+    applier = Applier(Overlay({"cpu.threads": torch.get_num_threads()})).install()
+    # After the applier's, as the observer's are installed after it: torch's loop goes on past it.
+    other = optim_module.register_optimizer_step_pre_hook(lambda opt, args, kwargs: seen.append(1))
+    try:
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+    finally:
+        applier.uninstall()
+        other.remove()
+    assert applier.effect is not None and applier.effect_at == "the first optimizer step"
+    assert len(seen) == 2
