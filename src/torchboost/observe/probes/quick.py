@@ -33,7 +33,7 @@ from torchboost.techniques.registry import ProbeContext, QuickSwitch, techniques
 
 __all__ = ["QuickProbes", "choose_switches", "QUICK_PAIRS", "QUICK_SHARE"]
 
-QUICK_PAIRS = 2
+QUICK_PAIRS = 3
 """Pairs of a plain and a switched step per probe (after its one unmeasured switched step)."""
 QUICK_SHARE = 0.25
 """The probes' time, as a share of the observed run's time before them: 0.25 keeps them at
@@ -43,8 +43,9 @@ _WARM, _PLAIN, _SWITCHED = "warm", "plain", "switched"
 
 
 def choose_switches(facts: Facts, ctx: ProbeContext) -> tuple[list[QuickSwitch], list[str]]:
-    """Each technique's quick switch (registry order) whose finding fires on ``facts``, and
-    what failed while choosing, in words."""
+    """Each technique's quick switch whose finding fires on ``facts``, the largest estimate
+    first (when the budget runs out, what is left unprobed is what was expected to matter
+    least), and what failed while choosing, in words."""
     chosen, errors = [], []
     for technique in techniques():
         if technique.quick_probe is None:
@@ -52,11 +53,12 @@ def choose_switches(facts: Facts, ctx: ProbeContext) -> tuple[list[QuickSwitch],
         try:
             switch = technique.quick_probe(ctx)
             rule = next((r for r in technique.rules if switch and r.id == switch.finding_id), None)
-            if switch is not None and rule is not None and rule.check(facts) is not None:
-                chosen.append(switch)
+            finding = rule.check(facts) if switch is not None and rule is not None else None
+            if finding is not None:
+                chosen.append((finding.expected_speedup, switch))
         except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
             errors.append(f"quick probe of {technique.name}: {type(exc).__name__}: {exc}")
-    return chosen, errors
+    return [switch for _, switch in sorted(chosen, key=lambda c: -c[0])], errors
 
 
 def _finite(loss: Any) -> bool:
