@@ -115,11 +115,13 @@ def _rows(name: str, pairs: int) -> list[str]:
     report, wall = _doctor(name)
     direct = _direct(name, pairs)
     findings = {f["id"]: f for f in report["findings"]}
+    probes = {p["finding_id"]: p for p in report["facts"].get("quick_probes") or []}
     rows = []
     for fid, ratio in direct.items():
-        f = findings.get(fid)
+        f, probe = findings.get(fid), probes.get(fid)
         estimate = f"x{f['expected_speedup']:.2f}" if f else "no finding"
-        measured = f"x{f['measured']['ratio']:.2f}" if f and f.get("measured") else "-"
+        measured = (f"x{f['measured']['ratio']:.2f} ({f['measured']['steps']} steps)" if f and f.get("measured")
+                    else (probe["error"] or "-").split(":")[0] if probe else "-")
         gap = (f"{100 * (f['measured']['ratio'] / ratio - 1):+.0f}%" if f and f.get("measured") else "")
         rows.append(f"| {name} | {fid} | {estimate} | {measured} | x{ratio:.2f} | {gap} |")
     rows.append(f"| {name} | (doctor run) | {wall:.1f} s | probes {100 * _probe_share(report, wall):.0f}% of it | "
