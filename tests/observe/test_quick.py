@@ -188,3 +188,31 @@ def test_twin_a_switch_over_the_budget_is_not_run():
 def test_the_ratio_is_the_median_of_the_pairs():
     probe = QuickProbeFacts("x", "x", plain_ms=[10.0, 10.0, 30.0], switched_ms=[5.0, 10.0, 10.0])
     assert probe.ratio == pytest.approx(2.0) and probe.steps == 6
+
+
+# -- end to end: the doctor's command on a built-in workload -----------------------------------
+
+@pytest.mark.slow
+def test_the_doctor_measures_the_fused_optimizer_and_full_never_probes(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def doctor(out, *options):
+        subprocess.run([sys.executable, "-m", "torchboost.cli", "doctor", "--steps", "10", "--warmup", "2",
+                        "--out", str(out), "--json", *options, "--", sys.executable, "-m",
+                        "torchboost.workloads.mlp", "--size", "tiny", "--steps", "60"],
+                       check=True, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        return json.loads((out / "report.json").read_text())
+
+    report = doctor(tmp_path / "bounded")
+    probes = {p["finding_id"]: p for p in report["facts"]["quick_probes"]}
+    fused = next(f for f in report["findings"] if f["id"] == "optimizer.fused")  # AdamW steps parameter by parameter
+    assert "optimizer.fused" in probes and report["facts"]["steps"][-1]["index"] == 2 + 10 - 1
+    probe = probes["optimizer.fused"]
+    if probe["error"] is None:
+        assert fused["measured"]["steps"] == 2 * min(len(probe["plain_ms"]), len(probe["switched_ms"]))
+    else:  # a machine so busy that the budget ran out: said in the finding's notes
+        assert any("not measured" in note for note in fused["notes"])
+    full = doctor(tmp_path / "full", "--full")
+    assert full["facts"]["quick_probes"] == [] and all(f.get("measured") is None for f in full["findings"])
