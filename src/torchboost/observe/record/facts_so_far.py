@@ -68,6 +68,9 @@ class FactsSoFar:
             if not facts.steps:
                 return False
             parts = self._parts
+            if facts.model is not None and facts.model.device == "cpu" and self.bf16_speedup is None:
+                self._measure_bf16()  # ~0.1 s, between steps: the estimates that order the probes use it
+            facts.cpu_bf16_speedup = self.bf16_speedup
             switches, errors = choose_switches(facts, probe_context(parts, facts.model.device if facts.model else "cpu"))
             parts.errors.extend(errors)
             budget_ms = QUICK_SHARE * (time.time() - parts.run.started_at) * 1000.0
