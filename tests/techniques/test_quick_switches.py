@@ -110,9 +110,22 @@ def test_an_autocast_forward_that_raises_falls_back_and_says_so():
     assert switch.errors == ["RuntimeError: no bf16 here"]
 
 
-@pytest.mark.skipif(not fp32_math._backends("cpu"), reason="this torch has no mkldnn fp32_precision")
-def test_the_fp32_math_switch_sets_bf16_math_and_puts_the_setting_back():
+@pytest.fixture
+def torchs_default_fp32_math():
+    """The backends at torch's default ("none") for the test, whatever an earlier test left; put back after."""
     holders = fp32_math._backends("cpu")
+    if not holders:
+        pytest.skip("this torch has no mkldnn fp32_precision")
+    saved = [h.fp32_precision for h in holders]
+    for holder in holders:
+        holder.fp32_precision = "none"
+    yield holders
+    for holder, value in zip(holders, saved):
+        holder.fp32_precision = value
+
+
+def test_the_fp32_math_switch_sets_bf16_math_and_puts_the_setting_back(torchs_default_fp32_math):
+    holders = torchs_default_fp32_math
     before = [h.fp32_precision for h in holders]
     switch = fp32_math.quick_switch(_ctx(device="cpu"))
     switch.on()
@@ -121,9 +134,8 @@ def test_the_fp32_math_switch_sets_bf16_math_and_puts_the_setting_back():
     assert [h.fp32_precision for h in holders] == before
 
 
-@pytest.mark.skipif(not fp32_math._backends("cpu"), reason="this torch has no mkldnn fp32_precision")
-def test_no_fp32_math_switch_when_the_script_set_its_own():
-    holder = fp32_math._backends("cpu")[0]
+def test_no_fp32_math_switch_when_the_script_set_its_own(torchs_default_fp32_math):
+    holder = torchs_default_fp32_math[0]
     before = holder.fp32_precision
     holder.fp32_precision = "bf16"
     try:
