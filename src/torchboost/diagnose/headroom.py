@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchboost.diagnose.data_bound import replay_bound
+from torchboost.diagnose.measured import ranked
 from torchboost.diagnose.roofline import OpRoof, op_roofs
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
@@ -208,7 +209,7 @@ def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Fin
     """``findings`` with every per-step gain above what its dtype leaves capped at it (a note
     says so): a finding that moves the step to another dtype (:attr:`Finding.dtype`) is held
     to that dtype's peak, the others to the step's own. Unchanged without a headroom; memory
-    fixes (a time cost) are left alone."""
+    fixes (a time cost) are left alone. Ranked again after (a measured ratio is not capped)."""
     if headroom is None or headroom.best_speedup is None:
         return list(findings)
     out = []
@@ -220,4 +221,4 @@ def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Fin
                     f"machine's measured {dtype} matmul peak allow no more")
             f = dataclasses.replace(f, expected_speedup=best, severity="", notes=[*f.notes, note])
         out.append(f)
-    return out
+    return ranked(out)

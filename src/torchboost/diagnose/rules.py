@@ -18,6 +18,7 @@ from typing import Any, Callable
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
 from torchboost.diagnose._input_rules import loss_nonfinite, memory_headroom, sync_host_device
 from torchboost.diagnose.data_bound import cap_by_replay
+from torchboost.diagnose.measured import ranked, with_measured
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.steps import Summary, summarize
@@ -65,8 +66,9 @@ def thresholds() -> dict[str, Any]:
 
 
 def diagnose(facts: Facts, **overrides: float) -> list[Finding]:
-    """Run every rule on ``facts``; findings ranked by expected speedup, largest first,
-    after any blocking one (a NaN loss: :attr:`Finding.blocking`).
+    """Run every rule on ``facts``; findings ranked by measured ratio (a quick probe's) or
+    expected speedup, largest first, after any blocking one (a NaN loss:
+    :attr:`Finding.blocking`), one measured slower than plain last.
 
     ``overrides`` set thresholds by name (see :func:`thresholds`); a name no rule takes
     raises TypeError listing the valid ones. Ties keep the order of :data:`RULES`.
@@ -83,4 +85,4 @@ def diagnose(facts: Facts, **overrides: float) -> list[Finding]:
             if finding.id != rule_id:
                 raise RuntimeError(f"rule {rule.__name__} returned id {finding.id!r}, registered as {rule_id!r}")
             findings.append(finding)
-    return sorted(cap_by_replay(findings, facts), key=lambda f: (not f.blocking, -f.expected_speedup))
+    return ranked(with_measured(cap_by_replay(findings, facts), facts))

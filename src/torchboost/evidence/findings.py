@@ -16,7 +16,7 @@ from typing import Any, Union
 
 from torchboost.config import Overlay
 
-__all__ = ["Finding", "Evidence", "severity_for"]
+__all__ = ["Finding", "Evidence", "Measured", "severity_for"]
 
 Evidence = dict[str, Union[float, int, str]]
 """The numbers (and a few words) a finding rests on, keyed by name with units in the name."""
@@ -32,6 +32,28 @@ def severity_for(expected_speedup: float) -> str:
     if expected_speedup >= 1.05:
         return "medium"
     return "low"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finding's fix measured by the doctor itself: a few steps with it switched on against
+    plain steps, interleaved, in the script's own process (a quick probe)."""
+
+    ratio: float
+    """The median over the pairs of plain step time / switched step time (above 1 is faster)."""
+    steps: int
+    """The timed steps it rests on, plain and switched."""
+    label: str = ""
+    """What was switched on, in words ("bf16 autocast")."""
+
+    @property
+    def hopeless(self) -> bool:
+        """Measured slower than plain: the finding ranks last and says so."""
+        return self.ratio < 1.0
+
+    def words(self) -> str:
+        """"measured over 4 steps: x2.30" (", slower than plain" when it was)."""
+        return f"measured over {self.steps} steps: x{self.ratio:.2f}" + (", slower than plain" if self.hopeless else "")
 
 
 @dataclass
@@ -79,14 +101,22 @@ class Finding:
     dtype: str = ""
     """The dtype the fix moves the step's matmuls to ("bf16", "fp16", "tf32"), as the machine
     probe names it; empty: the step's own. Its gain is capped by that dtype's peak."""
+    measured: Measured | None = None
+    """The fix timed on the script itself (a quick probe), beside the estimate: findings are
+    ranked by it where it exists; None: estimated only."""
 
     def __post_init__(self) -> None:
         if not self.severity:
-            self.severity = severity_for(self.expected_speedup)
+            self.severity = severity_for(self.rank_speedup)
         if self.unit not in UNITS:
             raise ValueError(f"Finding.unit: expected one of {', '.join(UNITS)}; got {self.unit!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"Finding.severity: expected one of {', '.join(SEVERITIES)}; got {self.severity!r}")
+
+    @property
+    def rank_speedup(self) -> float:
+        """What the finding is ranked by: the measured ratio where there is one, else the estimate."""
+        return self.measured.ratio if self.measured is not None else self.expected_speedup
 
     @property
     def fix_toml(self) -> str:
@@ -110,7 +140,8 @@ class Finding:
         rendered ``fix_toml`` and ``fix_torch``."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(evidence=dict(self.evidence), notes=list(self.notes), fix=self.fix.to_dict(),
-                    fix_toml=self.fix_toml, fix_torch=self.fix_torch)
+                    fix_toml=self.fix_toml, fix_torch=self.fix_torch,
+                    measured=dataclasses.asdict(self.measured) if self.measured is not None else None)
         return data
 
     @classmethod
@@ -119,4 +150,6 @@ class Finding:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["fix"] = Overlay.from_dict(kwargs.get("fix") or {})
+        if kwargs.get("measured") is not None:
+            kwargs["measured"] = Measured(**kwargs["measured"])
         return cls(**kwargs)

@@ -20,6 +20,7 @@ __all__ = [
     "ModelFacts",
     "OptimizerFacts",
     "ProfileFacts",
+    "QuickProbeFacts",
     "StepRecord",
     "TrainerFacts",
     "register_facts",
@@ -180,6 +181,41 @@ class ProfileFacts:
 
 
 @dataclass
+class QuickProbeFacts:
+    """One quick probe: steps timed with a technique's switch on against plain steps,
+    interleaved (plain, switched, plain, switched...), after the profiler window."""
+
+    finding_id: str
+    """The finding whose fix was switched on."""
+    label: str
+    """What was switched on, in words ("bf16 autocast")."""
+    plain_ms: list[float] = field(default_factory=list)
+    """Total time of each plain step, milliseconds, in order."""
+    switched_ms: list[float] = field(default_factory=list)
+    """Total time of each switched step, milliseconds, each after the plain step of its pair."""
+    warmup_ms: float | None = None
+    """The first step with the switch on (first calls, kernel choice): in no figure."""
+    error: str | None = None
+    """Why the probe gave no ratio (an exception, a non-finite loss, no time left), or None."""
+
+    @property
+    def ratio(self) -> float | None:
+        """The median over the pairs of plain step time / switched step time (above 1: the
+        switch is faster); None without a whole pair or with an error."""
+        pairs = sorted(p / s for p, s in zip(self.plain_ms, self.switched_ms) if s > 0)
+        if self.error or not pairs:
+            return None
+        mid = len(pairs) // 2
+        return pairs[mid] if len(pairs) % 2 else (pairs[mid - 1] + pairs[mid]) / 2
+
+    @property
+    def steps(self) -> int:
+        """The timed steps the ratio rests on, plain and switched."""
+        pairs = min(len(self.plain_ms), len(self.switched_ms))
+        return 2 * pairs
+
+
+@dataclass
 class Facts:
     """Everything observed in one run. ``to_dict``/``from_dict`` round-trip through JSON."""
 
@@ -284,6 +320,9 @@ class Facts:
     replay_step_ms: list[float] = field(default_factory=list)
     """Total time of each replay step: steps after the profiler window fed with batches
     already seen, re-served from memory (no loader work); [] when none ran."""
+    quick_probes: list[QuickProbeFacts] = field(default_factory=list)
+    """The quick probes: each finding's switch timed against plain steps after the profiler
+    window (:mod:`torchboost.observe.probes.quick`); their steps are in no other figure."""
 
     def __getattr__(self, name: str) -> Any:
         # ``facts.precision``: a technique's facts by its name, as in the JSON.
@@ -329,6 +368,8 @@ class Facts:
                 kwargs[key] = build(nested[key], value)
             elif key == "steps":
                 kwargs[key] = [build(StepRecord, s) for s in value]
+            elif key == "quick_probes":
+                kwargs[key] = [build(QuickProbeFacts, q) for q in value]
             else:
                 kwargs[key] = value
         return cls(**kwargs)

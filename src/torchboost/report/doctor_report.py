@@ -19,9 +19,10 @@
                           fix {toml: str, torch: str, lightning?: str, accelerate?: str, transformers?: str},
                           expected_speedup: float, unit ("step"|"sample"),
                           changes_training: false, memory_ratio: null, formula: str,
-                          notes: [str]} ]
-                       the numerically neutral speedups, ranked by expected_speedup,
-                       largest first (per step: the same samples per step)
+                          measured: null | {ratio, steps, label}, notes: [str]} ]
+                       the numerically neutral speedups, ranked by the measured ratio
+                       (a quick probe's) or else expected_speedup, largest first, one
+                       measured slower than plain last (per step: the same samples per step)
     training_changes   [ the same fields, changes_training: true ]   fixes that change
                        what is trained (a larger batch): listed apart, never ranked with
                        the findings; their figure is per sample (unit "sample")
@@ -65,6 +66,8 @@ Non-finite numbers (a NaN loss) are written as null, so any JSON parser reads th
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import json
 import math
@@ -202,6 +205,7 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
         "blocking": finding.blocking,
         "memory_ratio": finding.memory_ratio,
         "formula": finding.formula,
+        "measured": dataclasses.asdict(finding.measured) if finding.measured is not None else None,
         "notes": list(finding.notes),
     }
 

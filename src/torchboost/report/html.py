@@ -40,7 +40,7 @@ def load_template(name: str):
 
 
 def _finding(f: dict[str, Any]) -> dict[str, Any]:
-    return {**f, "speedup": fmt.speedup(f["expected_speedup"]),
+    return {**f, "speedup": fmt.speedup(f["expected_speedup"]), "measured_words": fmt.measured(f),
             "evidence_rows": [(k, fmt.evidence_value(k, v)) for k, v in f["evidence"].items()]}
 
 

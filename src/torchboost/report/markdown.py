@@ -32,7 +32,7 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
         "",
         ("**Fix this first**: the run is wrong before it is slow." if f.get("blocking") else
          f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** per {f.get('unit', 'step')} "
-         f"({f['severity']})."),
+         f"({f['severity']})." + (f" {fmt.measured(f).capitalize()}." if fmt.measured(f) else "")),
         "",
         "| evidence | value |",
         "|---|---:|",
@@ -79,7 +79,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "|---|---:|---:|---:|---:|---:|"]
         lines += [f"| `{_cell(op['name'])}` | {op['self_cpu_ms']:.3f} | {op['self_device_ms']:.3f} | "
                   f"{op['calls']:g} | {op['share_pct']:.1f}% | {op['rate']} |" for op in hot]
-    lines += ["", "## Findings, ranked by expected speedup", ""]
+    lines += ["", "## Findings, ranked by measured or expected speedup", ""]
     if report["findings"]:
         lines += [f"{i}. `{f['id']}` {fmt.gain(f)}: {_cell(f['title'])}"
                   for i, f in enumerate(report["findings"], 1)]

@@ -39,7 +39,7 @@ def _breakdown_table(report: dict[str, Any]) -> Table:
 
 
 def _findings_table(findings: list[dict[str, Any]]) -> Table:
-    table = Table(title="Findings, ranked by expected speedup", title_justify="left")
+    table = Table(title="Findings, ranked by measured or expected speedup", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("id", style="bold")
     table.add_column("finding")
@@ -84,6 +84,8 @@ def _top_panel(f: dict[str, Any]) -> Panel:
         if f["fix"].get(framework):
             body.add_row(Text(f"{framework}:", style="bold"), Text(f["fix"][framework]))
     body.add_row(Text("estimate:", style="bold"), Text(f["formula"]))
+    if fmt.measured(f):
+        body.add_row(Text("measured:", style="bold"), Text(fmt.measured(f)))
     for note in f["notes"]:
         body.add_row(Text("note:", style="bold"), Text(note))
     title = Text.assemble("top finding: ", (f["id"], "bold"), f"  {fmt.gain(f)}")

@@ -28,11 +28,12 @@ from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.evidence.rulekit import amdahl, matmul_share, r, view
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique,
-    TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
+    Technique, TuneContext,
 )
 
-__all__ = ["Fp32MathConfig", "Fp32MathFacts", "apply_fp32_math", "fp32_math_lower", "measure_bf32_speedup"]
+__all__ = ["Fp32MathConfig", "Fp32MathFacts", "apply_fp32_math", "fp32_math_lower", "measure_bf32_speedup",
+           "quick_switch"]
 
 MODES = ("ieee", "bf16", "tf32")
 _DEVICE_MODE = {"cpu": "bf16", "cuda": "tf32"}
@@ -228,6 +229,26 @@ def fp32_math_lower(facts: Facts, *, compute_pct: float = 50.0, bf32_min_speedup
     )
 
 
+def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
+    """bf16 math (TF32 on CUDA) in fp32 matmuls and convolutions, as a switch the doctor turns
+    on for a step and off again (each holder's own value put back); None where the device has
+    no such switch or the script already set one."""
+    mode = _DEVICE_MODE.get(ctx.device)
+    holders = _backends(ctx.device)
+    if mode is None or not holders:
+        return None
+    before = [h.fp32_precision for h in holders]
+    if any(value != "none" for value in before):
+        return None  # the script chose its fp32 arithmetic itself
+
+    def off() -> None:
+        for holder, value in zip(holders, before):
+            holder.fp32_precision = value
+
+    return QuickSwitch("fp32_math.bf16", f"{mode} math in fp32 matmuls",
+                       on=lambda: apply_fp32_math(mode, ctx.device), off=off)
+
+
 def _example() -> Facts:
     """A CPU step, forward and backward 80% of it in fp32, where bf16 math measured 2x."""
     steps = [StepRecord(i, 100.0, 5.0, 40.0, 40.0, 5.0) for i in range(10)]
@@ -251,4 +272,5 @@ TECHNIQUE = Technique(
     facts=Fp32MathFacts,
     probe=_probe,
     rules=(Rule("fp32_math.bf16", fp32_math_lower, example=_example),),
+    quick_probe=quick_switch,
 )

@@ -24,7 +24,8 @@ from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, r, view
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
+    Technique, TuneContext,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "switch_implementation_in_place",
     "current_implementation",
     "resolve_optimizer",
+    "quick_switch",
 ]
 
 IMPLEMENTATIONS = ("default", "foreach", "fused")
@@ -336,6 +338,34 @@ def optimizer_fused(facts: Facts, *, optimizer_pct: float = 5.0) -> Finding | No
     )
 
 
+def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
+    """The script's optimizer stepping with its fused kernel, as a switch the doctor turns on
+    for a step and off again: each group's ``foreach``/``fused`` flags are set, then put back
+    as they were (torch reads them at every step, and the state is the same for every
+    implementation); None where it has no fused kernel here or already uses it."""
+    optimizer = ctx.optimizer
+    if optimizer is None or current_implementation(optimizer) == "fused":
+        return None
+    devices = {p.device.type for g in optimizer.param_groups for p in g["params"]}
+    if not devices or not devices <= FUSED_DEVICES.get(type(optimizer), frozenset()) or _blocker(optimizer):
+        return None
+    flags = _flags(optimizer, "fused")
+    groups = [*optimizer.param_groups]
+    saved = [{k: g[k] for k in flags if k in g} for g in groups]
+
+    def on() -> None:
+        for group in groups:
+            group.update(flags)
+
+    def off() -> None:
+        for group, before in zip(groups, saved):
+            for key in flags:
+                group.pop(key, None)
+            group.update(before)
+
+    return QuickSwitch("optimizer.fused", f"fused {type(optimizer).__name__}", on=on, off=off)
+
+
 TECHNIQUE = Technique(
     name="optimizer",
     title="optimizer implementation",
@@ -349,4 +379,5 @@ TECHNIQUE = Technique(
                   priority=60),),
     spell=_spell,
     rules=(Rule("optimizer.fused", optimizer_fused),),
+    quick_probe=quick_switch,
 )

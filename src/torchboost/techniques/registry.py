@@ -28,24 +28,12 @@ import torchboost.techniques as _package
 from torchboost.config import BoostConfig, Overlay, register_section
 from torchboost.evidence.observed import Facts, register_facts, seen_in
 from torchboost.step import StepPrecision, StepWindow
+from torchboost.techniques._quick import QuickSwitch
 
 T = TypeVar("T")
 
-__all__ = [
-    "FrameworkSpelling",
-    "Lever",
-    "NoCode",
-    "Parity",
-    "Preparation",
-    "ProbeContext",
-    "ResolveContext",
-    "Resolution",
-    "Rule",
-    "Technique",
-    "TuneContext",
-    "application_order",
-    "techniques",
-]
+__all__ = ["FrameworkSpelling", "Lever", "NoCode", "Parity", "Preparation", "ProbeContext", "QuickSwitch",
+           "ResolveContext", "Resolution", "Rule", "Technique", "TuneContext", "application_order", "techniques"]
 
 
 class Parity(str, enum.Enum):
@@ -330,6 +318,9 @@ class Technique:
     probe as well, this one's facts win."""
     rules: tuple[Rule, ...] = ()
     """Its diagnoses; their ids rank its levers (:attr:`Lever.finding_ids`)."""
+    quick_probe: Callable[[ProbeContext], QuickSwitch | None] | None = None
+    """Its fix as an in-process switch the doctor times for a few steps against plain ones,
+    after the profiler window (:mod:`torchboost.techniques._quick`); None: not so probed."""
     tune_context: Callable[[Facts], Mapping[str, Any]] | None = None
     """Its own :class:`TuneContext` fields (by name), read from the doctor's facts."""
     order: int = -1

@@ -104,6 +104,7 @@ def finish(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: Ins
         applier.uninstall()
         recorder.run.applied = list(applier.notes)
     recorder.stages.profile.close()
+    recorder.stages.quick.close()  # a probe step the script's end cut short: its switch off
     recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
     try:
         recorder.write_facts(exit_code)

@@ -31,7 +31,7 @@ from torchboost.observe.record.step_timing import StepTiming
 from torchboost.observe.spec import ObserveSpec
 from torchboost.techniques.registry import ProbeContext
 
-__all__ = ["RecordedParts", "RunState", "build_facts", "planned_run", "uses_cuda"]
+__all__ = ["RecordedParts", "RunState", "build_facts", "planned_run", "probe_context", "uses_cuda"]
 
 
 @dataclass
@@ -97,6 +97,15 @@ def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
     return (batches, "one epoch of the script's DataLoader") if batches else (None, None)
 
 
+def probe_context(parts: RecordedParts, device: str) -> ProbeContext:
+    """The script's live objects as a technique's probe (or quick probe) gets them; ``device``:
+    the model's ("cuda:0")."""
+    seen = parts.seen
+    return ProbeContext(model=seen.model(), optimizer=seen.primary_optimizer(), loader=None,
+                        device=device.split(":")[0], autocast_dtype=seen.autocast_dtype(device),
+                        grad_scaler=parts.losses.scaler is not None)
+
+
 def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
     """The model, the optimizer and each technique's own facts (its probe's), from the live
     objects when there is nothing earlier or ``fresh``; else ``earlier``'s."""
@@ -114,10 +123,7 @@ def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tupl
         live = seen.primary_optimizer()
         if live is not None:
             optimizer = describe.describe_optimizer(live, device)
-        context = ProbeContext(model=module, optimizer=live, loader=None, device=device.split(":")[0],
-                               autocast_dtype=seen.autocast_dtype(device),
-                               grad_scaler=parts.losses.scaler is not None)
-        by_technique = describe.probe_techniques(context)
+        by_technique = describe.probe_techniques(probe_context(parts, device))
     except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
         parts.errors.append(f"build_facts: {type(exc).__name__}: {exc}")
     return model, optimizer, by_technique
@@ -168,7 +174,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),
         bytes_by_op=dict(stages.flops.bytes_by_op),
         flops_error=stages.flops.error or stages.flops.note,
-        replay_step_ms=list(stages.replay.step_ms),
+        replay_step_ms=list(stages.replay.step_ms), quick_probes=list(stages.quick.results),
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
         device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
         peak_rss_bytes=describe.peak_rss_bytes(),

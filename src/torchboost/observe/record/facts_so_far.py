@@ -9,11 +9,14 @@ by :class:`~torchboost.observe.record.run_output.RunOutput`.
 
 from __future__ import annotations
 
+import statistics
+import time
 from typing import Any, Callable
 
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts
-from torchboost.observe.record.facts_builder import RecordedParts, build_facts, uses_cuda
+from torchboost.observe.probes.quick import QUICK_SHARE, QuickProbes, choose_switches
+from torchboost.observe.record.facts_builder import RecordedParts, build_facts, probe_context, uses_cuda
 
 __all__ = ["FactsSoFar"]
 
@@ -56,6 +59,27 @@ class FactsSoFar:
                 self._guarded(self._measure_bf16)
         facts.cpu_bf16_speedup = self.bf16_speedup
         return facts
+
+    def start_quick(self, quick: QuickProbes, uses_booster: bool) -> bool:
+        """Start ``quick`` with the switches whose findings fire on the facts so far, within
+        ``QUICK_SHARE`` of the run's time until now; False when nothing is probed."""
+        try:
+            facts = self.facts(uses_booster)
+            if not facts.steps:
+                return False
+            parts = self._parts
+            if facts.model is not None and facts.model.device == "cpu" and self.bf16_speedup is None:
+                self._measure_bf16()  # ~0.1 s, between steps: the estimates that order the probes use it
+            facts.cpu_bf16_speedup = self.bf16_speedup
+            switches, errors = choose_switches(facts, probe_context(parts, facts.model.device if facts.model else "cpu"))
+            parts.errors.extend(errors)
+            budget_ms = QUICK_SHARE * (time.time() - parts.run.started_at) * 1000.0
+            step_ms = statistics.median(s.total_ms for s in facts.steps)
+            return quick.start(switches, budget_ms=budget_ms, step_ms=step_ms, loss=parts.losses.last)
+        except Exception as exc:  # noqa: BLE001 - the observer must never break the user's run
+            self._parts.errors.append(f"start_quick: {type(exc).__name__}: {exc}")
+            quick.close()
+            return False
 
     def _measure_bf16(self) -> None:
         # ~0.1 s: only at the end, outside every recorded step.

@@ -23,6 +23,8 @@ class LossCapture:
         self.scaler: Any = None
         """The ``GradScaler`` driving the primary optimizer, when the script uses one."""
         self._pending: torch.Tensor | None = None
+        self.last: torch.Tensor | None = None
+        """The loss of the step closed last, whatever its kind (the quick probes read it)."""
         self._recorded: list[torch.Tensor] = []
         self._values: list[float] = []
         self._warmup: list[torch.Tensor] = []
@@ -36,6 +38,7 @@ class LossCapture:
 
     def close_step(self, kind: str | None) -> None:
         """Keep the step's loss with the steps of ``kind`` (see :meth:`StepTiming.close_step`)."""
+        self.last = self._pending
         if self._pending is not None:
             if kind == RECORDED:
                 self._recorded.append(self._pending)

@@ -66,7 +66,7 @@ class StepRecorder:
         self.timing = StepTiming(spec, clock)
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
-        self.stages = RunStages(spec, self.timing)
+        self.stages = RunStages(spec, self.timing, self.losses)
         self.output = RunOutput(spec, clock)
         self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
@@ -77,8 +77,8 @@ class StepRecorder:
         self._claims = claims if claims is not None else Claims()
         self._claims_before = self._claims.names()
         # Hook calls that concern one part alone go straight to it: no extra call per phase.
-        self.closure_begin = self.timing.closure_begin
-        self.closure_end = self.timing.closure_end
+        self.closure_begin, self.closure_end = self.timing.closure_begin, self.timing.closure_end
+        self.stages.quick_start = lambda quick: self.built.start_quick(quick, self.uses_booster)
         self.backward_tensor = self.losses.backward_on
         self.roots = self.seen.roots
 

@@ -6,15 +6,18 @@ drives, and is over (unless ``spec.full``: then it records to the script's own e
 The profiler's first warm-up step is also the one whose FLOPs are counted
 (:class:`~torchboost.observe.probes.flop_count.StepFlops`): neither recorded nor profiled. After
 the window, a bounded run times a few steps fed with batches already seen
-(:class:`~torchboost.observe.probes.replay.ReplayBatches`), then is over.
+(:class:`~torchboost.observe.probes.replay.ReplayBatches`), then each switchable finding's fix
+for a few steps against plain ones (:class:`~torchboost.observe.probes.quick.QuickProbes`), then
+is over. Neither kind of probe step is recorded: they are in no figure but their own.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from torchboost.observe.probes.flop_count import StepFlops
 from torchboost.observe.probes.profile import ProfileWindow
+from torchboost.observe.probes.quick import QuickProbes
 from torchboost.observe.probes.replay import REPLAY_MIN_DATA_PCT, REPLAY_STEPS, ReplayBatches
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.record.step_timing import StepTiming
@@ -25,15 +28,20 @@ __all__ = ["RunStages"]
 class RunStages:
     """The run's course by step boundaries, and the profiler window it drives."""
 
-    def __init__(self, spec: ObserveSpec, timing: StepTiming | None = None) -> None:
+    def __init__(self, spec: ObserveSpec, timing: StepTiming | None = None, losses: Any = None) -> None:
         self._spec = spec
         self._timing = timing
+        self._losses = losses
         self.profile = self._window()
         """The profiler window of this run (replaced when step counting restarts)."""
         self.flops = StepFlops()
         """The FLOP count of one step (the profiler's first warm-up step)."""
         self.replay = ReplayBatches()
         """The replay probe: steps after the profiler window fed with batches already seen."""
+        self.quick = QuickProbes()
+        """The quick probes: each switchable finding's fix timed against plain steps, after the replay."""
+        self.quick_start: Callable[[QuickProbes], bool] | None = None
+        """Starts :attr:`quick` (chooses the switches from the facts so far); set by the recorder."""
 
     def warmup_ends(self, done: int) -> bool:
         """The ``done``-th boundary ends warm-up (the first one when there is none)."""
@@ -67,7 +75,19 @@ class RunStages:
         if replay.active and len(replay.step_ms) < REPLAY_STEPS:
             return False
         replay.stop()
-        return True
+        return self._probed(done == profiled_end)
+
+    def _probed(self, first: bool) -> bool:
+        """Drive the quick probes after the replay (``first``: right after the profiler window,
+        no replay ran); True when they are over (or there are none)."""
+        quick, timing = self.quick, self._timing
+        if quick.active:
+            loss = self._losses.last if self._losses is not None else None
+            return not quick.after_step(timing.last_ms if timing is not None else 0.0, loss)
+        if quick.results or not self._spec.profile_steps or not (first or self.replay.step_ms) \
+                or self.quick_start is None:
+            return True  # tune's trials (no profiler window) never probe
+        return not self.quick_start(quick)
 
     def _waits_for_data(self) -> bool:
         """The recorded steps waited for data long enough for the replay probe to matter."""

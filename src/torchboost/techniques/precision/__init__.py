@@ -56,8 +56,10 @@ from torchboost.techniques.precision.precision_diagnosis import (PrecisionFacts,
                                                                  precision_slower_on_cpu,
                                                                  probe_precision, reduced_precision, tune_context)
 from torchboost.techniques.precision.precision_settings import PrecisionConfig
+from torchboost.techniques._quick import swap_forward
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
+    Technique, TuneContext,
 )
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "SlowPrecisionWarning",
     "Tf32Precision",
     "make_precision",
+    "quick_switch",
     "resolve_precision",
 ]
 
@@ -192,23 +195,62 @@ def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
         notes.append("TF32 matmuls on")
 
 
-def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:
-    # From outside there is no autocast block in the loop: the root module's forward runs
-    # under autocast, and floating outputs go back to fp32 for the loss, as they would
-    # leave an autocast block the user wrote around the forward and the loss.
-    if values.get("mode") != "bf16":
-        return
-    inner = module.forward
-    device_type = next((p.device.type for p in module.parameters()), "cpu")
+def _autocast_forward(inner: Any, device_type: str, dtype: torch.dtype, errors: list[str] | None = None) -> Any:
+    """``inner`` run under autocast, its floating outputs back in fp32 for the loss, as they
+    would leave an autocast block written around the forward and the loss. ``errors``: a
+    forward that raises under autocast is run again without it, and the error kept there."""
 
     @functools.wraps(inner)
     def forward(*args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(device_type, dtype=torch.bfloat16):
-            out = inner(*args, **kwargs)
+        try:
+            with torch.autocast(device_type, dtype=dtype):
+                out = inner(*args, **kwargs)
+        except Exception as exc:
+            if errors is None:
+                raise
+            errors.append(f"{type(exc).__name__}: {exc}")
+            return inner(*args, **kwargs)
         return _to_fp32(out)
 
-    module.forward = forward
+    return forward
+
+
+def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:
+    # From outside there is no autocast block in the loop: the root module's forward runs
+    # under autocast.
+    if values.get("mode") != "bf16":
+        return
+    device_type = next((p.device.type for p in module.parameters()), "cpu")
+    module.forward = _autocast_forward(module.forward, device_type, torch.bfloat16)
     notes.append(f"bf16 autocast around {type(module).__name__}.forward")
+
+
+def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
+    """bf16 autocast (fp16 on a GPU without bf16) around the root module's forward, as a
+    switch the doctor turns on for a step and off again (the instance's forward put back);
+    None where the script's own autocast is on, the model is compiled (autocast would
+    recompile it) or the device has no reduced-precision autocast."""
+    model = ctx.model
+    if model is None or ctx.autocast_dtype is not None or hasattr(model, "_orig_mod"):
+        return None
+    if ctx.device == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    elif ctx.device == "cpu":
+        dtype = torch.bfloat16
+    else:
+        return None
+    errors: list[str] = []
+    restore: list[Any] = []
+    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+
+    def on() -> None:
+        restore.append(swap_forward(model, lambda inner: _autocast_forward(inner, ctx.device, dtype, errors)))
+
+    def off() -> None:
+        while restore:
+            restore.pop()()
+
+    return QuickSwitch("precision.lower", f"{name} autocast", on=on, off=off, errors=errors)
 
 
 def _propose_precision(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
@@ -288,4 +330,5 @@ TECHNIQUE = Technique(
     probe=probe_precision,
     tune_context=tune_context,
     rules=(Rule("precision.lower", precision_lower), Rule("precision.slower_on_cpu", precision_slower_on_cpu)),
+    quick_probe=quick_switch,
 )

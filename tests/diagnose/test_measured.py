@@ -1,0 +1,94 @@
+"""Findings with the quick probes' measurements: ranked by them, one slower than plain last."""
+
+from __future__ import annotations
+
+import json
+
+from torchboost.diagnose.headroom import cap_findings
+from torchboost.diagnose.measured import ranked, with_measured
+from torchboost.evidence.findings import Finding, Measured
+from torchboost.evidence.observed import Facts, QuickProbeFacts
+from torchboost.report import _format as fmt
+from torchboost.report.doctor_report import build_report
+from torchboost.report.markdown import render_markdown
+
+
+def _finding(fid: str, estimate: float) -> Finding:
+    return Finding(id=fid, title=fid, evidence={}, expected_speedup=estimate, formula="f")
+
+
+def _probe(fid: str, plain: float, switched: float, error: str | None = None) -> QuickProbeFacts:
+    return QuickProbeFacts(fid, f"{fid} on", plain_ms=[plain] * 3, switched_ms=[switched] * 3, warmup_ms=1.0,
+                           error=error)
+
+
+FINDINGS = [_finding("precision.lower", 1.5), _finding("optimizer.fused", 1.2), _finding("fp32_math.bf16", 1.1)]
+
+
+def _ids(findings: list[Finding]) -> list[str]:
+    return [f.id for f in findings]
+
+
+def test_a_measured_finding_carries_its_ratio_and_is_ranked_by_it():
+    facts = Facts(quick_probes=[_probe("fp32_math.bf16", 100.0, 40.0)])
+    out = ranked(with_measured(FINDINGS, facts))
+    top = out[0]
+    assert top.id == "fp32_math.bf16" and top.measured == Measured(2.5, 6, "fp32_math.bf16 on")
+    assert top.expected_speedup == 1.1  # the estimate stays beside it
+    assert any(n.startswith("measured over 6 steps: x2.50") for n in top.notes)
+    assert top.severity == "high"  # from the measurement
+
+
+def test_twin_without_probes_the_estimates_rank():
+    assert _ids(ranked(with_measured(FINDINGS, Facts()))) == ["precision.lower", "optimizer.fused", "fp32_math.bf16"]
+
+
+def test_a_finding_measured_slower_than_plain_says_so_and_ranks_last():
+    facts = Facts(quick_probes=[_probe("precision.lower", 100.0, 125.0)])
+    out = ranked(with_measured(FINDINGS, facts))
+    assert _ids(out) == ["optimizer.fused", "fp32_math.bf16", "precision.lower"]
+    last = out[-1]
+    assert last.measured.hopeless and "measured slower here" in last.title
+    assert any("slower than the script as it is" in n for n in last.notes)
+
+
+def test_twin_a_finding_measured_faster_than_its_estimate_is_not_last():
+    facts = Facts(quick_probes=[_probe("precision.lower", 100.0, 80.0)])
+    out = ranked(with_measured(FINDINGS, facts))
+    assert out[0].id == "precision.lower" and not out[0].measured.hopeless
+
+
+def test_a_failed_probe_leaves_the_estimate_and_says_why():
+    facts = Facts(quick_probes=[_probe("optimizer.fused", 100.0, 50.0, error="made the loss NaN or inf")])
+    fused = next(f for f in with_measured(FINDINGS, facts) if f.id == "optimizer.fused")
+    assert fused.measured is None and any("made the loss NaN or inf" in n for n in fused.notes)
+
+
+def test_capping_the_estimates_keeps_the_measured_ranking():
+    facts = Facts(quick_probes=[_probe("fp32_math.bf16", 100.0, 50.0)])
+    out = cap_findings(with_measured(FINDINGS, facts), None)
+    assert out[0].id == "precision.lower"  # without a headroom cap_findings leaves them as given
+    from torchboost.diagnose.headroom import Headroom
+
+    headroom = Headroom(flops_per_step=1, achieved_flops_per_s=1.0, peak_flops_per_s=1.1, dtype="fp32", mfu_pct=90.0,
+                        bound="compute", why="", best_speedup=1.11, machine={})
+    capped = cap_findings(with_measured(FINDINGS, facts), headroom)
+    assert capped[0].id == "fp32_math.bf16" and capped[0].measured.ratio == 2.0  # a measurement is not capped
+
+
+def test_finding_and_facts_round_trip_with_their_measurements():
+    finding = with_measured(FINDINGS, Facts(quick_probes=[_probe("precision.lower", 90.0, 30.0)]))[0]
+    assert Finding.from_dict(json.loads(json.dumps(finding.to_dict()))) == finding
+    facts = Facts(quick_probes=[_probe("precision.lower", 90.0, 30.0)])
+    again = Facts.from_dict(json.loads(json.dumps(facts.to_dict())))
+    assert again.quick_probes == facts.quick_probes and again.quick_probes[0].ratio == 3.0
+
+
+def test_the_reports_give_the_measurement_beside_the_estimate():
+    facts = Facts(quick_probes=[_probe("fp32_math.bf16", 100.0, 40.0)])
+    report = build_report(facts, ranked(with_measured(FINDINGS, facts)))
+    top = report["findings"][0]
+    assert top["measured"] == {"ratio": 2.5, "steps": 6, "label": "fp32_math.bf16 on"}
+    assert fmt.gain(top) == "x1.10 est., measured x2.50"
+    assert "Measured over 6 steps: x2.50 (fp32_math.bf16 on against plain steps)." in render_markdown(report)
+    assert fmt.gain(report["findings"][1]) == "x1.50" and fmt.measured(report["findings"][1]) == ""  # the twin
