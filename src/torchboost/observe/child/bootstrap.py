@@ -16,7 +16,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib.machinery
-import threading
 import io
 import os
 import runpy
@@ -24,9 +23,10 @@ import signal
 import sys
 import traceback
 import types
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from torchboost import env as _env
+from torchboost._signals import raising_on
 from torchboost import handover
 from torchboost.nocode import Applier, settings_from_config
 from torchboost.observe.guard_spec import WriteGuardSpec
@@ -127,19 +127,10 @@ def _terminate(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
-@contextlib.contextmanager
-def terminated_by(*signals: int) -> Iterator[None]:
+def terminated_by(*signals: int) -> contextlib.AbstractContextManager[None]:
     """Within the block, each of ``signals`` raises :class:`Terminated` where the script is, so
     its ``finally`` blocks run (main thread only: elsewhere the block changes nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, _terminate) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return raising_on(signals, Terminated)
 
 
 def run_target(target: list[str]) -> None:

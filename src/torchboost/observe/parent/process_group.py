@@ -21,12 +21,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 import time
 from typing import IO, Iterator, Mapping
 
 import psutil
 
+from torchboost._signals import raising_on
 from torchboost.observe.parent.no_stdin import STDIN
 
 __all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "end_tree", "forwarded_signals", "kill_group",
@@ -60,19 +60,8 @@ def signal_name(signum: int) -> str:
 def forwarded_signals() -> Iterator[None]:
     """Within the block, SIGINT/SIGTERM/SIGHUP raise :class:`Interrupted` (main thread only:
     elsewhere the block changes nothing)."""
-    if threading.current_thread() is not threading.main_thread():
+    with raising_on(_CAUGHT, Interrupted):
         yield
-        return
-
-    def stop(signum: int, _frame: object) -> None:
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, stop) for sig in _CAUGHT}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def end_group(proc: subprocess.Popen, signum: int) -> list[str]:
