@@ -29,11 +29,13 @@ import time
 from typing import Any, Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even, paired_step_ms
+from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever
 from torchboost.tune.levers import Lever, TuneContext
+from torchboost.tune.probe_order import why_not_tried
 from torchboost.tune.memory_limit import MemoryGate
 from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
+from torchboost.tune.repaid import cannot_pay_off, repaid
 from torchboost.tune.parity import REDUCED, judge
 from torchboost.tune.search_options import SearchOptions
 from torchboost.tune.trial_result import TrialResult, describe_settings
@@ -147,7 +149,7 @@ class _Search:
                 self.stopped = True
                 break
             proposals = lever.propose(self.incumbent, context)
-            hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
+            hopeless = why_not_tried(lever, context) if proposals else None
             if hopeless is not None:
                 self.record(lever, proposals[0], Status.SKIPPED, hopeless)
             elif proposals and not self._cannot_pay_off(lever, proposals):
@@ -161,7 +163,7 @@ class _Search:
         proposals in turn until one brings it under; otherwise each is skipped, untried."""
         for lever in levers:
             proposals = lever.propose(self.incumbent, context)
-            hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
+            hopeless = why_not_tried(lever, context) if proposals else None
             if proposals and not self.memory.incumbent_over():
                 self.record(lever, proposals[0], Status.SKIPPED, self.memory.nothing_over())
             elif hopeless is not None:
@@ -192,21 +194,11 @@ class _Search:
         return True
 
     def _cannot_pay_off(self, lever: Lever, proposals: list[Settings]) -> bool:
-        """A fixed cost (a compile) that cannot be repaid, even its least, over the planned run:
-        skipped, untried."""
-        options, incumbent_ms = self.options, self.incumbent_ms
-        if not lever.fixed_cost or options.run_steps is None:
-            return False
-        most_saved_s = options.run_steps * incumbent_ms * options.compile_max_gain / 1e3
-        if most_saved_s >= options.compile_min_s:
-            return False
-        least_break_even = 1e3 * options.compile_min_s / (incumbent_ms * options.compile_max_gain)
-        self.record(lever, proposals[0], Status.SKIPPED,
-                    f"cannot pay off: {options.run_steps} steps x {incumbent_ms:.1f} ms save at most "
-                    f"{most_saved_s:.1f} s, and a {lever.fixed_cost} costs at least {options.compile_min_s:.0f} s "
-                    f"(break-even at least {least_break_even:.0f} steps)",
-                    break_even_steps=least_break_even)
-        return True
+        """A fixed cost (a compile) that cannot be repaid over the planned run: skipped, untried."""
+        cannot = cannot_pay_off(lever, self.incumbent_ms, self.options)
+        if cannot is not None:
+            self.record(lever, proposals[0], Status.SKIPPED, cannot[0], break_even_steps=cannot[1])
+        return cannot is not None
 
     def _pull(self, lever: Lever, proposals: list[Settings]) -> None:
         """Screen the proposals, confirm the fastest against the incumbent, keep or revert it."""
@@ -331,42 +323,13 @@ class _Search:
                 f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
                 f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.noise:.1%})")
         else:
-            status, reason, break_even = self._repaid(lever, pairs)
+            status, reason, break_even = repaid(lever, pairs, self.options.run_steps, self.fixed_noise)
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
         cold_s, warm_s = pairs.compile_costs() if lever.fixed_cost else (None, None)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
                     break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
                     compile_cold_s=cold_s, compile_warm_s=warm_s)
-
-    def _repaid(self, lever: Lever, pairs: Pairs) -> tuple[Status, str, float | None]:
-        """Whether what a faster step saves over the planned run repays the fixed cost the
-        change adds: compile's first-call time, or any start-up it costs (worker start, the
-        hand-over's memory manager), measured as a trial's time outside its steps."""
-        ratio, n, run_steps = statistics.median(pairs.ratios), len(pairs.ratios), self.options.run_steps
-        eager_ms = statistics.median(pairs.incumbent_ms)
-        candidate_ms = paired_step_ms(pairs.incumbent_ms, pairs.ratios)  # the saving follows the paired ratio
-        # Fixed costs vary from run to run too: only what exceeds the baseline's own spread counts.
-        extra_s = statistics.median(pairs.candidate_fixed) - statistics.median(pairs.incumbent_fixed) - self.fixed_noise
-        kept = f"median ratio {ratio:.3f} over {n} pair(s)"
-        fixed = lever.fixed_cost
-        if fixed:  # the user pays the warm cost: tune's runs fill the compile cache run uses
-            cold_s, warm_s = pairs.compile_costs()
-            extra_s = max(extra_s, warm_s)
-            kept += f"; {fixed} {cold_s:.1f} s on the first run, {warm_s:.1f} s on every later one (cache warm)"
-        if extra_s <= 0:
-            return Status.KEPT, kept, 0.0 if fixed else None
-        break_even = compile_break_even(extra_s, eager_ms, candidate_ms)
-        if run_steps is None and fixed:  # a fixed cost is judged against a known run only
-            return Status.NOT_REPAID, (
-                f"{fixed} takes {extra_s:.1f} s and pays off after {break_even:.0f} steps, but the run's length "
-                "is unknown: pass --run-steps to judge it"), break_even
-        if run_steps is not None and break_even >= run_steps:
-            what = f"{fixed} takes" if fixed else "it adds"
-            return Status.NOT_REPAID, (
-                f"{what} {extra_s:.1f} s and saves {eager_ms - candidate_ms:.2f} ms/step: "
-                f"it pays off after {break_even:.0f} steps, the run has {run_steps}"), break_even
-        return Status.KEPT, f"{kept}; its {extra_s:.1f} s fixed cost pays off after {break_even:.0f} steps", break_even
 
     def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
         """The candidate becomes the incumbent, and the waterfall gains its bar."""

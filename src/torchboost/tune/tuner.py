@@ -27,6 +27,7 @@ from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.config_file import TunedFor, settings_to_config, user_config, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
+from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
@@ -137,6 +138,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
         memory_limit_bytes=default_memory_limit(env),
         peak_memory_bytes=int(facts.peak_memory_bytes or 0),
         techniques=dict(facts.techniques),
+        measured=measured_from_facts(facts),
         **techniques_context(facts),
     )
 
@@ -362,7 +364,7 @@ def tune_script(
     context = context_from_facts(facts) if facts is not None else TuneContext()
     if options.memory_limit_bytes is not None:  # --memory-limit replaces the device's default
         context = dataclasses.replace(context, memory_limit_bytes=options.memory_limit_bytes)
-    levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})
+    levers = order_levers(default_levers(), {f.id: f.rank_speedup for f in findings}, context.measured)
     run_steps, run_steps_source = _planned_run(options, facts)
     options = _trial_length(options, facts, run_steps)
     ident = _identity(command)
