@@ -34,9 +34,10 @@ from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interact
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.probe_order import why_not_tried
 from torchboost.tune.memory_limit import MemoryGate
+from torchboost.tune.noise import NoiseFloor
 from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
 from torchboost.tune.repaid import cannot_pay_off, repaid
-from torchboost.tune.parity import REDUCED, judge
+from torchboost.tune.parity import REDUCED, ParityVerdict, judge
 from torchboost.tune.search_options import SearchOptions
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
@@ -54,20 +55,17 @@ class _Search:
         self.options = options
         self.run = Runner(measure, options.budget_s, clock)
         self.on_decision = on_decision
-        self.threshold = 1.0 - options.min_gain
-        """A candidate is kept when its median ratio is below this."""
         self.decisions: list[Decision] = []
         self.warnings: list[str] = []
-        self.aa_ratios: list[float] = []
-        self.noise = 0.0
-        self.fixed_noise = 0.0
-        """How much the baseline's time outside its steps varied between its A/A runs, seconds."""
+        self.floor = NoiseFloor(options.min_gain)
+        """The A/A ratios of the incumbent's runs beside the candidates, and the floor they make."""
         self.baseline = self.run(Overlay())
         self.memory = MemoryGate(memory_limit, self.baseline.peak_memory_bytes)
         self.incumbent: Settings = Overlay()
         self.incumbent_ms = self.baseline.ms_per_step
         self.incumbent_fixed = self.baseline.fixed_s
         self.reference = self.baseline.losses
+        self.floor.add(Overlay(), self.baseline)
         # A/A losses: reproducible or not; once bf16 is kept, exact levers get its tolerance (judge)
         self.repeats: list[list[float]] = []
         self.reduced = False
@@ -89,44 +87,41 @@ class _Search:
                     "fix that before tuning (no candidate can be checked against it)")
         return None
 
+    @property
+    def threshold(self) -> float:
+        """A candidate is kept when its median ratio is below this (the noise floor so far)."""
+        return self.floor.threshold
+
     def measure_noise(self) -> None:
-        """A/A: the baseline against itself, ``noise_repeats`` times in a row. The median
-        departure of those ratios from 1 is the noise floor a kept change must clear."""
-        previous, fixed = self.baseline, [self.baseline.fixed_s]
-        for _ in range(self.options.noise_repeats):
-            if self.run.out_of_budget():
+        """With ``aa_first``: the baseline against itself ``noise_repeats`` times before any
+        candidate (the order before pairs). Otherwise nothing here: the pairs' A's measure it."""
+        for _ in range(self.options.noise_repeats if self.options.aa_first else 0):
+            if self.run.out_of_budget() or not self._incumbent_again().ok:
                 break
-            again = self.run(Overlay())
-            if not again.ok:
-                break
-            self.repeats.append(list(again.losses))
-            self.aa_ratios.append(again.ms_per_step / previous.ms_per_step)
+
+    def _incumbent_again(self) -> TrialResult:
+        """One more run of the incumbent (a pair's A): a point of the noise floor, and, while
+        it is the baseline, one more repeat its losses are known to vary by."""
+        again = self.run(self.incumbent)
+        self.floor.add(self.incumbent, again)
+        if again.ok:
             self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
-            fixed.append(again.fixed_s)
-            previous = again
-        # The typical departure of one A/A ratio (the median, not the worst: one outlier on a
-        # shared machine would otherwise bar every change; verdicts are medians of pairs too).
-        self.noise = statistics.median(abs(r - 1.0) for r in self.aa_ratios) if self.aa_ratios else 0.0
-        self.fixed_noise = max(fixed) - min(fixed)
-        self.threshold = 1.0 - max(self.options.min_gain, self.noise)
-        if self.noise > self.options.noisy:
-            self.warnings.append(
-                f"the baseline measured against itself varied by {self.noise:.0%} (A/A ratios "
-                f"{', '.join(f'{r:.3f}' for r in self.aa_ratios)}): the machine is too noisy for "
-                "these verdicts to be reliable; tune again on a quieter machine")
-        if self.baseline.load_pct > self.options.busy_pct:  # busy throughout: no pair stands out
-            self.warnings.append(f"other processes used {self.baseline.load_pct:.0f}% of the machine while the "
-                                 "baseline ran: every figure here was measured beside them, and a setting's "
-                                 "gain may differ without them; tune again when they are done")
+            if not self.incumbent:
+                self.repeats.append(list(again.losses))
+        return again
 
     def outcome(self, error: str | None) -> TuneOutcome:
         if error is not None:
             return TuneOutcome(self.baseline, Overlay(), [], self.decisions, self.run.trials, self.run.elapsed_s(),
                                error=error)
         return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
-                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.noise,
-                           aa_ratios=list(self.aa_ratios), warnings=list(self.warnings),
+                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.floor.noise,
+                           aa_ratios=list(self.floor.aa_ratios), warnings=self._warnings(),
                            memory_limit_bytes=self.memory.limit)
+
+    def _warnings(self) -> list[str]:
+        options = self.options
+        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings
 
     def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
         """A decision on one candidate of ``lever``, in the words a report needs."""
@@ -245,7 +240,7 @@ class _Search:
             if not result.ok:
                 self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
                 continue
-            verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
+            verdict = self._judge(lever, result)
             if not verdict.ok:
                 self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
@@ -259,6 +254,19 @@ class _Search:
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
 
+    def _judge(self, lever: Lever, result: TrialResult) -> ParityVerdict:
+        """Loss parity of a screened candidate. The first one may come before any repeat of the
+        baseline: when it fails, the baseline runs once more (a pair's A, ahead of its B) to
+        learn whether the script reproduces its own losses, and the candidate is judged again."""
+        verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
+                        reduced=self.reduced)
+        if verdict.ok or self.repeats or self.incumbent or self.run.out_of_budget():
+            return verdict
+        if not self._incumbent_again().ok:
+            return verdict
+        return judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
+                     reduced=self.reduced)
+
     def _confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
         fresh pair, run back to back, must confirm it before anything is kept. A pair run
@@ -270,9 +278,9 @@ class _Search:
                        peak_memory_bytes=best.result.peak_memory_bytes)
         retried = False
         while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
-            if pairs.settled(self.options.clear_pairs, self.threshold):
+            if pairs.settled(self.options.clear_pairs, self.threshold) and self.floor.count >= self.options.noise_repeats:
                 break
-            a = self.run(self.incumbent)
+            a = self._incumbent_again()
             b = self.run(candidate)
             pairs.peak_memory_bytes = max(pairs.peak_memory_bytes, b.peak_memory_bytes)
             pairs.failure = self._pair_failure(lever, a, b)
@@ -321,9 +329,9 @@ class _Search:
         elif ratio >= self.threshold:
             status, reason = Status.NOT_BEYOND_NOISE, (
                 f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
-                f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.noise:.1%})")
+                f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.floor.noise:.1%})")
         else:
-            status, reason, break_even = repaid(lever, pairs, self.options.run_steps, self.fixed_noise)
+            status, reason, break_even = repaid(lever, pairs, self.options.run_steps, self.floor.fixed_noise_s)
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
         cold_s, warm_s = pairs.compile_costs() if lever.fixed_cost else (None, None)
