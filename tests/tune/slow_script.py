@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import itertools
 
+from torchboost.observe.record.sequential_stop import decided
 from torchboost.tune.trial_result import TrialResult
 
-LOSSES = [2.0 - 0.05 * i for i in range(20)]
+LOSSES = [2.0 - 0.01 * i for i in range(40)]
 
 
 class SlowScript:
@@ -33,13 +34,23 @@ class SlowScript:
         return ms * next(self._noise)
 
     def __call__(self, settings, repeat):
+        return self.measure(settings, repeat)
+
+    def measure(self, settings, repeat, decide=None):
+        """One trial; with ``decide`` (the incumbent's ms/step, the margin) it stops once its
+        steps (a little noise each) decide the ratio, as the trial's child does."""
         self.calls.append((dict(settings), repeat, self.now))
         ms = self.trial_ms(settings)
-        self.now += self.fixed_s + (self.warmup + self.steps) * ms / 1e3
+        steps = [ms * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(self.steps)]
+        if decide is not None:
+            n = next((n for n in range(1, self.steps) if decided(steps[:n], *decide)), self.steps)
+            steps = steps[:n]
+        wall_s = self.fixed_s + (self.warmup * ms + sum(steps)) / 1e3
+        self.now += wall_s
         losses = [x * 1.004 for x in LOSSES] if settings.get("precision.mode") == "bf16" else list(LOSSES)
-        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * self.steps, losses=losses,
-                           samples_per_step=16, wall_s=self.fixed_s + (self.warmup + self.steps) * ms / 1e3,
-                           fixed_s=self.fixed_s)
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=steps, losses=losses[:self.warmup + len(steps)],
+                           samples_per_step=16, wall_s=wall_s, fixed_s=self.fixed_s,
+                           stopped_decided=decided(steps, *decide) if decide else None)
 
     def first_call(self, key: str) -> float | None:
         """The clock when the first trial setting ``key`` started (None: never tried)."""

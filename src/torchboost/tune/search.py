@@ -281,7 +281,9 @@ class _Search:
             if pairs.settled(self.options.clear_pairs, self.threshold) and self.floor.count >= self.options.noise_repeats:
                 break
             a = self._incumbent_again()
-            b = self.run(candidate)
+            # Screening ran the candidate in full (its losses judged over every step): a pair's
+            # run may stop once its steps decide the ratio to the A just measured.
+            b = self.run(candidate, decide=(a.ms_per_step, 1.0 - self.threshold) if a.ok else None)
             pairs.peak_memory_bytes = max(pairs.peak_memory_bytes, b.peak_memory_bytes)
             pairs.failure = self._pair_failure(lever, a, b)
             if pairs.failure is not None:

@@ -173,7 +173,8 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
                        deadline: float = math.inf):
     trials_dir = options.out_dir / "trials"
 
-    def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None) -> TrialResult:
+    def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None,
+                decide: tuple[float, float] | None = None) -> TrialResult:
         recorded = journal.lookup(settings, repeat)
         if recorded is not None:
             return recorded
@@ -184,7 +185,7 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
                            timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10),
                                          max(deadline - time.monotonic(), 1.0)),
                            slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
-                           writes_ledger=options.writes_ledger)
+                           writes_ledger=options.writes_ledger, decide=decide)
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
