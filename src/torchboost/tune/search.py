@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from torchboost.config import Overlay
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
-from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever
+from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.probe_order import why_not_tried
 from torchboost.tune.memory_limit import MemoryGate
@@ -149,6 +149,9 @@ class _Search:
                 self.record(lever, proposals[0], Status.SKIPPED, hopeless)
             elif proposals and not self._cannot_pay_off(lever, proposals):
                 self._pull(lever, proposals)
+        together = retry_lever(levers, self.decisions, self.incumbent)
+        if together is not None and not self.stopped and not self.run.out_of_budget():
+            self._pull(together, together.propose(self.incumbent, context))
         interaction = interaction_lever(levers, self.decisions, self.screened, self.incumbent, self.options)
         if interaction is not None and not self.stopped and not self.run.out_of_budget():
             self._pull(interaction, interaction.propose(self.incumbent, context))
