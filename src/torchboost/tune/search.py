@@ -32,7 +32,8 @@ from torchboost.config import Overlay
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.levers import Lever, TuneContext
-from torchboost.tune.probe_order import why_not_tried
+from torchboost.tune.probe_order import lever_measurement, why_not_tried
+from torchboost.tune.busy import too_busy
 from torchboost.tune.memory_limit import MemoryGate
 from torchboost.tune.noise import NoiseFloor
 from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
@@ -73,6 +74,8 @@ class _Search:
         held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
         self.waterfall: list[WaterfallStep] = []
         self.stopped = False
+        self.top: tuple[str, float] | None = None
+        """The first lever the doctor measured, and its ratio (for "too busy to tell")."""
         self.screened: dict[str, list[tuple[float, Settings]]] = {}
         """Per lever: the correct candidates' screening times, for the interaction pass."""
 
@@ -120,8 +123,12 @@ class _Search:
                            memory_limit_bytes=self.memory.limit)
 
     def _warnings(self) -> list[str]:
-        options = self.options
-        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings
+        options, top = self.options, self.top
+        first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
+        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.baseline.load_pct,
+                        self.baseline.wall_s, options.noise_repeats)
+        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings + (
+            [busy] if busy else [])
 
     def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
         """A decision on one candidate of ``lever``, in the words a report needs."""
@@ -136,6 +143,9 @@ class _Search:
     def pull_levers(self, levers: list[Lever], context: TuneContext) -> None:
         """The memory levers, then each other lever in turn, then the interaction pass."""
         self.waterfall.append(WaterfallStep("baseline", Overlay(), self.incumbent_ms, 1.0, 0.0, self.memory.peak))
+        first = next((lever for lever in levers if not lever.for_memory and lever_measurement(lever, context)), None)
+        measured = lever_measurement(first, context) if first is not None else None
+        self.top = (first.id, measured.ratio) if first is not None and measured is not None else None
         self._fit_memory([lever for lever in levers if lever.for_memory], context)
         for lever in levers:
             if lever.for_memory:
