@@ -352,7 +352,7 @@ def test_a_noisy_baseline_keeps_nothing():
     script = FakeScript(factors={("optimizer.implementation", "fused"): 0.9}, noise=0.2)
     outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, has_loader=False), script,
                          SearchOptions())
-    assert outcome.noise > 0.15 and len(outcome.aa_ratios) == 3
+    assert outcome.noise > 0.15 and len(outcome.aa_ratios) >= 3  # every pair's A against the one before
     assert outcome.settings == {}
     fused = next(d for d in outcome.decisions if d.lever == "optimizer" and d.status != "screened_out")
     assert fused.status in ("not_beyond_noise", "slower")
@@ -365,7 +365,7 @@ def test_the_same_change_on_a_quiet_baseline_is_kept():
     outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, has_loader=False), script,
                          SearchOptions())
     assert outcome.settings == {"optimizer.implementation": "fused"} and outcome.warnings == []
-    assert _baseline_repeats(script)[:4] == [0, 1, 2, 3]  # the A/A runs come right after the baseline
+    assert _baseline_repeats(script)[:4] == [0, 1, 2, 3]  # its pairs' A's: each a repeat of the baseline
 
 
 class FixedCostScript(FakeScript):

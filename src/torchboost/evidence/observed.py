@@ -289,6 +289,9 @@ class Facts:
     stopped_slow: bool = False
     """A tuning trial stopped early: its first steps were already far slower than the
     configuration it was measured against (see ``ObserveSpec.stop_slower_than_ms``)."""
+    stopped_decided: str | None = None
+    """"faster" or "slower": a tuning trial stopped once its steps decided its ratio to the
+    incumbent beyond noise (see ``ObserveSpec.stop_decided_ms``); None: it ran its steps."""
     stall: dict[str, Any] | None = None
     """{doing, after_s, limit_s, at_step} when the stall watchdog ended the run."""
     signal: str | None = None

@@ -107,6 +107,12 @@ class ObserveSpec:
     stop_slower_than_ms: float | None = None
     """A tuning trial's bound: once ``SLOW_CHECK_STEPS`` steps are recorded, a median step
     time above this stops the script (a candidate already far slower than the incumbent)."""
+    stop_decided_ms: float | None = None
+    """A tuning trial's incumbent, ms/step: once the recorded steps put the trial's ratio to it
+    beyond ``stop_decided_margin`` either way, beyond their own spread, the script is stopped
+    (:mod:`torchboost.observe.record.sequential_stop`); None runs every step."""
+    stop_decided_margin: float = 0.03
+    """The fraction a decided ratio must clear (the search's least gain or noise floor)."""
     stall_timeout_s: float | None = 60.0
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""

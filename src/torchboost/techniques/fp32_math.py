@@ -267,7 +267,7 @@ TECHNIQUE = Technique(
     apply=_apply,
     nocode=NoCode(at_start=_nocode_start),
     levers=(Lever("fp32_math", "bf16 math in fp32 matmuls (fp32_math)", Parity.REDUCED, _propose,
-                  ("fp32_math.bf16",), priority=35, hopeless=_hopeless),),
+                  ("fp32_math.bf16",), priority=35, hopeless=_hopeless, probed_by="fp32_math.bf16"),),
     spell=_spell,
     facts=Fp32MathFacts,
     probe=_probe,

@@ -91,6 +91,9 @@ class TuneContext:
     a GPU, the training process's peak RSS otherwise); 0: not measured."""
     techniques: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Each technique's own facts as the doctor saw them (``Facts.techniques``)."""
+    measured: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The doctor's quick probes by finding id, each a :class:`~torchboost.evidence.findings.Measured`:
+    the fix timed against plain steps, interleaved, in the script's process (``Facts.quick_probes``)."""
 
     def seen(self, kind: type[T]) -> T:
         """A technique's facts (``kind`` names its technique); its defaults when not seen."""
@@ -125,6 +128,12 @@ class Lever:
     """What a reader calls a candidate ("bf16"); None: the lever's title."""
     hopeless: Callable[[TuneContext], str | None] | None = None
     """Evidence, in words, that the lever cannot pay here: it is then skipped, untried."""
+    probed_by: str = ""
+    """The finding whose quick probe times this lever's own change (bf16 autocast): it orders
+    the search, and one measured slower than plain skips the lever. "": none does."""
+    retry_after: tuple[str, ...] = ()
+    """Levers on top of which this one, correct but not kept alone, is tried again once they
+    are kept: bf16 after compile (fusion in bf16 can pay where it does not in fp32)."""
     for_memory: bool = False
     """A memory lever: it trades time for memory; tried only when the incumbent's peak is
     over the memory limit, and kept when it brings the peak under the limit, whatever its

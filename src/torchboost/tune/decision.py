@@ -115,8 +115,8 @@ class TuneOutcome:
     stopped_by_budget: bool = False
     error: str | None = None
     noise: float = 0.0
-    """The noise floor: the median departure from 1 of the baseline's A/A ratios (it
-    measured against itself, run after run); a change is kept only when it gains more."""
+    """The noise floor: the median departure from 1 of the A/A ratios (each pair's run of
+    the incumbent against the one before it); a change is kept only when it gains more."""
     aa_ratios: list[float] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What makes the figures less trustworthy (a busy machine, a wide noise floor)."""

@@ -9,12 +9,14 @@ from torchboost.tune.decision import Decision, Status
 from torchboost.tune.levers import Lever
 from torchboost.tune.parity import EXACT, STATISTICAL
 
-__all__ = ["INTERACTION", "INTERACTION_TITLE", "interaction_lever"]
+__all__ = ["INTERACTION", "INTERACTION_TITLE", "TOGETHER", "interaction_lever", "retry_lever"]
 
 
 INTERACTION = "interaction"
 """Id of the last pass's lever: a near-miss of a coupled lever with a near-miss of another."""
 INTERACTION_TITLE = "levers that pay together"
+TOGETHER = "together"
+"""Id of a lever tried again on top of one kept after it (``Lever.retry_after``): bf16 with compile."""
 
 
 def interaction_lever(levers: list[Lever], decisions: list[Decision], screened: dict[str, list[tuple[float, Overlay]]],
@@ -46,3 +48,26 @@ def interaction_lever(levers: list[Lever], decisions: list[Decision], screened: 
         return None
     return Lever(INTERACTION, INTERACTION_TITLE, EXACT, lambda inc, ctx: proposals,
                  fallback_parity=STATISTICAL)
+
+
+def retry_lever(levers: list[Lever], decisions: list[Decision], incumbent: Overlay) -> Lever | None:
+    """A lever that was correct but not kept for its time (bf16 no faster in fp32's eager
+    kernels), tried once more on top of a lever it names in ``retry_after`` that was kept
+    after it (compile): fusion in bf16 can pay where it does not in fp32, and can lose,
+    so the pair is timed and judged on its time like any candidate. Its extra fixed cost
+    (compiling again in bf16, on a warm cache) is what its runs spend beyond the incumbent's.
+    None when there is nothing to retry."""
+    kept = {d.lever: d for d in decisions if d.status is Status.KEPT}
+    for lever in levers:
+        after = [kept[other] for other in lever.retry_after if other in kept]
+        missed = [d for d in decisions if d.lever == lever.id and d.status in (Status.NOT_BEYOND_NOISE, Status.SLOWER)]
+        if not after or not missed or decisions.index(after[0]) < decisions.index(missed[-1]):
+            continue
+        change = missed[-1].settings
+        if incumbent | change == incumbent:
+            continue
+        title = f"{lever.title} with {after[0].title}"
+        return Lever(TOGETHER, title, lever.parity, lambda inc, ctx, change=change: [change],
+                     subject=lambda c, lever=lever, host=after[0]: f"{lever.subject(c) if lever.subject else lever.title} "
+                                                                 f"with {host.subject or host.title}")
+    return None

@@ -8,8 +8,9 @@ known about the script and machine, it proposes a few candidate settings to meas
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from torchboost.evidence.findings import Measured
 from torchboost.evidence.observed import Facts
 from torchboost.techniques.registry import Lever, TuneContext, techniques
 
@@ -22,10 +23,16 @@ def default_levers() -> list[Lever]:
     return sorted(levers, key=lambda lever: (lever.priority, lever.id))
 
 
-def order_levers(levers: list[Lever], expected_speedup: dict[str, float]) -> list[Lever]:
-    """Largest expected gain first (from the doctor's findings by id); the rest keep their order."""
+def order_levers(levers: list[Lever], expected_speedup: dict[str, float],
+                 measured: Mapping[str, Measured] | None = None) -> list[Lever]:
+    """Largest gain first: the doctor's quick-probe ratio of the lever's own change
+    (``measured`` by finding id, see ``Lever.probed_by``) where it timed one, else the
+    largest expected speedup of its findings (by id); the rest keep their order."""
+    measured = measured or {}
 
     def gain(lever: Lever) -> float:
+        if lever.probed_by in measured:
+            return measured[lever.probed_by].ratio
         return max((expected_speedup.get(fid, 1.0) for fid in lever.finding_ids), default=1.0)
 
     ranked = sorted(enumerate(levers), key=lambda item: (-gain(item[1]), item[0]))

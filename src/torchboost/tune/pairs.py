@@ -24,9 +24,10 @@ class Runner:
         self._counts: dict[str, int] = {}
         self._budget_s = budget_s
         try:
-            self._takes_limit = "slower_than_ms" in inspect.signature(measure).parameters
+            parameters = inspect.signature(measure).parameters
         except (TypeError, ValueError):  # a callable whose signature cannot be read
-            self._takes_limit = False
+            parameters = {}
+        self._takes = {name for name in ("slower_than_ms", "decide") if name in parameters}
         self._clock = clock
         self.start = clock()
         self.trials = 0
@@ -37,16 +38,18 @@ class Runner:
     def elapsed_s(self) -> float:
         return self._clock() - self.start
 
-    def __call__(self, settings: Overlay, *, slower_than_ms: float | None = None) -> TrialResult:
-        """One trial; ``slower_than_ms`` lets a measure that takes it stop a trial whose first
-        steps are already slower than that (others run it in full)."""
+    def __call__(self, settings: Overlay, *, slower_than_ms: float | None = None,
+                 decide: tuple[float, float] | None = None) -> TrialResult:
+        """One trial. A measure that takes them may stop it early: ``slower_than_ms`` once its
+        first steps are already slower than that; ``decide`` = (the incumbent's ms/step, the
+        margin) once its steps decide its ratio beyond that margin (others run it in full)."""
         key = describe_settings(settings)
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
-        if slower_than_ms is not None and self._takes_limit:
-            return self._measure(Overlay(settings), repeat, slower_than_ms=slower_than_ms)
-        return self._measure(Overlay(settings), repeat)
+        given = {"slower_than_ms": slower_than_ms, "decide": decide}
+        stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
+        return self._measure(Overlay(settings), repeat, **stops)
 
 
 class Screened(NamedTuple):

@@ -29,12 +29,16 @@ import time
 from typing import Any, Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even, paired_step_ms
-from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever
+from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
+from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.levers import Lever, TuneContext
+from torchboost.tune.probe_order import lever_measurement, why_not_tried
+from torchboost.tune.busy import too_busy
 from torchboost.tune.memory_limit import MemoryGate
+from torchboost.tune.noise import NoiseFloor
 from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
-from torchboost.tune.parity import REDUCED, judge
+from torchboost.tune.repaid import cannot_pay_off, repaid
+from torchboost.tune.parity import REDUCED, ParityVerdict, judge
 from torchboost.tune.search_options import SearchOptions
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
@@ -52,20 +56,17 @@ class _Search:
         self.options = options
         self.run = Runner(measure, options.budget_s, clock)
         self.on_decision = on_decision
-        self.threshold = 1.0 - options.min_gain
-        """A candidate is kept when its median ratio is below this."""
         self.decisions: list[Decision] = []
         self.warnings: list[str] = []
-        self.aa_ratios: list[float] = []
-        self.noise = 0.0
-        self.fixed_noise = 0.0
-        """How much the baseline's time outside its steps varied between its A/A runs, seconds."""
+        self.floor = NoiseFloor(options.min_gain)
+        """The A/A ratios of the incumbent's runs beside the candidates, and the floor they make."""
         self.baseline = self.run(Overlay())
         self.memory = MemoryGate(memory_limit, self.baseline.peak_memory_bytes)
         self.incumbent: Settings = Overlay()
         self.incumbent_ms = self.baseline.ms_per_step
         self.incumbent_fixed = self.baseline.fixed_s
         self.reference = self.baseline.losses
+        self.floor.add(Overlay(), self.baseline)
         # A/A losses: reproducible or not; once bf16 is kept, exact levers get its tolerance (judge)
         self.repeats: list[list[float]] = []
         self.reduced = False
@@ -73,6 +74,8 @@ class _Search:
         held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
         self.waterfall: list[WaterfallStep] = []
         self.stopped = False
+        self.top: tuple[str, float] | None = None
+        """The first lever the doctor measured, and its ratio (for "too busy to tell")."""
         self.screened: dict[str, list[tuple[float, Settings]]] = {}
         """Per lever: the correct candidates' screening times, for the interaction pass."""
 
@@ -87,44 +90,45 @@ class _Search:
                     "fix that before tuning (no candidate can be checked against it)")
         return None
 
+    @property
+    def threshold(self) -> float:
+        """A candidate is kept when its median ratio is below this (the noise floor so far)."""
+        return self.floor.threshold
+
     def measure_noise(self) -> None:
-        """A/A: the baseline against itself, ``noise_repeats`` times in a row. The median
-        departure of those ratios from 1 is the noise floor a kept change must clear."""
-        previous, fixed = self.baseline, [self.baseline.fixed_s]
-        for _ in range(self.options.noise_repeats):
-            if self.run.out_of_budget():
+        """With ``aa_first``: the baseline against itself ``noise_repeats`` times before any
+        candidate (the order before pairs). Otherwise nothing here: the pairs' A's measure it."""
+        for _ in range(self.options.noise_repeats if self.options.aa_first else 0):
+            if self.run.out_of_budget() or not self._incumbent_again().ok:
                 break
-            again = self.run(Overlay())
-            if not again.ok:
-                break
-            self.repeats.append(list(again.losses))
-            self.aa_ratios.append(again.ms_per_step / previous.ms_per_step)
+
+    def _incumbent_again(self) -> TrialResult:
+        """One more run of the incumbent (a pair's A): a point of the noise floor, and, while
+        it is the baseline, one more repeat its losses are known to vary by."""
+        again = self.run(self.incumbent)
+        self.floor.add(self.incumbent, again)
+        if again.ok:
             self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
-            fixed.append(again.fixed_s)
-            previous = again
-        # The typical departure of one A/A ratio (the median, not the worst: one outlier on a
-        # shared machine would otherwise bar every change; verdicts are medians of pairs too).
-        self.noise = statistics.median(abs(r - 1.0) for r in self.aa_ratios) if self.aa_ratios else 0.0
-        self.fixed_noise = max(fixed) - min(fixed)
-        self.threshold = 1.0 - max(self.options.min_gain, self.noise)
-        if self.noise > self.options.noisy:
-            self.warnings.append(
-                f"the baseline measured against itself varied by {self.noise:.0%} (A/A ratios "
-                f"{', '.join(f'{r:.3f}' for r in self.aa_ratios)}): the machine is too noisy for "
-                "these verdicts to be reliable; tune again on a quieter machine")
-        if self.baseline.load_pct > self.options.busy_pct:  # busy throughout: no pair stands out
-            self.warnings.append(f"other processes used {self.baseline.load_pct:.0f}% of the machine while the "
-                                 "baseline ran: every figure here was measured beside them, and a setting's "
-                                 "gain may differ without them; tune again when they are done")
+            if not self.incumbent:
+                self.repeats.append(list(again.losses))
+        return again
 
     def outcome(self, error: str | None) -> TuneOutcome:
         if error is not None:
             return TuneOutcome(self.baseline, Overlay(), [], self.decisions, self.run.trials, self.run.elapsed_s(),
                                error=error)
         return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
-                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.noise,
-                           aa_ratios=list(self.aa_ratios), warnings=list(self.warnings),
+                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.floor.noise,
+                           aa_ratios=list(self.floor.aa_ratios), warnings=self._warnings(),
                            memory_limit_bytes=self.memory.limit)
+
+    def _warnings(self) -> list[str]:
+        options, top = self.options, self.top
+        first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
+        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.baseline.load_pct,
+                        self.baseline.wall_s, options.noise_repeats)
+        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings + (
+            [busy] if busy else [])
 
     def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
         """A decision on one candidate of ``lever``, in the words a report needs."""
@@ -139,6 +143,9 @@ class _Search:
     def pull_levers(self, levers: list[Lever], context: TuneContext) -> None:
         """The memory levers, then each other lever in turn, then the interaction pass."""
         self.waterfall.append(WaterfallStep("baseline", Overlay(), self.incumbent_ms, 1.0, 0.0, self.memory.peak))
+        first = next((lever for lever in levers if not lever.for_memory and lever_measurement(lever, context)), None)
+        measured = lever_measurement(first, context) if first is not None else None
+        self.top = (first.id, measured.ratio) if first is not None and measured is not None else None
         self._fit_memory([lever for lever in levers if lever.for_memory], context)
         for lever in levers:
             if lever.for_memory:
@@ -147,11 +154,14 @@ class _Search:
                 self.stopped = True
                 break
             proposals = lever.propose(self.incumbent, context)
-            hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
+            hopeless = why_not_tried(lever, context) if proposals else None
             if hopeless is not None:
                 self.record(lever, proposals[0], Status.SKIPPED, hopeless)
             elif proposals and not self._cannot_pay_off(lever, proposals):
                 self._pull(lever, proposals)
+        together = retry_lever(levers, self.decisions, self.incumbent)
+        if together is not None and not self.stopped and not self.run.out_of_budget():
+            self._pull(together, together.propose(self.incumbent, context))
         interaction = interaction_lever(levers, self.decisions, self.screened, self.incumbent, self.options)
         if interaction is not None and not self.stopped and not self.run.out_of_budget():
             self._pull(interaction, interaction.propose(self.incumbent, context))
@@ -161,7 +171,7 @@ class _Search:
         proposals in turn until one brings it under; otherwise each is skipped, untried."""
         for lever in levers:
             proposals = lever.propose(self.incumbent, context)
-            hopeless = lever.hopeless(context) if lever.hopeless is not None and proposals else None
+            hopeless = why_not_tried(lever, context) if proposals else None
             if proposals and not self.memory.incumbent_over():
                 self.record(lever, proposals[0], Status.SKIPPED, self.memory.nothing_over())
             elif hopeless is not None:
@@ -192,21 +202,11 @@ class _Search:
         return True
 
     def _cannot_pay_off(self, lever: Lever, proposals: list[Settings]) -> bool:
-        """A fixed cost (a compile) that cannot be repaid, even its least, over the planned run:
-        skipped, untried."""
-        options, incumbent_ms = self.options, self.incumbent_ms
-        if not lever.fixed_cost or options.run_steps is None:
-            return False
-        most_saved_s = options.run_steps * incumbent_ms * options.compile_max_gain / 1e3
-        if most_saved_s >= options.compile_min_s:
-            return False
-        least_break_even = 1e3 * options.compile_min_s / (incumbent_ms * options.compile_max_gain)
-        self.record(lever, proposals[0], Status.SKIPPED,
-                    f"cannot pay off: {options.run_steps} steps x {incumbent_ms:.1f} ms save at most "
-                    f"{most_saved_s:.1f} s, and a {lever.fixed_cost} costs at least {options.compile_min_s:.0f} s "
-                    f"(break-even at least {least_break_even:.0f} steps)",
-                    break_even_steps=least_break_even)
-        return True
+        """A fixed cost (a compile) that cannot be repaid over the planned run: skipped, untried."""
+        cannot = cannot_pay_off(lever, self.incumbent_ms, self.options)
+        if cannot is not None:
+            self.record(lever, proposals[0], Status.SKIPPED, cannot[0], break_even_steps=cannot[1])
+        return cannot is not None
 
     def _pull(self, lever: Lever, proposals: list[Settings]) -> None:
         """Screen the proposals, confirm the fastest against the incumbent, keep or revert it."""
@@ -253,7 +253,7 @@ class _Search:
             if not result.ok:
                 self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
                 continue
-            verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
+            verdict = self._judge(lever, result)
             if not verdict.ok:
                 self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
@@ -267,6 +267,19 @@ class _Search:
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
 
+    def _judge(self, lever: Lever, result: TrialResult) -> ParityVerdict:
+        """Loss parity of a screened candidate. The first one may come before any repeat of the
+        baseline: when it fails, the baseline runs once more (a pair's A, ahead of its B) to
+        learn whether the script reproduces its own losses, and the candidate is judged again."""
+        verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
+                        reduced=self.reduced)
+        if verdict.ok or self.repeats or self.incumbent or self.run.out_of_budget():
+            return verdict
+        if not self._incumbent_again().ok:
+            return verdict
+        return judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
+                     reduced=self.reduced)
+
     def _confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
         fresh pair, run back to back, must confirm it before anything is kept. A pair run
@@ -278,10 +291,12 @@ class _Search:
                        peak_memory_bytes=best.result.peak_memory_bytes)
         retried = False
         while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
-            if pairs.settled(self.options.clear_pairs, self.threshold):
+            if pairs.settled(self.options.clear_pairs, self.threshold) and self.floor.count >= self.options.noise_repeats:
                 break
-            a = self.run(self.incumbent)
-            b = self.run(candidate)
+            a = self._incumbent_again()
+            # Screening ran the candidate in full (its losses judged over every step): a pair's
+            # run may stop once its steps decide the ratio to the A just measured.
+            b = self.run(candidate, decide=(a.ms_per_step, 1.0 - self.threshold) if a.ok else None)
             pairs.peak_memory_bytes = max(pairs.peak_memory_bytes, b.peak_memory_bytes)
             pairs.failure = self._pair_failure(lever, a, b)
             if pairs.failure is not None:
@@ -329,44 +344,15 @@ class _Search:
         elif ratio >= self.threshold:
             status, reason = Status.NOT_BEYOND_NOISE, (
                 f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
-                f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.noise:.1%})")
+                f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.floor.noise:.1%})")
         else:
-            status, reason, break_even = self._repaid(lever, pairs)
+            status, reason, break_even = repaid(lever, pairs, self.options.run_steps, self.floor.fixed_noise_s)
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
         cold_s, warm_s = pairs.compile_costs() if lever.fixed_cost else (None, None)
         self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
                     break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
                     compile_cold_s=cold_s, compile_warm_s=warm_s)
-
-    def _repaid(self, lever: Lever, pairs: Pairs) -> tuple[Status, str, float | None]:
-        """Whether what a faster step saves over the planned run repays the fixed cost the
-        change adds: compile's first-call time, or any start-up it costs (worker start, the
-        hand-over's memory manager), measured as a trial's time outside its steps."""
-        ratio, n, run_steps = statistics.median(pairs.ratios), len(pairs.ratios), self.options.run_steps
-        eager_ms = statistics.median(pairs.incumbent_ms)
-        candidate_ms = paired_step_ms(pairs.incumbent_ms, pairs.ratios)  # the saving follows the paired ratio
-        # Fixed costs vary from run to run too: only what exceeds the baseline's own spread counts.
-        extra_s = statistics.median(pairs.candidate_fixed) - statistics.median(pairs.incumbent_fixed) - self.fixed_noise
-        kept = f"median ratio {ratio:.3f} over {n} pair(s)"
-        fixed = lever.fixed_cost
-        if fixed:  # the user pays the warm cost: tune's runs fill the compile cache run uses
-            cold_s, warm_s = pairs.compile_costs()
-            extra_s = max(extra_s, warm_s)
-            kept += f"; {fixed} {cold_s:.1f} s on the first run, {warm_s:.1f} s on every later one (cache warm)"
-        if extra_s <= 0:
-            return Status.KEPT, kept, 0.0 if fixed else None
-        break_even = compile_break_even(extra_s, eager_ms, candidate_ms)
-        if run_steps is None and fixed:  # a fixed cost is judged against a known run only
-            return Status.NOT_REPAID, (
-                f"{fixed} takes {extra_s:.1f} s and pays off after {break_even:.0f} steps, but the run's length "
-                "is unknown: pass --run-steps to judge it"), break_even
-        if run_steps is not None and break_even >= run_steps:
-            what = f"{fixed} takes" if fixed else "it adds"
-            return Status.NOT_REPAID, (
-                f"{what} {extra_s:.1f} s and saves {eager_ms - candidate_ms:.2f} ms/step: "
-                f"it pays off after {break_even:.0f} steps, the run has {run_steps}"), break_even
-        return Status.KEPT, f"{kept}; its {extra_s:.1f} s fixed cost pays off after {break_even:.0f} steps", break_even
 
     def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
         """The candidate becomes the incumbent, and the waterfall gains its bar."""

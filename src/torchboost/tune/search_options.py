@@ -35,7 +35,12 @@ class SearchOptions:
     interaction_hosts: int = 1
     """At most this many runners-up per coupled lever in the interaction pass."""
     noise_repeats: int = 3
-    """Extra runs of the baseline (A/A) that measure the noise floor; 0 trusts ``min_gain``."""
+    """A/A ratios (each pair's A against the A before it) the first confirmation measures
+    at least, up to ``max_repeats`` pairs; 0 trusts ``min_gain`` until pairs say more."""
+    aa_first: bool = False
+    """Measure the ``noise_repeats`` A/A runs before any candidate, as tune did before the
+    floor came from pairs (on slow steps they can spend the budget before the top candidate):
+    kept for the benchmark that compares the two orders."""
     noisy: float = 0.15
     """A noise floor above this (15%) makes every verdict unreliable, and the outcome says so."""
     early_stop: float = 2.0

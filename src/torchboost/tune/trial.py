@@ -66,6 +66,7 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
         compile_s=compile_s, compile_cache=compiled.cache, wall_s=wall_s, fixed_s=fixed_s,
     )
     result.stopped_early = bool(getattr(facts, "stopped_slow", False))
+    result.stopped_decided = getattr(facts, "stopped_decided", None)
     if facts.ended in ("crashed", "stalled", "killed") or exit_code != 0:
         result.ok = False
         result.error = failure_words(facts, exit_code, error_tail, "")
@@ -88,17 +89,19 @@ def run_trial(
     slower_than_ms: float | None = None,
     stall_timeout_s: float | None = 60.0,
     writes_ledger: Path | None = None,
+    decide: tuple[float, float] | None = None,
 ) -> TrialResult:
     """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
     None: plain PyTorch); ``warmup`` steps, then ``steps`` measured, or fewer when the first
-    ones are already slower than ``slower_than_ms`` each (the trial then stops early)."""
+    ones are already slower than ``slower_than_ms`` each (the trial then stops early), or
+    once they decide the ratio to ``decide`` = (the incumbent's ms/step, the margin)."""
     config = Overlay(settings).on(base if base is not None else BoostConfig.off())
     with LoadMeter() as load:
         start = time.monotonic()
         observed = run_observed(
             command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
             echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms, stall_timeout_s=stall_timeout_s,
-            writes_ledger=writes_ledger,
+            writes_ledger=writes_ledger, stop_decided=decide,
         )
         wall = time.monotonic() - start
     if observed.timed_out:

@@ -57,6 +57,9 @@ class TrialResult:
     """Other processes' CPU use during the trial, percent of the whole machine."""
     stopped_early: bool = False
     """Stopped after its first steps: already far slower than the incumbent."""
+    stopped_decided: str | None = None
+    """"faster" or "slower": stopped once its steps decided its ratio to the incumbent
+    beyond noise (a sequential stop); its steps are then fewer than asked, and all it has."""
     traceback: str = ""
     """The script's traceback when the trial failed with one ('' otherwise)."""
 

@@ -27,6 +27,7 @@ from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.config_file import TunedFor, settings_to_config, user_config, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
+from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
@@ -137,6 +138,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
         memory_limit_bytes=default_memory_limit(env),
         peak_memory_bytes=int(facts.peak_memory_bytes or 0),
         techniques=dict(facts.techniques),
+        measured=measured_from_facts(facts),
         **techniques_context(facts),
     )
 
@@ -171,7 +173,8 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
                        deadline: float = math.inf):
     trials_dir = options.out_dir / "trials"
 
-    def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None) -> TrialResult:
+    def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None,
+                decide: tuple[float, float] | None = None) -> TrialResult:
         recorded = journal.lookup(settings, repeat)
         if recorded is not None:
             return recorded
@@ -182,7 +185,7 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
                            timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10),
                                          max(deadline - time.monotonic(), 1.0)),
                            slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
-                           writes_ledger=options.writes_ledger)
+                           writes_ledger=options.writes_ledger, decide=decide)
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
@@ -362,7 +365,7 @@ def tune_script(
     context = context_from_facts(facts) if facts is not None else TuneContext()
     if options.memory_limit_bytes is not None:  # --memory-limit replaces the device's default
         context = dataclasses.replace(context, memory_limit_bytes=options.memory_limit_bytes)
-    levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings})
+    levers = order_levers(default_levers(), {f.id: f.rank_speedup for f in findings}, context.measured)
     run_steps, run_steps_source = _planned_run(options, facts)
     options = _trial_length(options, facts, run_steps)
     ident = _identity(command)

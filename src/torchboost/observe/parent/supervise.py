@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
@@ -107,6 +107,7 @@ def run_observed(
     stop_slower_than_ms: float | None = None,
     stall_timeout_s: float | None = 60.0,
     writes_ledger: Path | None = None,
+    stop_decided: tuple[float, float] | None = None,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -119,7 +120,8 @@ def run_observed(
     For tuning trials: ``apply`` is the trial's whole configuration (it reaches the child
     once, through :mod:`torchboost.handover`), ``profile=False`` skips the profiler window,
     ``echo=False`` keeps the child's output off the terminal (stderr's tail is still
-    kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set.
+    kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set;
+    ``stop_decided`` (the incumbent's ms/step, the margin) stops it once its steps decide.
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
     Unless ``full``, the user's folders are guarded (:mod:`.run_guard`; ``writes_ledger``
@@ -132,7 +134,7 @@ def run_observed(
     out.mkdir(parents=True, exist_ok=True)
     guard = None if full else _guard(out, launch.script, apply is not None, writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
-        window = {} if profile else {"profile_warmup": 0, "profile_active": 0}
+        window = _trial_window(profile, stop_decided)
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
                            progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
@@ -149,6 +151,14 @@ def run_observed(
         run = _collect(out, proc, tail, waited, boundaries, Path(tmp))
         run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
+
+
+def _trial_window(profile: bool, stop_decided: tuple[float, float] | None) -> dict[str, Any]:
+    """The spec's fields for a trial: no profiler window, and its sequential stop."""
+    window: dict[str, Any] = {} if profile else {"profile_warmup": 0, "profile_active": 0}
+    if stop_decided is not None:
+        window.update(stop_decided_ms=stop_decided[0], stop_decided_margin=stop_decided[1])
+    return window
 
 
 def _check_counts(steps: int, warmup: int) -> None:

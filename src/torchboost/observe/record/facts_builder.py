@@ -179,6 +179,6 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
         peak_rss_bytes=describe.peak_rss_bytes(),
         # How it ended.
-        ended=run.ended, stopped_slow=timing.stopped_slow, stall=run.stall, signal=run.signal,
+        ended=run.ended, stopped_slow=timing.stopped_slow, stopped_decided=timing.stopped_decided, stall=run.stall, signal=run.signal,
         observer_errors=list(parts.errors),
     )

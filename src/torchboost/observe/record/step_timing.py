@@ -15,6 +15,7 @@ import torch
 
 from torchboost.evidence.observed import StepRecord
 from torchboost.observe.record.cuda_phases import CudaPhases
+from torchboost.observe.record.sequential_stop import decided
 from torchboost.observe.record.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
 from torchboost.observe.spec import ObserveSpec
 
@@ -43,6 +44,8 @@ class StepTiming:
         profiler's start, which imports dynamo: seconds on a slow machine): not the script's."""
         self.stopped_slow = False
         """The trial was stopped early as far too slow (``spec.stop_slower_than_ms``)."""
+        self.stopped_decided: str | None = None
+        """"faster" or "slower": the trial was stopped once decided (``spec.stop_decided_ms``)."""
         self.micro_counts: list[int] = []
         """Backward passes in each recorded step (a closure's count once)."""
         self.cuda: CudaPhases | None = None
@@ -113,8 +116,15 @@ class StepTiming:
         return kind
 
     def stop_if_slow(self) -> None:
-        """Raise :class:`StopObserving` once the first recorded steps are far over the trial's bound."""
-        limit = self._spec.stop_slower_than_ms
+        """Raise :class:`StopObserving` once the first recorded steps are far over the trial's
+        bound, or once they decide its ratio to the incumbent (a sequential stop)."""
+        spec = self._spec
+        if spec.stop_decided_ms is not None and len(self.steps) < spec.steps:
+            self.stopped_decided = decided([s.total_ms for s in self.steps], spec.stop_decided_ms,
+                                           spec.stop_decided_margin)
+            if self.stopped_decided is not None:
+                raise StopObserving
+        limit = spec.stop_slower_than_ms
         if limit is None or len(self.steps) != SLOW_CHECK_STEPS:
             return
         # The median, not the mean: one recompile among the first steps (a compiled model's

@@ -321,7 +321,8 @@ TECHNIQUE = Technique(
                   at_root=_nocode_root),
     levers=(
         Lever("precision", "lower precision (autocast)", Parity.REDUCED, _propose_precision,
-              ("precision.lower", "precision.slower_on_cpu"), priority=30, subject=_subject, hopeless=_hopeless),
+              ("precision.lower", "precision.slower_on_cpu"), priority=30, subject=_subject, hopeless=_hopeless,
+              probed_by="precision.lower", retry_after=("compile",)),
         Lever("tf32", "TF32 matmuls", Parity.REDUCED, _propose_tf32, ("precision.lower",), priority=40,
               subject=_subject),
     ),

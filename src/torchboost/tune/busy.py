@@ -1,0 +1,26 @@
+"""Too busy to tell: when the noise floor is wider than the top candidate could gain."""
+
+from __future__ import annotations
+
+from torchboost.tune.decision import Decision, Status
+
+__all__ = ["too_busy"]
+
+
+def too_busy(top: Decision | None, expected: float | None, noise: float, load_pct: float,
+             trial_s: float, pairs: int) -> str | None:
+    """A warning when the top candidate (its decision ``top``; ``expected``: the doctor's
+    ratio for it, above 1 faster) was left undecided by a noise floor (a fraction) wider than
+    the gain it could show: the load seen (percent of the machine), the candidate a quieter
+    run would measure first, and how long that would take (baseline and ``pairs`` pairs of
+    ``trial_s`` seconds each). None when the search could tell."""
+    if top is None or expected is None or expected <= 1.0:
+        return None
+    gain = 1.0 - 1.0 / expected
+    if noise <= gain or top.status not in (Status.NOT_BEYOND_NOISE, Status.UNCONFIRMED):
+        return None
+    quiet_s = (1 + 2 * pairs) * trial_s
+    return (f"too busy to tell: other processes used {load_pct:.0f}% of the machine, and the same settings "
+            f"measured twice varied by {noise:.0%}, more than the {gain:.0%} {top.subject or top.title} could "
+            f"gain (x{expected:.2f} by the doctor); on a quieter machine tune would measure it first and "
+            f"decide in about {quiet_s:.0f} s")

@@ -1,0 +1,31 @@
+"""The search's pair runs stop once decided: slow steps spend less of the budget."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from slow_script import SlowScript
+from test_search import CPU2
+
+from torchboost.evidence.findings import Measured
+from torchboost.tune.levers import default_levers, order_levers
+from torchboost.tune.search import SearchOptions, run_search
+
+BF16 = {"precision.lower": Measured(1.5, 6, "bf16 autocast")}
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_a_clear_candidates_pairs_stop_once_decided(sequential):
+    script = SlowScript(factors={("precision.mode", "bf16"): 0.66})
+    measure = script.measure if sequential else script  # twin: a measure that cannot stop runs every step
+    context = dataclasses.replace(CPU2, measured=BF16)
+    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    outcome = run_search(levers, context, measure, SearchOptions(budget_s=3000), clock=script.clock)
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    assert decision.status == "kept" and decision.ratio == pytest.approx(0.66, rel=0.03)
+    pairs = [t for s, _, t in script.calls if s]
+    assert len(pairs) >= 2
+    # 30 steps of 4 s a trial (2.6 s for bf16); its pairs' B's, decided, stop at the floor of 8 steps.
+    assert (script.now < 900) is sequential  # 833 s against 1010 s
