@@ -57,7 +57,12 @@ def seen_in(by_technique: Mapping[str, Any], kind: type[T]) -> T:
 
 @dataclass
 class StepRecord:
-    """One observed training step, phase times in milliseconds."""
+    """One observed training step, phase times in milliseconds.
+
+    An evaluation pass the script runs between its training steps (a trained module called
+    with gradients off: ``torch.no_grad()``, ``inference_mode``, and whatever runs until
+    training resumes) is no part of the step: its time is ``eval_ms``, outside
+    ``total_ms`` and every phase."""
 
     index: int
     total_ms: float
@@ -65,6 +70,8 @@ class StepRecord:
     forward_ms: float = 0.0
     backward_ms: float = 0.0
     optimizer_ms: float = 0.0
+    eval_ms: float = 0.0
+    """Evaluation run within this step's span, milliseconds; not in ``total_ms``."""
 
     @property
     def other_ms(self) -> float:
@@ -75,7 +82,7 @@ class StepRecord:
 
 @dataclass
 class LoaderFacts:
-    """The DataLoader seen feeding the loop (the one iterated most)."""
+    """The DataLoader seen feeding the loop (the one whose batches reached backward most)."""
 
     num_workers: int = 0
     pin_memory: bool = False

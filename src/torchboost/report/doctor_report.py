@@ -14,6 +14,9 @@
     breakdown_pct      {data, forward, backward, optimizer, other: float}   sums to ~100
     phase_ms           {data, forward, backward, optimizer, other: float}   mean per step
     samples_per_s      float | null   null when the batch size is unknown
+    evaluation         {ms, pct, passes}   evaluation run between the measured steps (a
+                       trained model called with gradients off, until training resumes):
+                       outside the steps' time and phases; ms in all, pct of the span
     findings           [ {id, title, severity ("high"|"medium"|"low"),
                           evidence {name: number | str},
                           fix {toml: str, torch: str, lightning?: str, accelerate?: str, transformers?: str},
@@ -120,6 +123,15 @@ def optimizer_notes(facts: Facts) -> list[str]:
             for o in facts.optimizers if not o.get("primary")]
 
 
+def evaluation_note(summary: Summary) -> str:
+    """The evaluation the script ran between its training steps, and its share, in words."""
+    passes = summary.evaluation_passes
+    return (f"Evaluation (the model called with gradients off, until training resumed): "
+            f"{summary.evaluation_ms / 1000.0:.2f} s in {passes} pass{'es' if passes > 1 else ''} over the "
+            f"{summary.steps_measured} measured steps, {summary.evaluation_pct:.0f}% of their time; "
+            "left out of the step time and the phases above, which are training's.")
+
+
 def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[str]:
     """What a reader must know to trust the figures: how the run ended, how much was seen."""
     n = summary.steps_observed
@@ -159,6 +171,8 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                      f"{OUTLIER_RATIO}x or under 1/{OUTLIER_RATIO} of the median step (another process, a "
                      "collection pause, a recompile): the phase table and the findings rest on the other "
                      f"{summary.steps_measured - summary.steps_set_aside}.")
+    if summary.evaluation_passes:
+        notes.append(evaluation_note(summary))
     if 0 < summary.steps_measured < _FEW_STEPS:
         notes.append(f"Only {summary.steps_measured} steps measured: timings are rough; observe more with --steps.")
     median, p90 = summary.step_time_ms["median"], summary.step_time_ms["p90"]
@@ -261,6 +275,8 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "breakdown_pct": dict(summary.breakdown_pct),
         "phase_ms": dict(summary.phase_ms),
         "steps_set_aside": summary.steps_set_aside,
+        "evaluation": {"ms": summary.evaluation_ms, "pct": summary.evaluation_pct,
+                       "passes": summary.evaluation_passes},
         "samples_per_s": summary.samples_per_s,
         "findings": [_finding_entry(f) for f in findings if not f.changes_training and f.memory_ratio is None],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],
