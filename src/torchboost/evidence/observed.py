@@ -22,6 +22,7 @@ __all__ = [
     "ProfileFacts",
     "StepRecord",
     "TrainerFacts",
+    "optimizer_label",
     "register_facts",
     "seen_in",
 ]
@@ -43,6 +44,12 @@ def register_facts(kind: type) -> type:
         raise TypeError(f"{kind.__name__}: technique facts named {kind.technique!r} would hide Facts' own field")
     _FACT_KINDS[kind.technique] = kind  # type: ignore[attr-defined]
     return kind
+
+
+def optimizer_label(entry: Mapping[str, Any]) -> str:
+    """An entry of :attr:`Facts.optimizers` in words: "Adam (generator)", or its class alone."""
+    stepping = entry.get("stepping")
+    return f"{entry['class_name']} ({stepping})" if stepping else str(entry["class_name"])
 
 
 def seen_in(by_technique: Mapping[str, Any], kind: type[T]) -> T:
@@ -207,8 +214,10 @@ class Facts:
     profile: ProfileFacts | None = None
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     """Every optimizer seen stepping, in the order each first stepped: ``{"class_name",
-    "steps" (its outermost step() calls), "primary" (its steps are the training steps)}``.
-    Two or more: a second optimizer (a GAN's) stepped too; ``optimizer`` is the primary."""
+    "stepping" (what it steps in words: the module holding its parameters, "generator";
+    None when unknown), "steps" (its outermost step() calls), "primary" (its steps are the
+    training steps)}``. Two or more: a second optimizer (a GAN's) stepped too; ``optimizer``
+    is the primary. :func:`optimizer_label` names one."""
     cpu_threads: int = 1
     """torch.get_num_threads() in the training process."""
     peak_memory_bytes: int = 0

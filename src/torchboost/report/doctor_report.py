@@ -82,7 +82,7 @@ from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
 from torchboost.report.markdown import render_markdown
 from torchboost.report.terminal import print_report
-from torchboost.evidence.observed import Facts
+from torchboost.evidence.observed import Facts, optimizer_label
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.steps import OUTLIER_RATIO, Summary, summarize
 from torchboost.diagnose.headroom import Headroom
@@ -117,8 +117,8 @@ def optimizer_notes(facts: Facts) -> list[str]:
     primary = next((o for o in facts.optimizers if o.get("primary")), None)
     if primary is None:
         return []
-    return [f"A second optimizer stepped too: {o['class_name']}, {o['steps']} steps while "
-            f"{primary['class_name']} (whose steps are the training steps) took {primary['steps']}; "
+    return [f"A second optimizer stepped too: {optimizer_label(o)}, {o['steps']} steps while "
+            f"{optimizer_label(primary)} (whose steps are the training steps) took {primary['steps']}; "
             "its time counts in the optimizer phase, and the findings speak of the first."
             for o in facts.optimizers if not o.get("primary")]
 

@@ -15,6 +15,7 @@ import torch
 from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
 from torchboost.observe.probes import describe, hf_trainer
+from torchboost.observe.probes.optimizer_owner import stepped_modules
 from torchboost.observe.record.optimizer_steps import OptimizerSteps
 
 __all__ = ["ScriptObjects"]
@@ -39,7 +40,7 @@ class ScriptObjects:
         """Our own environment probe, not the script, started CUDA."""
         self.trainer: TrainerFacts | None = None
         """The Hugging Face Trainer driving the loop, described at its first optimizer step."""
-        self.optimizer_steps = OptimizerSteps()
+        self.optimizer_steps = OptimizerSteps(lambda optimizer: stepped_modules(optimizer, self.roots()))
         """Every optimizer's steps, the primary's and a second one's (a GAN's)."""
 
     # -- fed by the hooks ----------------------------------------------------------------
