@@ -253,6 +253,10 @@ class Facts:
     backward, up to its optimizer step, where a model compiled before training compiles."""
     warmup_losses: list[float] = field(default_factory=list)
     """Losses of the warm-up steps; with ``losses`` they give the run's losses from step 0."""
+    loss_steps: list[int] = field(default_factory=list)
+    """The step of each loss in ``warmup_losses`` then ``losses``, counted from 0 as the
+    script's loop counts its optimizer steps (the profiled steps of a ``--full`` run have
+    none); [] from an older writer. :meth:`loss_step` reads it."""
     uses_booster: bool = False
     """The script prepared a torchboost.Booster (every lever can then apply through it)."""
     frameworks: list[str] = field(default_factory=list)
@@ -300,6 +304,12 @@ class Facts:
     replay_step_ms: list[float] = field(default_factory=list)
     """Total time of each replay step: steps after the profiler window fed with batches
     already seen, re-served from memory (no loader work); [] when none ran."""
+
+    def loss_step(self, position: int) -> int:
+        """The script's step (from 0) of the loss at ``position`` in ``warmup_losses`` then
+        ``losses``; the position itself when the steps were not recorded."""
+        steps = self.loss_steps
+        return steps[position] if len(steps) == len(self.warmup_losses) + len(self.losses) else position
 
     def __getattr__(self, name: str) -> Any:
         # ``facts.precision``: a technique's facts by its name, as in the JSON.

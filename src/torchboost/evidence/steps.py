@@ -17,7 +17,8 @@ from typing import Any
 
 from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
-__all__ = ["OUTLIER_RATIO", "Summary", "summarize", "measured_steps", "percentile", "typical_steps"]
+__all__ = ["OUTLIER_RATIO", "Summary", "summarize", "measured_steps", "percentile", "typical_steps",
+           "warmup_only_words"]
 
 OUTLIER_RATIO = 1.5
 """A measured step over this many times the median, or under the median over it, is set
@@ -143,3 +144,9 @@ def _evaluation(steps: list[StepRecord]) -> dict[str, Any]:
     span = spent + sum(s.total_ms for s in steps)
     return {"evaluation_ms": spent, "evaluation_pct": 100.0 * spent / span if span > 0 else 0.0,
             "evaluation_passes": sum(1 for s in steps if s.eval_ms > 0)}
+
+
+def warmup_only_words(steps_seen: int, warmup: int) -> str:
+    """A run that ended within its warm-up, in words: the doctor and tune say it alike."""
+    return (f"the script ended after {steps_seen} training step{'s' if steps_seen != 1 else ''}, all within the "
+            f"{warmup} warm-up steps; nothing was recorded. Lower --warmup (or give the script more steps)")

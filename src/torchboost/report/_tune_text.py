@@ -18,6 +18,15 @@ NOTHING_TO_USE = "nothing changed: run your script as you did before"
 """The next step when tune wrote nothing: `torchboost run` would apply nothing and cost its start-up."""
 
 
+def unchanged(report: dict[str, Any]) -> str:
+    """Why nothing was written, in words: the search's pick did not hold end to end (it was
+    faster in the trials), or nothing was faster beyond noise at all; never the second
+    beside the first's figure."""
+    if (report.get("search_speedup") or 1.0) > 1.0 and report.get("end_to_end"):
+        return "the search's pick did not hold end to end: nothing changed"
+    return "nothing was faster beyond noise and still correct: nothing changed"
+
+
 def times(x: float) -> str:
     """A factor as "1.8x", "1.35x", "2x": at most two decimals, no trailing zeros."""
     return f"{x:.2f}".rstrip("0").rstrip(".") + "x"

@@ -157,10 +157,12 @@ def toml_header(run: TuneRun, command: Sequence[str]) -> str:
         lines.append(run.verdict[0].upper() + run.verdict[1:] + ".")
     lines.append(f"Search: baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
                  f"{outcome.waterfall[-1].ms_per_step:.2f} ms/step ({outcome.speedup:.2f}x per step).")
-    kept = [d for d in outcome.decisions if d.status == "kept"] if run.settings else []
-    for d in kept:
+    kept = [d for d in outcome.decisions if d.status == "kept"]
+    for d in kept if run.settings else []:
         lines.append(f"kept {describe_settings(d.settings)}: {1 / d.ratio:.2f}x faster ({d.reason})")
-    if not kept:
+    if kept and not run.settings:
+        lines.append("the search's pick did not hold end to end: nothing changed")
+    elif not kept:
         lines.append("no technique was faster beyond noise and still correct: nothing changed")
     if run.base is not None and run.base != BoostConfig.off():
         lines.append("Every other setting is the one this file had before (kept as torchboost.toml.bak).")

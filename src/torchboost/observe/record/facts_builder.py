@@ -172,6 +172,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         target_steps=None if spec.full else spec.steps,
         micro_steps_per_step=micro,
         losses=parts.losses.values(), warmup_losses=parts.losses.warmup_values(),
+        loss_steps=list(parts.losses.steps),
         profile=stages.profile.facts, gpu=stages.profile.gpu,
         profile_error=stages.profile.error,
         flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),

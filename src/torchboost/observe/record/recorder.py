@@ -155,7 +155,7 @@ class StepRecorder:
         timing = self.timing
         kind = timing.close_step()
         timing.bookkeeping = True  # until next_step: torchboost's time, not the script's
-        self.losses.close_step(kind)
+        self.losses.close_step(kind, timing.boundaries - 1)
         if kind == RECORDED:
             timing.stop_if_slow()
         done = timing.boundaries
