@@ -116,6 +116,9 @@ def verdict(entry: dict[str, Any]) -> str:
     who, status = entry["subject"], entry["status"]
     if status == "incorrect":
         return f"{who} changed the training loss beyond tolerance: incorrect, rejected"
+    if status == "not_beyond_noise" and "too noisy to tell" in str(entry.get("reason") or ""):
+        return (f"{who}: too noisy to tell whether the training loss still matches (the script's own runs end "
+                "further apart than the tolerance): rejected, not incorrect")
     if status == "failed":
         return f"{who} made the script fail: rejected"
     if status == "skipped":

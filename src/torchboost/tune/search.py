@@ -254,8 +254,8 @@ class _Search:
                 self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
                 continue
             verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
-            if not verdict.ok:
-                self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step,
+            if not verdict.ok:  # incorrect, or too noisy to tell (an unseeded script's own spread)
+                self.record(lever, change, Status(verdict.rejected_as), verdict.detail, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
                 continue
             over = self.memory.over(peak, lever.for_memory)
@@ -311,7 +311,7 @@ class _Search:
             return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
         verdict = judge(lever, b.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
         if not verdict.ok:
-            return Status.INCORRECT, f"incorrect when measured again: {verdict.detail}"
+            return Status(verdict.rejected_as), f"{verdict.rejected_as.replace('_', ' ')} when measured again: {verdict.detail}"
         over = self.memory.over(b.peak_memory_bytes, lever.for_memory)
         if over is not None:
             return Status.OVER_MEMORY, f"over the memory limit when measured again: {over}"
