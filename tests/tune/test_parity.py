@@ -163,3 +163,41 @@ def test_the_report_says_too_noisy_to_tell_in_words():
     assert verdict(entry).startswith("fused AdamW: too noisy to tell whether the training loss still matches")
     # Twin: a speed that is not beyond noise reads as before.
     assert "too noisy" not in verdict({**entry, "ratio": 0.99, "reason": "median ratio 0.990 over 2 pair(s)"})
+
+
+def _search_partial_bf16(note: str):
+    from torchboost.tune.coverage import CoverageNotes
+    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search import SearchOptions, run_search
+    from torchboost.tune.trial_result import TrialResult
+
+    def run(settings, repeat):  # bf16 30% faster; the applier says what it covered
+        bf16 = settings.get("precision.mode") == "bf16"
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[70.0 if bf16 else 100.0] * 5,
+                           losses=[2.0 - 0.01 * i for i in range(40)], samples_per_step=32,
+                           applied=[note] if bf16 else [])
+
+    coverage = CoverageNotes()
+
+    def measure(*args, **kwargs):
+        result = run(*args, **kwargs)
+        coverage.record(result)
+        return result
+
+    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False,
+                                                       cpu_bf16=True), measure, SearchOptions(run_steps=1000))
+    coverage.annotate(outcome.decisions)
+    return next(d for d in outcome.decisions if d.settings.get("precision.mode") == "bf16")
+
+
+@pytest.mark.parametrize("partial", [True, False])  # twin: bf16 around the one model the loop trains
+def test_a_kept_bf16_that_covered_one_module_of_three_says_so(partial):
+    from torchboost.report._tune_text import verdict
+
+    covers = "(covers enc1, 1 of the 3 modules the loop trains; enc2 and head run outside it)"
+    note = "bf16 autocast around Linear.forward" + (f" {covers}" if partial else "")
+    decision = _search_partial_bf16(note)
+    assert decision.status == "kept"
+    line = verdict({"subject": "bf16", "status": "kept", "ratio": decision.ratio, "reason": decision.reason})
+    assert ("enc2 and head run outside it" in decision.reason) is partial
+    assert ("kept, as applied from outside: bf16 autocast around Linear.forward (covers enc1" in line) is partial

@@ -133,6 +133,9 @@ def verdict(entry: dict[str, Any]) -> str:
         return f"{who} was {said} per step here, but its fixed cost is not repaid over the run: {outcome}"
     if status == "not_beyond_noise":
         return f"{who} was {said} here, not beyond noise: {outcome}"
+    covers = str(entry.get("reason") or "").partition("applied from outside: ")[2]
+    if status == "kept" and covers:
+        return f"{who} was {said} here: kept, as applied from outside: {covers}"
     if status == "kept" and entry.get("memory_lever"):
         return f"{who} brought peak memory under the limit ({memory(entry['peak_memory_bytes'])}), {said}: kept"
     if status == "screened_out":

@@ -67,6 +67,7 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
         settings=settings, repeat=repeat, step_ms=step_ms, losses=losses, samples_per_step=batch,
         peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
         compile_s=compile_s, compile_cache=compiled.cache, wall_s=wall_s, fixed_s=fixed_s,
+        applied=list(getattr(facts, "applied", []) or []),
     )
     result.stopped_early = bool(getattr(facts, "stopped_slow", False))
     if facts.ended in ("crashed", "stalled", "killed") or exit_code != 0:

@@ -23,6 +23,7 @@ from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.supervise import run_observed
+from torchboost.tune.coverage import CoverageNotes
 from torchboost.tune.config_file import TunedFor, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
@@ -197,6 +198,11 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         return result
 
     return measure
+
+
+def _noted(coverage: CoverageNotes, result: TrialResult) -> TrialResult:
+    coverage.record(result)
+    return result
 
 
 def _peak(facts: Facts | None) -> dict[str, Any]:
@@ -376,8 +382,10 @@ def tune_script(
     # The diagnosis spent part of the budget: the search has the rest.
     search_options = SearchOptions(budget_s=max(options.budget_s - (time.monotonic() - start), 0.0),
                                    min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps)
-    outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial, deadline),
-                         search_options, on_decision=on_decision)
+    coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial, deadline)
+    outcome = run_search(levers, context, lambda *a, **k: _noted(coverage, measure(*a, **k)), search_options,
+                         on_decision=on_decision)
+    coverage.annotate(outcome.decisions)  # what a change applied at the root covered
     if journal.restarted:
         outcome.warnings.append(f"--resume started afresh: {journal.restarted}")
     settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify, ident,

@@ -16,7 +16,7 @@ from typing import Iterable
 
 import torch
 
-__all__ = ["stepped_modules"]
+__all__ = ["module_names", "stepped_modules"]
 
 _MAX_FRAMES = 32
 _OWN_PACKAGES = ("torch", "torchboost", "lightning", "pytorch_lightning", "accelerate", "transformers")
@@ -69,3 +69,10 @@ def stepped_modules(optimizer: torch.optim.Optimizer, roots: Iterable[torch.nn.M
         return owner
     parts = [name or type(m).__name__ for name, m in tops if params & {id(p) for p in m.parameters()}]
     return " + ".join(dict.fromkeys(parts)) or None
+
+
+def module_names(modules: Iterable[torch.nn.Module]) -> list[str]:
+    """Each of ``modules`` by the script's name for it (a variable in a frame on the call
+    stack), else by its class."""
+    named = {id(m): name for name, m in reversed(_named_in_frames())}  # the nearest frame's name wins
+    return [named.get(id(m)) or type(m).__name__ for m in modules]
