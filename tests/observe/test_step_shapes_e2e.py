@@ -18,7 +18,7 @@ def _doctor(tmp_path: Path, *args: str) -> tuple[str, dict, dict]:
     argv = [sys.executable, "-m", "torchboost.cli", "doctor", "--steps", "5", "--warmup", "2", "--out", str(out),
             "--", "python", str(SCRIPT), *args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc.stdout, json.loads((out / "facts.json").read_text()), json.loads((out / "report.json").read_text())
 
 
@@ -30,19 +30,21 @@ def test_an_evaluation_pass_is_outside_the_training_step(tmp_path, grad):
                                     *(["--eval-grad"] if grad else []))
     # The training loader is the one whose batches reach backward, whichever gave more.
     assert facts["planned_steps"] == 200
-    assert "the script would have run 200 (one epoch of the script's DataLoader)" in stdout
+    notes = " ".join(report["notes"])  # the terminal's notes, as written
+    assert "the script would have run 200 (one epoch of the script's DataLoader)" in notes
     if grad:  # twin: evaluated with gradients on, the pass is inside a step's forward
-        assert report["evaluation"]["passes"] == 0 and "Evaluation (" not in stdout
+        assert report["evaluation"]["passes"] == 0 and "Evaluation (" not in notes
         return
     assert report["evaluation"]["passes"] >= 1 and report["evaluation"]["ms"] > 0
     assert any(step["eval_ms"] > 0 for step in facts["steps"])
-    assert "Evaluation (the model called with gradients off, until training resumed)" in stdout
+    assert "Evaluation (the model called with gradients off, until training resumed)" in notes
+    assert "Evaluation (" in stdout
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("accum, planned", [(4, 128), (1, 512)])  # twin: no accumulation
 def test_the_planned_run_counts_optimizer_steps(tmp_path, accum, planned):
-    stdout, facts, _ = _doctor(tmp_path, "--accum", str(accum))
+    _, facts, report = _doctor(tmp_path, "--accum", str(accum))
     assert facts["micro_steps_per_step"] == accum
     assert facts["planned_steps"] == planned
-    assert f"the script would have run {planned} (one epoch of the script's DataLoader" in stdout
+    assert f"the script would have run {planned} (one epoch of the script's DataLoader" in " ".join(report["notes"])
