@@ -32,8 +32,9 @@ class _Loop:
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
         self.eval_grad = eval_grad
         self.train_iter, self.eval_iter = object(), object()
+        self.eval_loader = torch.utils.data.DataLoader(list(range(30)))
         self.rec.loader_iter(torch.utils.data.DataLoader(list(range(10))), self.train_iter)
-        self.rec.loader_iter(torch.utils.data.DataLoader(list(range(30))), self.eval_iter)
+        self.rec.loader_iter(self.eval_loader, self.eval_iter)
 
     def _batch(self, iterator, ms: float) -> None:
         self.rec.data_begin()
@@ -56,6 +57,9 @@ class _Loop:
         self.rec.optimizer_done(self.optimizer)
 
     def evaluate(self) -> None:
+        self.eval_iter = object()
+        self.rec.loader_iter(self.eval_loader, self.eval_iter)  # the evaluation starts here:
+        self.clock.now += 0.005  # model.eval(), the loader's iter(): 5 ms
         with torch.set_grad_enabled(self.eval_grad):
             for _ in range(30):
                 self._batch(self.eval_iter, 1.0)
@@ -83,12 +87,13 @@ def test_evaluation_is_outside_the_step_and_its_loader_is_not_the_training_loade
     if eval_grad:  # twin: evaluation with gradients on cannot be told from training
         assert summary.evaluation_passes == 0
         assert max(s.forward_ms for s in facts.steps) == pytest.approx(62.0)
+        assert max(s.total_ms for s in facts.steps) == pytest.approx(7.0 + 125.0)
         assert not any("Evaluation" in n for n in run_notes(facts, summary, []))
         return
     assert [s.total_ms for s in facts.steps] == pytest.approx([7.0] * 6)
     assert [s.forward_ms for s in facts.steps] == pytest.approx([2.0] * 6)
     assert [s.data_ms for s in facts.steps] == pytest.approx([1.0] * 6)
-    assert summary.evaluation_passes == 2 and summary.evaluation_ms == pytest.approx(2 * 120.0)
+    assert summary.evaluation_passes == 2 and summary.evaluation_ms == pytest.approx(2 * 125.0)
     note = next(n for n in run_notes(facts, summary, []) if n.startswith("Evaluation"))
     assert "2 passes over the 6 measured steps" in note and "left out of the step time" in note
 
@@ -120,4 +125,4 @@ def test_the_data_wait_of_a_training_batch_after_evaluation_is_training_s(tmp_pa
     loop.clock.now += 0.050
     loop.rec.loader_batch(loop.train_iter, 50.0)  # the training batch's wait ends the span where it began
     assert loop.rec.timing.acc[DATA] == pytest.approx(50.0)
-    assert loop.rec.timing.evaluation.ms == pytest.approx(120.0)
+    assert loop.rec.timing.evaluation.ms == pytest.approx(125.0)

@@ -87,7 +87,7 @@ class StepRecorder:
     # -- called by the hooks -------------------------------------------------------------
     def loader_iter(self, loader: Any, iterator: Any) -> None:
         """A DataLoader made an iterator (once per epoch)."""
-        self.guarded(self.seen.loader_iter, loader, iterator)
+        self.guarded(self.split.iter, loader, iterator)
 
     def data_begin(self) -> None:
         """The loop asks its DataLoader for a batch."""

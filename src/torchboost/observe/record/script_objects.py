@@ -44,11 +44,13 @@ class ScriptObjects:
         """Every optimizer's steps, the primary's and a second one's (a GAN's)."""
 
     # -- fed by the hooks ----------------------------------------------------------------
-    def loader_iter(self, loader: Any, iterator: Any) -> None:
-        """``loader`` made ``iterator``; describes the loader (may raise: the caller records it)."""
+    def loader_iter(self, loader: Any, iterator: Any) -> bool:
+        """``loader`` made ``iterator``; describes the loader (may raise: the caller records
+        it). True when it is not a training loader while another is (an evaluation's)."""
         self._iter_loader[id(iterator)] = id(loader)
         entry = self._loaders.setdefault(id(loader), [LoaderFacts(), 0, 0])
         entry[0] = describe.describe_loader(loader)
+        return entry[2] == 0 and any(other[2] for other in self._loaders.values())
 
     def loader_batch(self, iterator: Any) -> bool:
         """``iterator`` gave a batch; True when its loader is a training loader (its
