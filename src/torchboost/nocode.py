@@ -267,6 +267,8 @@ class Applier:
     def _note_coverage(self) -> None:
         """Once, at the first optimizer step (or the end): what each technique applied at the
         root covers, added to its note when the loop trains other modules too."""
+        if self._coverage is None and not self._forward_handles:
+            return  # done already: this runs at every step
         self._remove_forward_hooks()
         coverage, self._coverage = self._coverage, None
         root = self._root() if self._root is not None else None
@@ -284,11 +286,10 @@ class Applier:
             if hooks.at_first_step is not None and not self._booster_in_charge(technique):
                 hooks.at_first_step(values, optimizer, self._notes[technique.name])
         if self.effect is None:
+            # Read once. The hook stays (uninstall removes it): removed here, inside the
+            # optimizer's own loop over its pre-hooks, it would break that loop
+            # ("OrderedDict mutated during iteration"); later steps return above or here.
             self.effect = self._read_effect()
-            if not any(hooks.at_first_step is not None for _, hooks, _ in self._hooks):
-                for handle in self._handles:  # read once: later steps need not pass through here
-                    handle.remove()
-                self._handles.clear()
 
     # -- what held -------------------------------------------------------------------------
 

@@ -174,3 +174,39 @@ def test_bf16_from_outside_says_which_modules_it_covers(apart):
         assert line in applier.notes  # a trial's facts say it too
     else:
         assert line == "bf16 autocast around _Combined.forward"
+
+
+def test_the_first_step_hook_stays_through_the_optimizers_own_loop_over_its_hooks():
+    # Removed inside that loop, the loop fails: "OrderedDict mutated during iteration".
+    import torch.optim.optimizer as optim_module
+
+    threads = torch.get_num_threads()
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    applier = Applier({"cpu.threads": 1}).install()
+    after = optim_module.register_optimizer_step_pre_hook(lambda *a: None)  # the observer's, after it
+    try:
+        for _ in range(3):
+            model(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+    finally:
+        after.remove()
+        applier.uninstall()
+        torch.set_num_threads(threads)
+    assert applier.effect_at == "the first optimizer step"
+
+
+def test_twin_a_pre_hook_that_removes_itself_breaks_the_step():
+    import torch.optim.optimizer as optim_module
+
+    handles = []
+    handles.append(optim_module.register_optimizer_step_pre_hook(lambda *a: handles[0].remove()))
+    handles.append(optim_module.register_optimizer_step_pre_hook(lambda *a: None))  # the observer's, after it
+    model = nn.Linear(2, 1)
+    model(torch.ones(1, 2)).sum().backward()
+    try:
+        with pytest.raises(RuntimeError, match="mutated during iteration"):
+            torch.optim.SGD(model.parameters(), lr=0.1).step()
+    finally:
+        for handle in handles:
+            handle.remove()
