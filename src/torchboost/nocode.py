@@ -45,6 +45,7 @@ from torchboost.frameworks import fix_words
 from torchboost.handover import Claims
 from torchboost.observe.hooks.loader_patch import LoaderPatch, rewritten_arguments
 from torchboost.observe.hooks.log_filters import LoggerFilters
+from torchboost.observe.probes.optimizer_owner import module_names
 from torchboost.techniques.registry import NoCode, Technique, techniques
 
 __all__ = ["Applier", "changed_settings", "nocode_settings", "settings_from_config"]
@@ -115,6 +116,36 @@ def _trainable(module: nn.Module) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
+class _Coverage:
+    """What a technique applied at the root module covers: the other modules the loop
+    trains (called outermost, gradients on, with parameters to train) up to its first
+    optimizer step run outside the root's forward, and get nothing applied there (three
+    modules whose outputs the script combines: bf16 around one of them)."""
+
+    LIMIT = 256
+    """Outermost calls watched after the root's: then the global hooks go, step or none."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._others: dict[int, weakref.ref] = {}
+
+    def seen(self, module: nn.Module) -> None:
+        """``module`` was called outermost to train, after the root."""
+        self.calls += 1
+        self._others.setdefault(id(module), weakref.ref(module))
+
+    def words(self, root: nn.Module) -> str | None:
+        """"covers enc1, 1 of the 3 modules the loop trains; enc2 and head run outside it";
+        None when the root is all the loop trains."""
+        others = [m for m in (ref() for ref in self._others.values()) if m is not None and m is not root]
+        if not others:
+            return None
+        root_name, *names = module_names([root, *others])
+        outside = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        return (f"covers {root_name}, 1 of the {len(names) + 1} modules the loop trains; {outside} "
+                f"run{'s' if len(names) == 1 else ''} outside it")
+
+
 class Applier:
     """Installs the patches for ``settings``; ``uninstall`` restores everything.
 
@@ -135,6 +166,7 @@ class Applier:
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []
         self._root: weakref.ref | None = None
+        self._coverage: _Coverage | None = None  # the root's, once it is boosted
         self._depth = 0
         self._notes: dict[str, list[str]] = {technique.name: [] for technique, _, _ in self._hooks}
         self._loaders: list[weakref.ref] = []  # in the order built; a loader gone meanwhile is not read
@@ -174,9 +206,9 @@ class Applier:
     def uninstall(self) -> None:
         """Remove every patch and hook (the model keeps what was applied to it); read
         :attr:`effect` now if no optimizer step did."""
+        self._note_coverage()
         if self.effect is None:
             self.effect, self.effect_at = self._read_effect(), "the script's end"
-        self._remove_forward_hooks()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -209,6 +241,10 @@ class Applier:
         if (self._depth == 1 and self._root is None and torch.is_grad_enabled()
                 and not self._booster_in_charge() and _trainable(module)):
             self._root = weakref.ref(module)
+        elif self._depth == 1 and self._coverage is not None and torch.is_grad_enabled() and _trainable(module):
+            self._coverage.seen(module)
+            if self._coverage.calls > _Coverage.LIMIT:
+                self._remove_forward_hooks()
 
     def _on_forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
         if torch.compiler.is_compiling():
@@ -217,7 +253,9 @@ class Applier:
         root = self._root() if self._root is not None else None
         if self._depth == 0 and root is module and "forward" not in module.__dict__:
             self._boost_root(module)
-            self._remove_forward_hooks()
+            # The hooks stay until the first optimizer step: which other modules the loop
+            # trains, outside the root, is what a technique applied at the root leaves out.
+            self._coverage = _Coverage()
 
     def _boost_root(self, module: nn.Module) -> None:
         for technique, hooks, values in self._hooks:
@@ -226,15 +264,31 @@ class Applier:
 
     # -- optimizer -----------------------------------------------------------------------
 
+    def _note_coverage(self) -> None:
+        """Once, at the first optimizer step (or the end): what each technique applied at the
+        root covers, added to its note when the loop trains other modules too."""
+        if self._coverage is None and not self._forward_handles:
+            return  # done already: this runs at every step
+        self._remove_forward_hooks()
+        coverage, self._coverage = self._coverage, None
+        root = self._root() if self._root is not None else None
+        words = coverage.words(root) if coverage is not None and root is not None else None
+        for technique, hooks, _ in self._hooks if words else ():
+            notes = self._notes[technique.name]
+            if hooks.at_root is not None and notes:
+                notes[-1] = f"{notes[-1]} ({words})"
+
     def _on_first_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._note_coverage()
         if optimizer.state:
             return
         for technique, hooks, values in self._hooks:
             if hooks.at_first_step is not None and not self._booster_in_charge(technique):
                 hooks.at_first_step(values, optimizer, self._notes[technique.name])
         if self.effect is None:
-            # Read once; the hook stays until uninstall: removing it here, while torch
-            # iterates over the step's pre-hooks, breaks that iteration.
+            # Read once. The hook stays (uninstall removes it): removed here, inside the
+            # optimizer's own loop over its pre-hooks, it would break that loop
+            # ("OrderedDict mutated during iteration"); later steps return above or here.
             self.effect = self._read_effect()
 
     # -- what held -------------------------------------------------------------------------

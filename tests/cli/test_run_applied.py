@@ -54,3 +54,46 @@ def test_the_twin_a_script_that_leaves_them_is_not_said_to_override(script, capf
     assert line == "torchboost run: applied, as at the first optimizer step: intra-op threads set to 2; " \
                    "DataLoader num_workers=2"
     assert "did not hold" not in line
+
+
+
+THREE_MODULES = """
+import sys
+import torch
+
+
+class Combined(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc1, self.enc2, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.enc1(x) + self.enc2(x))
+
+
+model = Combined()
+enc1, enc2, head = model.enc1, model.enc2, model.head
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    x = torch.randn(2, 4)
+    # Three modules combined in the script's body; the twin: the same maths inside one model.
+    out = model(x) if "one-model" in sys.argv else head(enc1(x) + enc2(x))
+    out.pow(2).mean().backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("one_model", [False, True])
+def test_bf16_from_outside_says_which_modules_it_covers(tmp_path, monkeypatch, capfd, one_model):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    (tmp_path / "train.py").write_text(THREE_MODULES)
+    BoostConfig.off().replace(precision={"mode": "bf16"}).to_toml(tmp_path / "torchboost.toml")
+    line = _applied(capfd, *(["one-model"] if one_model else []))
+    if one_model:
+        assert line == "torchboost run: applied, as at the first optimizer step: bf16 autocast around Combined.forward"
+    else:
+        assert line == ("torchboost run: applied, as at the first optimizer step: bf16 autocast around "
+                        "Linear.forward (covers enc1, 1 of the 3 modules the loop trains; enc2 and head run "
+                        "outside it)")

@@ -34,8 +34,20 @@ def test_a_loss_that_turns_inf_later_is_named_by_the_scripts_own_step_count():
     facts.warmup_losses = [2.0] * 5
     facts.losses = [1.9] * 24 + [math.inf] + [1.8] * 3
     finding = next(f for f in diagnose(facts) if f.id == "loss.nonfinite")
-    assert finding.title.startswith("The loss is inf from its 30th step")
-    assert finding.evidence["first_nonfinite_step"] == 30 and finding.evidence["nonfinite_steps"] == 1
+    assert finding.title.startswith("The loss is inf from step 29 (its 30th step)")
+    assert finding.evidence["first_nonfinite_step"] == 29 and finding.evidence["nonfinite_steps"] == 1
+
+
+@pytest.mark.parametrize("recorded, expected", [(True, 30), (False, 27)])
+def test_the_step_is_the_scripts_though_the_profiled_steps_have_no_loss(recorded, expected):
+    # A --full run: steps 25-27 were profiled and have no loss; the NaN is at the script's step 30.
+    facts = make_facts()
+    facts.warmup_losses = [2.0] * 5
+    facts.losses = [1.9] * 22 + [math.nan] * 2
+    facts.loss_steps = [*range(25), 28, 29, 30, 31] if recorded else []  # twin: the steps not recorded
+    finding = next(f for f in diagnose(facts) if f.id == "loss.nonfinite")
+    assert finding.evidence["first_nonfinite_step"] == expected
+    assert finding.title.startswith(f"The loss is NaN from step {expected} ")
 
 
 def test_twin_a_finite_loss_makes_no_such_finding():

@@ -77,8 +77,10 @@ def test_bf16_runs_around_the_root_forward_from_the_second_call():
     applier = Applier({"precision.mode": "bf16"}).install()
     try:
         assert nn_module._global_forward_pre_hooks  # watching for the root
-        model(torch.randn(2, 8))
-        # Gone once the root is boosted: no per-call hook cost for the rest of the run.
+        model(torch.randn(2, 8)).sum().backward()
+        # Kept until the first optimizer step (what else the loop trains), then gone: no
+        # per-call hook cost for the rest of the run.
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
         assert not nn_module._global_forward_hooks and not nn_module._global_forward_pre_hooks
         out = model(torch.randn(2, 8))
     finally:
@@ -138,3 +140,73 @@ def test_root_is_the_trained_model_not_a_module_called_under_no_grad():
         applier.uninstall()
     assert "forward" in model.__dict__
     assert "forward" not in teacher.__dict__ and "forward" not in loss_fn.__dict__
+
+
+class _Combined(nn.Module):
+    """The three modules of the script's body, as one model: the twin of three apart."""
+
+    def __init__(self, enc1: nn.Module, enc2: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.enc1, self.enc2, self.head = enc1, enc2, head
+
+    def forward(self, x):
+        return self.head(self.enc1(x) + self.enc2(x))
+
+
+@pytest.mark.parametrize("apart", [True, False])  # twin: the same maths inside one model
+def test_bf16_from_outside_says_which_modules_it_covers(apart):
+    enc1, enc2, head = nn.Linear(4, 8), nn.Linear(4, 8), nn.Linear(8, 1)
+    model = _Combined(enc1, enc2, head)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    applier = Applier({"precision.mode": "bf16"}).install()
+    try:
+        for _ in range(2):
+            x = torch.randn(2, 4)
+            out = head(enc1(x) + enc2(x)) if apart else model(x)
+            out.pow(2).mean().backward()
+            optimizer.step()
+    finally:
+        applier.uninstall()
+    [line] = [n for n in applier.effect if "bf16 autocast" in n]
+    if apart:
+        assert line == ("bf16 autocast around Linear.forward (covers enc1, 1 of the 3 modules the loop trains; "
+                        "enc2 and head run outside it)")
+        assert line in applier.notes  # a trial's facts say it too
+    else:
+        assert line == "bf16 autocast around _Combined.forward"
+
+
+def test_the_first_step_hook_stays_through_the_optimizers_own_loop_over_its_hooks():
+    # Removed inside that loop, the loop fails: "OrderedDict mutated during iteration".
+    import torch.optim.optimizer as optim_module
+
+    threads = torch.get_num_threads()
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    applier = Applier({"cpu.threads": 1}).install()
+    after = optim_module.register_optimizer_step_pre_hook(lambda *a: None)  # the observer's, after it
+    try:
+        for _ in range(3):
+            model(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+    finally:
+        after.remove()
+        applier.uninstall()
+        torch.set_num_threads(threads)
+    assert applier.effect_at == "the first optimizer step"
+
+
+def test_twin_a_pre_hook_that_removes_itself_breaks_the_step():
+    import torch.optim.optimizer as optim_module
+
+    handles = []
+    handles.append(optim_module.register_optimizer_step_pre_hook(lambda *a: handles[0].remove()))
+    handles.append(optim_module.register_optimizer_step_pre_hook(lambda *a: None))  # the observer's, after it
+    model = nn.Linear(2, 1)
+    model(torch.ones(1, 2)).sum().backward()
+    try:
+        with pytest.raises(RuntimeError, match="mutated during iteration"):
+            torch.optim.SGD(model.parameters(), lr=0.1).step()
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -174,3 +174,29 @@ def test_a_trial_within_its_bound_runs_all_its_steps(tmp_path):
         for _ in range(20):
             _step(rec, clock)
     assert len(rec.steps) == 8 and not rec.stopped_slow  # the twin: stopped at its planned end
+
+
+@pytest.mark.parametrize("steps_before_adoption", [1, 4])
+def test_the_first_steps_loss_stays_step_0_when_the_optimizer_is_adopted(tmp_path, steps_before_adoption):
+    # The first optimizer step's backward comes before the optimizer is seen: its loss is
+    # the script's step 0 (under accumulation by 4, the last micro-batch's, as every step's).
+    import torch
+
+    rec, clock = _recorder(tmp_path, steps=3, warmup=2)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = 0
+    try:
+        while True:
+            for micro in range(steps_before_adoption if step == 0 else 1):
+                rec.backward_tensor(torch.tensor(float(10 * step + micro)))
+                rec.backward_done()
+            rec.optimizer_begin(optimizer)
+            clock.now += 0.01
+            rec.optimizer_done(optimizer)
+            step += 1
+    except StopObserving:
+        pass
+    facts = rec.facts()
+    assert [*facts.warmup_losses, *facts.losses] == [float(steps_before_adoption - 1), 10.0, 20.0, 30.0, 40.0]
+    assert facts.loss_steps == [0, 1, 2, 3, 4]

@@ -37,3 +37,20 @@ def test_the_arguments_come_before_one_epoch_of_the_loader():
         192, "the script's --epochs=3 x 64 batches per epoch")
     assert planned_run(loader, None, ["python", "train.py"]) == (64, "one epoch of the script's DataLoader")
     assert planned_run(None, None, ["python", "train.py"]) == (None, None)
+
+
+@pytest.mark.parametrize("micro, expected", [
+    (4.0, (128, "one epoch of the script's DataLoader: 512 batches, 4 to an optimizer step")),
+    (1.0, (512, "one epoch of the script's DataLoader")),  # twin: a step per batch
+    (None, (512, "one epoch of the script's DataLoader")),  # steps counted by backward
+])
+def test_the_planned_run_counts_optimizer_steps_under_accumulation(micro, expected):
+    assert planned_run(LoaderFacts(num_batches=512), None, ["python", "train.py"], micro) == expected
+
+
+def test_epochs_count_optimizer_steps_and_a_step_count_is_taken_as_given():
+    loader = LoaderFacts(num_batches=64)
+    assert planned_run(loader, None, ["python", "train.py", "--epochs", "3"], 4.0) == (
+        48, "the script's --epochs=3 x 64 batches per epoch, 4 to an optimizer step")
+    assert planned_run(loader, None, ["python", "train.py", "--max_iters=400"], 4.0) == (
+        400, "the script's --max_iters=400")

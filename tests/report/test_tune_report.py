@@ -281,6 +281,13 @@ def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_pa
     out = _terminal(rejected, paths, config_path)
     assert "After: the same" in out and "After: 62.0" not in out
     assert "the search's pick ran 62.0 ms/step in its trials, 1.35x; it did not hold end to end" in out
+    # One story: the pick was faster in the search and did not hold, never "nothing was faster".
+    assert "the search's pick did not hold end to end: nothing changed" in out
+    assert "nothing was faster beyond noise" not in out
+    from torchboost.tune.tuner import toml_header
+
+    header = toml_header(rejected, ["python", "train.py"])
+    assert "the search's pick did not hold end to end: nothing changed" in header and "beyond noise" not in header
     md = paths["md"].read_text(encoding="utf-8")
     assert "after: the same, nothing was kept; the search's pick ran 62.0 ms/step" in md and "after 62.0" not in md
     # Nothing written, nothing to run it under: `torchboost run` would only add its start-up.
@@ -290,6 +297,21 @@ def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_pa
     kept = _terminal(searched, *_paths_of(searched, tmp_path / "kept"))
     assert "After: 62.0 ms/step" in kept and "After: the same" not in kept
     assert "use it: torchboost run -- python train.py" in kept
+    assert "kept " in toml_header(searched, ["python", "train.py"])
+
+
+def test_twin_a_search_that_kept_nothing_says_nothing_was_faster(tmp_path):
+    import dataclasses
+
+    from torchboost.report import _tune_text
+    from torchboost.tune.tuner import toml_header
+
+    searched = mixed_run()
+    unchanged = {"search_speedup": 1.0, "end_to_end": None}
+    assert _tune_text.unchanged(unchanged).startswith("nothing was faster beyond noise")
+    nothing = dataclasses.replace(searched, config=settings_to_config({}),
+                                  outcome=dataclasses.replace(searched.outcome, decisions=[]))
+    assert "no technique was faster beyond noise" in toml_header(nothing, ["python", "train.py"])
 
 
 def _paths_of(run: TuneRun, folder):

@@ -1,4 +1,4 @@
-"""A GAN-like loop: the generator's optimizer steps every step, the critic's every 5th."""
+"""A GAN-like loop: two Adams, the generator's stepping every step, the critic's every 5th."""
 
 import torch
 from torch import nn
@@ -6,7 +6,7 @@ from torch import nn
 torch.manual_seed(0)
 generator, critic = nn.Linear(8, 8), nn.Linear(8, 1)
 g_opt = torch.optim.Adam(generator.parameters(), lr=1e-3)
-c_opt = torch.optim.SGD(critic.parameters(), lr=1e-2)
+c_opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
 for step in range(60):
     fake = generator(torch.randn(16, 8))
     g_loss = -critic(fake).mean()

@@ -103,3 +103,103 @@ def test_twin_a_search_that_ignores_the_repeats_calls_it_incorrect(monkeypatch):
     monkeypatch.setattr("torchboost.tune.parity.reproducible", lambda baseline, repeats, **kw: True)
     fused = _search_unseeded()
     assert any(d.status == "incorrect" for d in fused), [(d.status, d.reason) for d in fused]
+
+
+def _offset_run(offset: float, steps: int = 60) -> list[float]:
+    """An unseeded script's run that ends ``offset`` away from the others."""
+    return [0.9 + 1.5 * 0.93 ** i + offset for i in range(steps)]
+
+
+@pytest.mark.parametrize("offset, too_noisy", [(0.18, True), (0.40, False)])  # twin: far beyond the spread
+def test_a_departure_within_a_wide_spread_is_too_noisy_to_tell_not_incorrect(offset, too_noisy):
+    baseline, repeats = _offset_run(0.0), [_offset_run(0.04), _offset_run(-0.04)]  # 8.6% of the scale apart
+    verdict = judge(EXACT_LEVER, _offset_run(offset), baseline, baseline, repeats=repeats)
+    assert not verdict.ok and verdict.too_noisy is too_noisy, verdict.detail
+    assert verdict.rejected_as == ("not_beyond_noise" if too_noisy else "incorrect")
+    assert ("too noisy to tell" in verdict.detail) is too_noisy
+
+
+def test_twin_a_spread_under_the_tolerance_leaves_the_same_departure_incorrect():
+    baseline, repeats = _offset_run(0.0), [_offset_run(0.005), _offset_run(-0.005)]  # about 1%: under 2%
+    verdict = judge(EXACT_LEVER, _offset_run(0.03), baseline, baseline, repeats=repeats)
+    assert not verdict.ok and not verdict.too_noisy and verdict.rejected_as == "incorrect"
+
+
+def test_a_nan_on_an_unseeded_script_is_incorrect_however_wide_the_spread():
+    baseline, repeats = _offset_run(0.0), [_offset_run(0.04), _offset_run(-0.04)]
+    verdict = judge(EXACT_LEVER, _offset_run(0.0)[:-1] + [float("nan")], baseline, baseline, repeats=repeats)
+    assert not verdict.ok and not verdict.too_noisy
+
+
+def _search_wide_spread(candidate_offset: float):
+    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search import SearchOptions, run_search
+    from torchboost.tune.trial_result import TrialResult
+
+    # Every run but fused AdamW's ends 4% of the loss scale either side, whatever order the
+    # search runs them in: the script's own spread is about 8%.
+    offsets = iter([0.0, 0.04, -0.04] * 30)
+
+    def unseeded(settings, repeat):  # fused AdamW 20% faster, ending away from the baseline's runs
+        fused = settings.get("optimizer.implementation") == "fused"
+        losses = _offset_run(candidate_offset if fused else next(offsets))
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[80.0 if fused else 100.0] * 5,
+                           losses=losses, samples_per_step=32)
+
+    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False), unseeded,
+                         SearchOptions(run_steps=1000))
+    return [d for d in outcome.decisions if d.settings.get("optimizer.implementation") == "fused"]
+
+
+@pytest.mark.parametrize("offset, status", [(0.18, "not_beyond_noise"), (0.40, "incorrect")])  # twin: diverged
+def test_the_search_calls_fused_adamw_on_a_wide_spread_too_noisy_never_incorrect(offset, status):
+    fused = _search_wide_spread(offset)
+    assert fused and {d.status for d in fused} == {status}, [(d.status, d.reason) for d in fused]
+
+
+def test_the_report_says_too_noisy_to_tell_in_words():
+    from torchboost.report._tune_text import verdict
+
+    entry = {"subject": "fused AdamW", "status": "not_beyond_noise", "ratio": None,
+             "reason": "the script is not reproducible run to run (...): too noisy to tell: beyond 1.5x that spread"}
+    assert verdict(entry).startswith("fused AdamW: too noisy to tell whether the training loss still matches")
+    # Twin: a speed that is not beyond noise reads as before.
+    assert "too noisy" not in verdict({**entry, "ratio": 0.99, "reason": "median ratio 0.990 over 2 pair(s)"})
+
+
+def _search_partial_bf16(note: str):
+    from torchboost.tune.coverage import CoverageNotes
+    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search import SearchOptions, run_search
+    from torchboost.tune.trial_result import TrialResult
+
+    def run(settings, repeat):  # bf16 30% faster; the applier says what it covered
+        bf16 = settings.get("precision.mode") == "bf16"
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[70.0 if bf16 else 100.0] * 5,
+                           losses=[2.0 - 0.01 * i for i in range(40)], samples_per_step=32,
+                           applied=[note] if bf16 else [])
+
+    coverage = CoverageNotes()
+
+    def measure(*args, **kwargs):
+        result = run(*args, **kwargs)
+        coverage.record(result)
+        return result
+
+    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False,
+                                                       cpu_bf16=True), measure, SearchOptions(run_steps=1000))
+    coverage.annotate(outcome.decisions)
+    return next(d for d in outcome.decisions if d.settings.get("precision.mode") == "bf16")
+
+
+@pytest.mark.parametrize("partial", [True, False])  # twin: bf16 around the one model the loop trains
+def test_a_kept_bf16_that_covered_one_module_of_three_says_so(partial):
+    from torchboost.report._tune_text import verdict
+
+    covers = "(covers enc1, 1 of the 3 modules the loop trains; enc2 and head run outside it)"
+    note = "bf16 autocast around Linear.forward" + (f" {covers}" if partial else "")
+    decision = _search_partial_bf16(note)
+    assert decision.status == "kept"
+    line = verdict({"subject": "bf16", "status": "kept", "ratio": decision.ratio, "reason": decision.reason})
+    assert ("enc2 and head run outside it" in decision.reason) is partial
+    assert ("kept, as applied from outside: bf16 autocast around Linear.forward (covers enc1" in line) is partial

@@ -207,7 +207,7 @@ def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypat
     from torchboost.tune import verify as verify_module
 
     def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
-        return (12.0, 60.0) if config.compile.mode != "off" else (10.0, 80.0)
+        return (12.0, 60.0, None) if config.compile.mode != "off" else (10.0, 80.0, None)
 
     monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
     plan = VerifyPlan(pairs=3, steps=100, run_limit_s=100.0, fallback_steps=100, planned_steps=5000)
@@ -217,6 +217,26 @@ def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypat
     assert result.speedup == pytest.approx(402.0 / 306.0)
 
 
+@pytest.mark.parametrize("ended_at, how", [(300, "whole runs (300 steps)"), (None, "runs of 1387 steps, projected")])
+def test_capped_runs_the_script_ended_itself_before_the_cap_are_whole_runs(tmp_path, monkeypatch, ended_at, how):
+    # A 300-step script under a cap of 1387: every run was the whole script, so the report says
+    # so and projects nothing (twin: runs the cap stopped are runs of 1387, projected).
+    from torchboost.tune import verify as verify_module
+    from torchboost.tune.tuner import end_to_end_verdict
+
+    def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
+        return (6.0, 20.0, ended_at) if config.compile.mode != "off" else (10.0, 33.0, ended_at)
+
+    monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
+    plan = VerifyPlan(pairs=3, steps=1387, run_limit_s=100.0, fallback_steps=1387, planned_steps=5000)
+    result = verify(["python", "train.py"], BoostConfig.off(), Overlay({"compile.mode": "default"}), plan,
+                    out_dir=tmp_path)
+    assert result.how.startswith(how)
+    assert (result.projected_to is None) is (ended_at is not None)
+    _, why = end_to_end_verdict(Overlay({"compile.mode": "default"}), [], result, 0.03)
+    assert f"pairs of {how}" in why and ("1387" in why) is (ended_at is None)
+
+
 def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed(tmp_path, monkeypatch):
     from torchboost.tune import verify as verify_module
 
@@ -224,7 +244,7 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
 
     def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
         limits.append(limit_s)
-        return None if len(limits) == 3 else (10.0, 80.0)  # the third run is ended at its limit
+        return None if len(limits) == 3 else (10.0, 80.0, None)  # the third run is ended at its limit
 
     monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
     plan = VerifyPlan(pairs=3, steps=100, run_limit_s=10.0, fallback_steps=100, budget_s=60.0)

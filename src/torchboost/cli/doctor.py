@@ -25,6 +25,7 @@ from torchboost.diagnose import Facts, diagnose
 from torchboost.diagnose.headroom import Headroom, cap_findings, headroom_of
 from torchboost.limits import machine_limits
 from torchboost.env import LoadMeter
+from torchboost.evidence.steps import warmup_only_words
 from torchboost.report.limits_text import busy_words, shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.parent.no_stdin import stdin_words
@@ -156,9 +157,7 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
 def _explain_no_steps(observed: ObservedRun, err: Console) -> None:
     seen = observed.steps_seen
     if seen and observed.facts is not None:
-        err.print(f"torchboost doctor: the script ended after {seen} training step(s), all within "
-                  f"the {observed.facts.warmup_steps} warm-up steps; nothing was recorded. "
-                  "Lower --warmup (or give the script more steps).", highlight=False)
+        err.print(f"torchboost doctor: {warmup_only_words(seen, observed.facts.warmup_steps)}.", highlight=False)
     elif seen:  # the facts were never written: the process ended itself during warm-up
         status = f"exited with status {observed.exit_code}" if observed.exit_code else "ended"
         err.print(f"torchboost doctor: the script {status} after {seen} training step(s), before any was "

@@ -37,13 +37,13 @@ def loss_nonfinite(facts: Facts) -> Finding | None:
     bad = [i for i, x in enumerate(losses) if not math.isfinite(x)]
     if not bad:
         return None
-    first, value = bad[0], losses[bad[0]]
+    first, value = facts.loss_step(bad[0]), losses[bad[0]]
     word = "NaN" if math.isnan(value) else str(value)
-    where = "from its first step" if first == 0 else f"from its {_ordinal(first + 1)} step"
+    where = "from its first step" if first == 0 else f"from step {first} (its {_ordinal(first + 1)} step)"
     return Finding(
         id="loss.nonfinite",
         title=f"The loss is {word} {where}: fix that before tuning",
-        evidence={"first_nonfinite_step": first + 1, "nonfinite_steps": len(bad), "steps": len(losses)},
+        evidence={"first_nonfinite_step": first, "nonfinite_steps": len(bad), "steps": len(losses)},
         expected_speedup=1.0,
         severity="high",
         blocking=True,
@@ -51,7 +51,8 @@ def loss_nonfinite(facts: Facts) -> Finding | None:
                "run names the op); a learning rate too high, log(0), or an fp16 overflow without a GradScaler "
                "are the usual causes. No speedup is worth measuring on a run that does not train.",
         advice_code="torch.autograd.set_detect_anomaly(True)  # for one run: the traceback names the op",
-        formula="none: no speed is at stake until the loss is finite (steps counted from 1, the first step 1)",
+        formula="none: no speed is at stake until the loss is finite (steps counted from 0, as a loop over "
+                "range() counts them)",
         notes=[f"{len(bad)} of the {len(losses)} observed steps had a non-finite loss."],
     )
 

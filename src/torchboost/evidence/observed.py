@@ -14,18 +14,8 @@ from typing import Any, Mapping, TypeVar
 
 T = TypeVar("T")
 
-__all__ = [
-    "Facts",
-    "LoaderFacts",
-    "ModelFacts",
-    "OptimizerFacts",
-    "ProfileFacts",
-    "QuickProbeFacts",
-    "StepRecord",
-    "TrainerFacts",
-    "register_facts",
-    "seen_in",
-]
+__all__ = ["Facts", "LoaderFacts", "ModelFacts", "OptimizerFacts", "ProfileFacts", "QuickProbeFacts", "StepRecord",
+           "TrainerFacts", "optimizer_label", "register_facts", "seen_in"]
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 """The parts of a training step, in order; ``breakdown_pct`` has one entry per phase."""
@@ -46,6 +36,12 @@ def register_facts(kind: type) -> type:
     return kind
 
 
+def optimizer_label(entry: Mapping[str, Any]) -> str:
+    """An entry of :attr:`Facts.optimizers` in words: "Adam (generator)", or its class alone."""
+    stepping = entry.get("stepping")
+    return f"{entry['class_name']} ({stepping})" if stepping else str(entry["class_name"])
+
+
 def seen_in(by_technique: Mapping[str, Any], kind: type[T]) -> T:
     """The facts of ``kind`` (a technique's facts class, whose ``technique`` names it) in
     ``by_technique``: the object, or rebuilt from its JSON dict; defaults when absent."""
@@ -58,7 +54,12 @@ def seen_in(by_technique: Mapping[str, Any], kind: type[T]) -> T:
 
 @dataclass
 class StepRecord:
-    """One observed training step, phase times in milliseconds."""
+    """One observed training step, phase times in milliseconds.
+
+    An evaluation pass the script runs between its training steps (a trained module called
+    with gradients off: ``torch.no_grad()``, ``inference_mode``, and whatever runs until
+    training resumes) is no part of the step: its time is ``eval_ms``, outside
+    ``total_ms`` and every phase."""
 
     index: int
     total_ms: float
@@ -66,6 +67,8 @@ class StepRecord:
     forward_ms: float = 0.0
     backward_ms: float = 0.0
     optimizer_ms: float = 0.0
+    eval_ms: float = 0.0
+    """Evaluation run within this step's span, milliseconds; not in ``total_ms``."""
 
     @property
     def other_ms(self) -> float:
@@ -76,7 +79,7 @@ class StepRecord:
 
 @dataclass
 class LoaderFacts:
-    """The DataLoader seen feeding the loop (the one iterated most)."""
+    """The DataLoader seen feeding the loop (the one whose batches reached backward most)."""
 
     num_workers: int = 0
     pin_memory: bool = False
@@ -236,8 +239,10 @@ class Facts:
     profile: ProfileFacts | None = None
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     """Every optimizer seen stepping, in the order each first stepped: ``{"class_name",
-    "steps" (its outermost step() calls), "primary" (its steps are the training steps)}``.
-    Two or more: a second optimizer (a GAN's) stepped too; ``optimizer`` is the primary."""
+    "stepping" (what it steps in words: the module holding its parameters, "generator";
+    None when unknown), "steps" (its outermost step() calls), "primary" (its steps are the
+    training steps)}``. Two or more: a second optimizer (a GAN's) stepped too; ``optimizer``
+    is the primary. :func:`optimizer_label` names one."""
     cpu_threads: int = 1
     """torch.get_num_threads() in the training process."""
     peak_memory_bytes: int = 0
@@ -273,6 +278,10 @@ class Facts:
     backward, up to its optimizer step, where a model compiled before training compiles."""
     warmup_losses: list[float] = field(default_factory=list)
     """Losses of the warm-up steps; with ``losses`` they give the run's losses from step 0."""
+    loss_steps: list[int] = field(default_factory=list)
+    """The step of each loss in ``warmup_losses`` then ``losses``, counted from 0 as the
+    script's loop counts its optimizer steps (the profiled steps of a ``--full`` run have
+    none); [] from an older writer. :meth:`loss_step` reads it."""
     uses_booster: bool = False
     """The script prepared a torchboost.Booster (every lever can then apply through it)."""
     frameworks: list[str] = field(default_factory=list)
@@ -326,6 +335,12 @@ class Facts:
     quick_probes: list[QuickProbeFacts] = field(default_factory=list)
     """The quick probes: each finding's switch timed against plain steps after the profiler
     window (:mod:`torchboost.observe.probes.quick`); their steps are in no other figure."""
+
+    def loss_step(self, position: int) -> int:
+        """The script's step (from 0) of the loss at ``position`` in ``warmup_losses`` then
+        ``losses``; the position itself when the steps were not recorded."""
+        steps = self.loss_steps
+        return steps[position] if len(steps) == len(self.warmup_losses) + len(self.losses) else position
 
     def __getattr__(self, name: str) -> Any:
         # ``facts.precision``: a technique's facts by its name, as in the JSON.

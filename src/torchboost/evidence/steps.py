@@ -17,7 +17,8 @@ from typing import Any
 
 from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
-__all__ = ["OUTLIER_RATIO", "Summary", "summarize", "measured_steps", "percentile", "typical_steps"]
+__all__ = ["OUTLIER_RATIO", "Summary", "summarize", "measured_steps", "percentile", "typical_steps",
+           "warmup_only_words"]
 
 OUTLIER_RATIO = 1.5
 """A measured step over this many times the median, or under the median over it, is set
@@ -45,6 +46,13 @@ class Summary:
     steps_set_aside: int = 0
     """Measured steps left out of ``phase_ms`` and ``breakdown_pct``: more than
     :data:`OUTLIER_RATIO` from the median step."""
+    evaluation_ms: float = 0.0
+    """Evaluation run between the measured steps (``StepRecord.eval_ms``), milliseconds in
+    all: outside every step's time and phase."""
+    evaluation_pct: float = 0.0
+    """That time's share of the measured span (evaluation and the steps' time), percent."""
+    evaluation_passes: int = 0
+    """Measured steps whose span held evaluation."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict."""
@@ -126,4 +134,19 @@ def summarize(facts: Facts) -> Summary:
         phase_ms={p: sums[p] / len(typical) for p in PHASES},
         samples_per_s=(batch * len(steps) / total_s) if batch and total_s > 0 else None,
         steps_set_aside=len(steps) - len(typical),
+        **_evaluation(steps),
     )
+
+
+def _evaluation(steps: list[StepRecord]) -> dict[str, Any]:
+    """The evaluation fields of :class:`Summary` over ``steps``."""
+    spent = sum(s.eval_ms for s in steps)
+    span = spent + sum(s.total_ms for s in steps)
+    return {"evaluation_ms": spent, "evaluation_pct": 100.0 * spent / span if span > 0 else 0.0,
+            "evaluation_passes": sum(1 for s in steps if s.eval_ms > 0)}
+
+
+def warmup_only_words(steps_seen: int, warmup: int) -> str:
+    """A run that ended within its warm-up, in words: the doctor and tune say it alike."""
+    return (f"the script ended after {steps_seen} training step{'s' if steps_seen != 1 else ''}, all within the "
+            f"{warmup} warm-up steps; nothing was recorded. Lower --warmup (or give the script more steps)")

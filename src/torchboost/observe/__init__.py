@@ -23,7 +23,8 @@ Rooms, and the one way their imports flow::
        v
     record/   recorder and its parts, facts_builder, run_output
        v
-    probes/   profile, flop_count, byte_count, replay, quick, describe, hf_trainer, run_length
+    probes/   profile, flop_count, byte_count, replay, quick, describe, hf_trainer, run_length,
+              optimizer_owner
 
 Each room imports only the rooms below it and the spec (the child uses the hooks and the
 recorder; the hooks call into the recorder; the recorder drives the probes); the parent

@@ -33,7 +33,7 @@ def _headline(report: dict[str, Any]) -> Text:
         return Text.assemble(("Not tuned: ", "bold red"), str(report["error"]))
     before, after = report["before"], report["after"]
     if report["status"] == "unchanged":
-        gain = ("nothing was faster beyond noise and still correct: nothing changed", "bold yellow")
+        gain = (words.unchanged(report), "bold yellow")
     else:
         gain = (f"{words.times(report['speedup'])} faster", "bold green")
     e2e = report["end_to_end"]

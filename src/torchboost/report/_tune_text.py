@@ -18,6 +18,15 @@ NOTHING_TO_USE = "nothing changed: run your script as you did before"
 """The next step when tune wrote nothing: `torchboost run` would apply nothing and cost its start-up."""
 
 
+def unchanged(report: dict[str, Any]) -> str:
+    """Why nothing was written, in words: the search's pick did not hold end to end (it was
+    faster in the trials), or nothing was faster beyond noise at all; never the second
+    beside the first's figure."""
+    if (report.get("search_speedup") or 1.0) > 1.0 and report.get("end_to_end"):
+        return "the search's pick did not hold end to end: nothing changed"
+    return "nothing was faster beyond noise and still correct: nothing changed"
+
+
 def times(x: float) -> str:
     """A factor as "1.8x", "1.35x", "2x": at most two decimals, no trailing zeros."""
     return f"{x:.2f}".rstrip("0").rstrip(".") + "x"
@@ -107,6 +116,9 @@ def verdict(entry: dict[str, Any]) -> str:
     who, status = entry["subject"], entry["status"]
     if status == "incorrect":
         return f"{who} changed the training loss beyond tolerance: incorrect, rejected"
+    if status == "not_beyond_noise" and "too noisy to tell" in str(entry.get("reason") or ""):
+        return (f"{who}: too noisy to tell whether the training loss still matches (the script's own runs end "
+                "further apart than the tolerance): rejected, not incorrect")
     if status == "failed":
         return f"{who} made the script fail: rejected"
     if status == "skipped":
@@ -121,6 +133,9 @@ def verdict(entry: dict[str, Any]) -> str:
         return f"{who} was {said} per step here, but its fixed cost is not repaid over the run: {outcome}"
     if status == "not_beyond_noise":
         return f"{who} was {said} here, not beyond noise: {outcome}"
+    covers = str(entry.get("reason") or "").partition("applied from outside: ")[2]
+    if status == "kept" and covers:
+        return f"{who} was {said} here: kept, as applied from outside: {covers}"
     if status == "kept" and entry.get("memory_lever"):
         return f"{who} brought peak memory under the limit ({memory(entry['peak_memory_bytes'])}), {said}: kept"
     if status == "screened_out":

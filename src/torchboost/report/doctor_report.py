@@ -14,6 +14,9 @@
     breakdown_pct      {data, forward, backward, optimizer, other: float}   sums to ~100
     phase_ms           {data, forward, backward, optimizer, other: float}   mean per step
     samples_per_s      float | null   null when the batch size is unknown
+    evaluation         {ms, pct, passes}   evaluation run between the measured steps (a
+                       trained model called with gradients off, until training resumes):
+                       outside the steps' time and phases; ms in all, pct of the span
     findings           [ {id, title, severity ("high"|"medium"|"low"),
                           evidence {name: number | str},
                           fix {toml: str, torch: str, lightning?: str, accelerate?: str, transformers?: str},
@@ -82,7 +85,7 @@ from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
 from torchboost.report.markdown import render_markdown
 from torchboost.report.terminal import print_report
-from torchboost.evidence.observed import Facts
+from torchboost.evidence.observed import Facts, optimizer_label
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.steps import OUTLIER_RATIO, Summary, summarize
 from torchboost.diagnose.headroom import Headroom
@@ -117,10 +120,19 @@ def optimizer_notes(facts: Facts) -> list[str]:
     primary = next((o for o in facts.optimizers if o.get("primary")), None)
     if primary is None:
         return []
-    return [f"A second optimizer stepped too: {o['class_name']}, {o['steps']} steps while "
-            f"{primary['class_name']} (whose steps are the training steps) took {primary['steps']}; "
+    return [f"A second optimizer stepped too: {optimizer_label(o)}, {o['steps']} steps while "
+            f"{optimizer_label(primary)} (whose steps are the training steps) took {primary['steps']}; "
             "its time counts in the optimizer phase, and the findings speak of the first."
             for o in facts.optimizers if not o.get("primary")]
+
+
+def evaluation_note(summary: Summary) -> str:
+    """The evaluation the script ran between its training steps, and its share, in words."""
+    passes = summary.evaluation_passes
+    return (f"Evaluation (the model called with gradients off, until training resumed): "
+            f"{summary.evaluation_ms / 1000.0:.2f} s in {passes} pass{'es' if passes > 1 else ''} over the "
+            f"{summary.steps_measured} measured steps, {summary.evaluation_pct:.0f}% of their time; "
+            "left out of the step time and the phases above, which are training's.")
 
 
 def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[str]:
@@ -162,6 +174,8 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                      f"{OUTLIER_RATIO}x or under 1/{OUTLIER_RATIO} of the median step (another process, a "
                      "collection pause, a recompile): the phase table and the findings rest on the other "
                      f"{summary.steps_measured - summary.steps_set_aside}.")
+    if summary.evaluation_passes:
+        notes.append(evaluation_note(summary))
     if 0 < summary.steps_measured < _FEW_STEPS:
         notes.append(f"Only {summary.steps_measured} steps measured: timings are rough; observe more with --steps.")
     median, p90 = summary.step_time_ms["median"], summary.step_time_ms["p90"]
@@ -265,6 +279,8 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "breakdown_pct": dict(summary.breakdown_pct),
         "phase_ms": dict(summary.phase_ms),
         "steps_set_aside": summary.steps_set_aside,
+        "evaluation": {"ms": summary.evaluation_ms, "pct": summary.evaluation_pct,
+                       "passes": summary.evaluation_passes},
         "samples_per_s": summary.samples_per_s,
         "findings": [_finding_entry(f) for f in findings if not f.changes_training and f.memory_ratio is None],
         "training_changes": [_finding_entry(f) for f in findings if f.changes_training],

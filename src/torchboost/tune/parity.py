@@ -26,7 +26,11 @@ Two things change which check a candidate gets (:func:`judge`):
   one. The candidate is then judged like a statistical one, on the last quarter of the run,
   with the tolerance widened to ``RUN_TO_RUN_MARGIN`` times how far the baseline's own
   repeats ended apart (in the loss's scale): a change is held to the spread the script has
-  before any change.
+  before any change. When that spread is itself over the kind's tolerance and the candidate
+  departs by more than the margin but within ``TOO_NOISY_MARGIN`` times the spread, the
+  losses cannot tell: the verdict is *too noisy to tell* (``too_noisy``; the search's
+  ``not_beyond_noise``, never kept, never called incorrect). Beyond that, or a NaN, it is
+  incorrect.
 - *An exact change on top of reduced precision* (compile after bf16 was kept): bf16 kernels
   fused in another order round differently, so it is held to the reduced tolerance.
 """
@@ -40,12 +44,14 @@ from typing import Sequence
 
 from torchboost.techniques.registry import Lever, Parity
 
-__all__ = ["ParityVerdict", "RUN_TO_RUN_MARGIN", "check_parity", "judge", "reproducible", "run_to_run_spread",
+__all__ = ["ParityVerdict", "RUN_TO_RUN_MARGIN", "TOO_NOISY_MARGIN", "check_parity", "judge", "reproducible", "run_to_run_spread",
            "EXACT", "REDUCED", "STATISTICAL"]
 
 RUN_TO_RUN_MARGIN = 1.5
 """How many times the baseline's own run-to-run spread an unreproducible script's candidate may
 depart from it (the spread of a few repeats understates the next run's)."""
+TOO_NOISY_MARGIN = 3.0
+"""Up to this many times a spread over the tolerance, a departure is too noisy to tell, not incorrect."""
 
 EXACT = Parity.EXACT
 REDUCED = Parity.REDUCED
@@ -60,6 +66,15 @@ class ParityVerdict:
     kind: str
     detail: str
     """The numbers behind the verdict, in words."""
+    too_noisy: bool = False
+    """Not ok, but not shown wrong either: the script's own spread run to run is over the
+    tolerance and the candidate is within :data:`TOO_NOISY_MARGIN` times it."""
+
+    @property
+    def rejected_as(self) -> str:
+        """The search's status for a candidate this verdict does not pass: "not_beyond_noise"
+        when too noisy to tell, else "incorrect"."""
+        return "not_beyond_noise" if self.too_noisy else "incorrect"
 
 
 def _mean_last(losses: Sequence[float], n: int) -> float:
@@ -172,16 +187,26 @@ def run_to_run_spread(baseline: Sequence[float], repeats: Sequence[Sequence[floa
 
 def _unreproducible(losses: Sequence[float], reference: Sequence[float], kind: str, spread: float) -> ParityVerdict:
     verdict = check_parity(reference, losses, kind=STATISTICAL, statistical_rtol=_spread_limit(kind, spread))
-    word = "within" if verdict.ok else "beyond"
+    noisy = (not verdict.ok and spread > _own_limit(kind)
+             and check_parity(reference, losses, kind=STATISTICAL, statistical_rtol=TOO_NOISY_MARGIN * spread).ok)
+    word = (f"within {RUN_TO_RUN_MARGIN:g}x that spread" if verdict.ok else
+            f"too noisy to tell: beyond {RUN_TO_RUN_MARGIN:g}x that spread, within {TOO_NOISY_MARGIN:g}x, and the "
+            f"spread is over the {100 * _own_limit(kind):.0f}% tolerance" if noisy else
+            f"beyond {RUN_TO_RUN_MARGIN:g}x that spread")
     return ParityVerdict(verdict.ok, kind,
                          f"the script is not reproducible run to run (its own repeats ended {100 * spread:.1f}% of "
-                         f"the loss scale apart): {word} {RUN_TO_RUN_MARGIN:g}x that spread; {verdict.detail}")
+                         f"the loss scale apart): {word}; {verdict.detail}", too_noisy=noisy)
+
+
+def _own_limit(kind: str) -> float:
+    """The divergence tolerance of ``kind`` (:func:`check_parity`'s defaults)."""
+    return 0.10 if kind == STATISTICAL else 0.02
 
 
 def _spread_limit(kind: str, spread: float) -> float:
     """The divergence limit of an unreproducible script: the kind's own, or the margin times
     the spread its repeats showed, whichever is larger."""
-    return max(0.10 if kind == STATISTICAL else 0.02, RUN_TO_RUN_MARGIN * spread)
+    return max(_own_limit(kind), RUN_TO_RUN_MARGIN * spread)
 
 
 def judge(lever: Lever, losses: list[float], baseline: list[float], reference: list[float], *,

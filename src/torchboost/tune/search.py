@@ -254,8 +254,8 @@ class _Search:
                 self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
                 continue
             verdict = self._judge(lever, result)
-            if not verdict.ok:
-                self.record(lever, change, Status.INCORRECT, verdict.detail, ms_per_step=result.ms_per_step,
+            if not verdict.ok:  # incorrect, or too noisy to tell (an unseeded script's own spread)
+                self.record(lever, change, Status(verdict.rejected_as), verdict.detail, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
                 continue
             over = self.memory.over(peak, lever.for_memory)
@@ -273,12 +273,15 @@ class _Search:
         learn whether the script reproduces its own losses, and the candidate is judged again."""
         verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
                         reduced=self.reduced)
-        if verdict.ok or self.repeats or self.incumbent or self.run.out_of_budget():
-            return verdict
-        if not self._incumbent_again().ok:
-            return verdict
-        return judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
-                     reduced=self.reduced)
+        # Before "incorrect": the baseline's own spread from as many repeats as the A/A would
+        # have given (two runs of an unseeded script can end close by chance).
+        while (not verdict.ok and not self.incumbent and len(self.repeats) < self.options.noise_repeats
+               and not self.run.out_of_budget()):
+            if not self._incumbent_again().ok:
+                return verdict
+            verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
+                            reduced=self.reduced)
+        return verdict
 
     def _confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
@@ -326,7 +329,7 @@ class _Search:
             return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
         verdict = judge(lever, b.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
         if not verdict.ok:
-            return Status.INCORRECT, f"incorrect when measured again: {verdict.detail}"
+            return Status(verdict.rejected_as), f"{verdict.rejected_as.replace('_', ' ')} when measured again: {verdict.detail}"
         over = self.memory.over(b.peak_memory_bytes, lever.for_memory)
         if over is not None:
             return Status.OVER_MEMORY, f"over the memory limit when measured again: {over}"

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
+from torchboost.evidence.steps import warmup_only_words
 from torchboost.observe.parent.no_stdin import stdin_words
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.techniques.compile.compile_facts import CompileFacts
@@ -25,6 +26,8 @@ def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
     """The failure in words: a stall and what the script was doing, a kill and its signal,
     or the exit code and the error's last line."""
     stall = getattr(facts, "stall", None)
+    if facts is not None and not facts.steps and facts.steps_seen and facts.ended == "finished" and not exit_code:
+        return warmup_only_words(facts.steps_seen, facts.warmup_steps)
     if facts is not None and facts.ended == "stalled" and stall:
         return f"stalled: no training step for {stall['after_s']:.0f} s, the script {stall['doing']}"
     signal_name = getattr(facts, "signal", None)
@@ -64,6 +67,7 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
         settings=settings, repeat=repeat, step_ms=step_ms, losses=losses, samples_per_step=batch,
         peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
         compile_s=compile_s, compile_cache=compiled.cache, wall_s=wall_s, fixed_s=fixed_s,
+        applied=list(getattr(facts, "applied", []) or []),
     )
     result.stopped_early = bool(getattr(facts, "stopped_slow", False))
     result.stopped_decided = getattr(facts, "stopped_decided", None)

@@ -62,6 +62,9 @@ class TrialResult:
     beyond noise (a sequential stop); its steps are then fewer than asked, and all it has."""
     traceback: str = ""
     """The script's traceback when the trial failed with one ('' otherwise)."""
+    applied: list[str] = field(default_factory=list)
+    """What its settings did in the script, in words (``Facts.applied``): a technique applied
+    at the root module says which of the modules the loop trains it covers."""
 
     @property
     def ms_per_step(self) -> float:

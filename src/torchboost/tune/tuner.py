@@ -24,6 +24,7 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.run_guard import summed_writes
 from torchboost.observe.parent.supervise import run_observed
+from torchboost.tune.coverage import CoverageNotes
 from torchboost.tune.config_file import TunedFor, settings_to_config, user_config, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
 from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
@@ -152,10 +153,12 @@ def toml_header(run: TuneRun, command: Sequence[str]) -> str:
         lines.append(run.verdict[0].upper() + run.verdict[1:] + ".")
     lines.append(f"Search: baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
                  f"{outcome.waterfall[-1].ms_per_step:.2f} ms/step ({outcome.speedup:.2f}x per step).")
-    kept = [d for d in outcome.decisions if d.status == "kept"] if run.settings else []
-    for d in kept:
+    kept = [d for d in outcome.decisions if d.status == "kept"]
+    for d in kept if run.settings else []:
         lines.append(f"kept {describe_settings(d.settings)}: {1 / d.ratio:.2f}x faster ({d.reason})")
-    if not kept:
+    if kept and not run.settings:
+        lines.append("the search's pick did not hold end to end: nothing changed")
+    elif not kept:
         lines.append("no technique was faster beyond noise and still correct: nothing changed")
     if run.base is not None and run.base != BoostConfig.off():
         lines.append("Every other setting is the one this file had before (kept as torchboost.toml.bak).")
@@ -192,6 +195,11 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         return result
 
     return measure
+
+
+def _noted(coverage: CoverageNotes, result: TrialResult) -> TrialResult:
+    coverage.record(result)
+    return result
 
 
 def _peak(facts: Facts | None) -> dict[str, Any]:
@@ -373,8 +381,10 @@ def tune_script(
     # The diagnosis spent part of the budget: the search has the rest.
     search_options = SearchOptions(budget_s=max(options.budget_s - (time.monotonic() - start), 0.0),
                                    min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps)
-    outcome = run_search(levers, context, _journaled_measure(journal, command, options, base, on_trial, deadline),
-                         search_options, on_decision=on_decision)
+    coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial, deadline)
+    outcome = run_search(levers, context, lambda *a, **k: _noted(coverage, measure(*a, **k)), search_options,
+                         on_decision=on_decision)
+    coverage.annotate(outcome.decisions)  # what a change applied at the root covered
     if journal.restarted:
         outcome.warnings.append(f"--resume started afresh: {journal.restarted}")
     settings, e2e, verdict = _verify(command, options, base, outcome, run_steps, on_verify, ident,

@@ -77,6 +77,14 @@ class EndToEnd:
     baseline_pace_ms: list[float] = field(default_factory=list)
     """Each capped baseline run's own pace: the mean step of its second half."""
     tuned_pace_ms: list[float] = field(default_factory=list)
+    ran: list[int | None] = field(default_factory=list)
+    """Per capped run: the steps it ran when the script ended on its own before the cap, else None."""
+
+    @property
+    def whole_steps(self) -> int | None:
+        """The script's own length when every capped run ended on its own before the cap:
+        the runs were whole, whatever the cap; else None."""
+        return max(self.ran) if self.ran and all(self.ran) else None  # type: ignore[type-var]
 
     @property
     def projected_to(self) -> int | None:
@@ -85,7 +93,9 @@ class EndToEnd:
         planned, steps = self.planned_steps, self.steps
         complete = (len(self.baseline_pace_ms) == len(self.baseline_runs_s)
                     and len(self.tuned_pace_ms) == len(self.tuned_runs_s))
-        return planned if steps is not None and planned is not None and planned > steps and complete else None
+        whole = self.whole_steps is not None
+        return planned if steps is not None and planned is not None and planned > steps and complete and not whole \
+            else None
 
     @property
     def judged_runs_s(self) -> tuple[list[float], list[float]]:
@@ -126,8 +136,8 @@ class EndToEnd:
     @property
     def how(self) -> str:
         """"whole runs", "runs of 178 steps", or "runs of 178 steps, projected to the planned 5000"."""
-        if self.steps is None:
-            return "whole runs"
+        if self.steps is None or self.whole_steps:
+            return f"whole runs ({self.whole_steps} steps)" if self.whole_steps else "whole runs"
         projected = (f", projected to the planned {self.projected_to} (each run's time plus the steps it did "
                      "not run at its own pace)") if self.projected_to else ""
         return f"runs of {self.steps} steps{projected}"
@@ -191,7 +201,7 @@ class EndToEnd:
         return {"baseline_s": self.baseline_s, "tuned_s": self.tuned_s, "speedup": self.speedup,
                 "interval": list(self.interval) if self.interval else None, "pairs": self.pairs,
                 "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
-                "projected_to": self.projected_to,
+                "projected_to": self.projected_to, "whole_steps": self.whole_steps,
                 **{k: v for k, v in asdict(self).items()
                    if k in ("baseline_runs_s", "tuned_runs_s", "baseline_pace_ms", "tuned_pace_ms", "error",
                             "out_of_time")}}
@@ -232,8 +242,7 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
     """Seconds the whole script took under ``torchboost run`` with ``config_file`` (None:
     the user's own command, no torchboost settings in the process); None when it ran past
     ``limit_s``. Raises RuntimeError when it failed. Both sides run under the write guard
-    (:func:`~torchboost.observe.parent.supervise.run_guarded`): what the script writes is
-    kept apart in ``out_dir/writes/``, the user's files put back."""
+    (:func:`~torchboost.observe.parent.supervise.run_guarded`)."""
     if config_file is None:
         argv, env = users_own_command(command), dict(os.environ)
     else:
@@ -253,9 +262,11 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
 
 
 def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir: Path,
-                limit_s: float | None = None, writes_ledger: Path | None = None) -> tuple[float, float] | None:
-    """Seconds of a run stopped after ``steps``, and its pace: the mean step (ms) of its
-    second half; None when it ran past ``limit_s`` (it is then ended)."""
+                limit_s: float | None = None,
+                writes_ledger: Path | None = None) -> tuple[float, float, int | None] | None:
+    """Seconds of a run stopped after ``steps``, its pace (the mean step, ms, of its second
+    half) and the steps it ran when the script ended on its own before them (else None);
+    None when it ran past ``limit_s`` (it is then ended)."""
     start = time.monotonic()
     observed = run_observed(command, steps=steps, warmup=0, out_dir=out_dir, apply=config, profile=False,
                             echo=False, timeout_s=limit_s, writes_ledger=writes_ledger)
@@ -265,7 +276,8 @@ def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir
         raise RuntimeError(f"the script exited with code {observed.exit_code} after {observed.steps_seen} steps")
     seconds = time.monotonic() - start
     later = observed.facts.steps[len(observed.facts.steps) // 2:]
-    return seconds, statistics.fmean(s.total_ms for s in later)
+    ended_own = observed.facts.steps_seen if observed.facts.ended == "finished" else None
+    return seconds, statistics.fmean(s.total_ms for s in later), ended_own
 
 
 CAPPED_RUN_SLACK = 2.0
@@ -313,14 +325,16 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
                 recorded_pace = journal.pace(key)  # type: ignore[union-attr]
                 if recorded_pace is not None:
                     paces.append(recorded_pace)
+                result.ran.append(None)  # not journaled: taken as capped
                 return recorded
             pace = None
             try:
                 if result.steps is None:
                     seconds = _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole", writes_ledger)
                 else:
-                    seconds, pace = _capped_run(command, configs[name], result.steps, out_dir,
-                                                _capped_limit(result, plan), writes_ledger) or (None, None)
+                    seconds, pace, ran = _capped_run(command, configs[name], result.steps, out_dir,
+                                                     _capped_limit(result, plan), writes_ledger) or (None, None, None)
+                    result.ran.append(ran)
             except RuntimeError as exc:
                 raise RuntimeError(f"the {name} configuration failed end to end: {exc}") from None
             if pace is not None:
@@ -338,7 +352,7 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
                     plan = replace(plan, budget_s=max(plan.budget_s - result.spent_s - plan.run_limit_s, 1e-3))
                 result.steps = plan.fallback_steps
                 for runs in (result.baseline_runs_s, result.tuned_runs_s, result.baseline_pace_ms,
-                             result.tuned_pace_ms):
+                             result.tuned_pace_ms, result.ran):
                     runs.clear()
                 _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
             if result.steps is not None and result.pairs < plan.pairs:

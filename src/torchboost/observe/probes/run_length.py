@@ -43,9 +43,12 @@ def _values(argv: Sequence[str], names: tuple[str, ...]) -> list[tuple[str, int]
     return found
 
 
-def length_from_arguments(argv: Sequence[str], batches_per_epoch: int | None) -> tuple[int, str] | None:
+def length_from_arguments(argv: Sequence[str], batches_per_epoch: int | None,
+                          batches_per_step: int = 1) -> tuple[int, str] | None:
     """(steps, what gave them in words) from the script's arguments ``argv`` (the words
-    after the script's path); None when they do not say."""
+    after the script's path); None when they do not say. A step count is taken as the
+    script's optimizer steps; epochs are ``batches_per_epoch`` batches each,
+    ``batches_per_step`` of them to an optimizer step (accumulation)."""
     steps = _values(argv, STEP_FLAGS)
     if steps:
         written, value = steps[-1]
@@ -53,5 +56,9 @@ def length_from_arguments(argv: Sequence[str], batches_per_epoch: int | None) ->
     epochs = _values(argv, EPOCH_FLAGS)
     if epochs and batches_per_epoch:
         written, value = epochs[-1]
-        return value * batches_per_epoch, f"the script's {written} x {batches_per_epoch} batches per epoch"
+        words = f"the script's {written} x {batches_per_epoch} batches per epoch"
+        if batches_per_step > 1:
+            return (max(1, value * batches_per_epoch // batches_per_step),
+                    f"{words}, {batches_per_step} to an optimizer step")
+        return value * batches_per_epoch, words
     return None

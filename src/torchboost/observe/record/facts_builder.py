@@ -82,19 +82,27 @@ def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
 
 
 def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
-                command: Sequence[str] = ()) -> tuple[int | None, str | None]:
-    """Steps the script would run in full, and what gave them in words: a Hugging Face
-    Trainer's own length (``max_steps``, or its epochs), else the script's arguments
-    (``--max_iters=400``, ``--epochs 3`` with the loader's length), else one epoch of the loader."""
+                command: Sequence[str] = (), micro_steps: float | None = None) -> tuple[int | None, str | None]:
+    """Optimizer steps the script would run in full, and what gave them in words: a Hugging
+    Face Trainer's own length (``max_steps``, or its epochs), else the script's arguments
+    (``--max_iters=400``, ``--epochs 3`` with the loader's length), else one epoch of the
+    loader. ``micro_steps``: backward passes per optimizer step (a script accumulating by
+    hand over 4 batches runs 512 batches in 128 steps); a count of batches is divided by it."""
     batches = loader.num_batches if loader is not None else None
     if trainer is not None:
         steps, words = trainer.run_length(batches)
         if steps:
             return steps, words
-    given = length_from_arguments(script_arguments(command), batches)
+    per_step = round(micro_steps) if micro_steps and micro_steps >= 1.5 else 1
+    given = length_from_arguments(script_arguments(command), batches, per_step)
     if given is not None:
         return given
-    return (batches, "one epoch of the script's DataLoader") if batches else (None, None)
+    if not batches:
+        return None, None
+    if per_step > 1:
+        return (max(1, batches // per_step),
+                f"one epoch of the script's DataLoader: {batches} batches, {per_step} to an optimizer step")
+    return batches, "one epoch of the script's DataLoader"
 
 
 def probe_context(parts: RecordedParts, device: str) -> ProbeContext:
@@ -147,7 +155,8 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
     settings = seen.settings
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)
-    planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command)
+    micro = timing.micro_median() if run.step_source == "optimizer" else None
+    planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command, micro)
     run.place = _env.job_place() or run.place  # kept: a script may end its process group before the last write
     rank, world_size = run.place or (spec.rank, _env.world_size())
     return Facts(
@@ -167,8 +176,9 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
         planned_steps=planned_steps, planned_from=planned_from,
         target_steps=None if spec.full else spec.steps,
-        micro_steps_per_step=timing.micro_median() if run.step_source == "optimizer" else None,
+        micro_steps_per_step=micro,
         losses=parts.losses.values(), warmup_losses=parts.losses.warmup_values(),
+        loss_steps=list(parts.losses.steps),
         profile=stages.profile.facts, gpu=stages.profile.gpu,
         profile_error=stages.profile.error,
         flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),

@@ -28,6 +28,10 @@ class LossCapture:
         self._recorded: list[torch.Tensor] = []
         self._values: list[float] = []
         self._warmup: list[torch.Tensor] = []
+        self._last: torch.Tensor | None = None  # the last loss closed, kept or not
+        self.steps: list[int] = []
+        """The step index of each loss kept, warm-up's then the recorded ones'
+        (:attr:`~torchboost.evidence.observed.Facts.loss_steps`)."""
 
     def backward_on(self, tensor: Any) -> None:
         """``backward`` was called on ``tensor``; a scalar is taken as the step's loss."""
@@ -36,21 +40,30 @@ class LossCapture:
             scale = getattr(self.scaler, "_scale", None)  # GradScaler multiplies the loss
             self._pending = loss / scale if isinstance(scale, torch.Tensor) else loss
 
-    def close_step(self, kind: str | None) -> None:
-        """Keep the step's loss with the steps of ``kind`` (see :meth:`StepTiming.close_step`)."""
-        self.last = self._pending
-        if self._pending is not None:
+    def close_step(self, kind: str | None, index: int) -> None:
+        """Keep the step's loss with the steps of ``kind`` (see :meth:`StepTiming.close_step`);
+        ``index``: the step's, counted from 0."""
+        pending = self._pending
+        self.last = pending  # the quick probes read the loss of the step closed last
+        if pending is not None:
+            self._last = pending
             if kind == RECORDED:
-                self._recorded.append(self._pending)
+                self._recorded.append(pending)
             elif kind == WARMUP:
                 # Warm-up losses let a tuning trial compare runs from step 0.
-                self._warmup.append(self._pending)
+                self._warmup.append(pending)
+            if kind in (RECORDED, WARMUP):
+                self.steps.append(index)
         self._pending = None
 
     def restart(self) -> None:
-        """Forget the losses of closed steps (step counting restarts)."""
+        """Step counting restarts (an optimizer was adopted): the losses of closed steps go,
+        but the last one, the first optimizer step's (its backward came before the step), is
+        step 0's, kept as the first warm-up loss."""
         self._recorded.clear()
-        self._warmup.clear()
+        self._values.clear()  # converted already when facts were built before (at warm-up's end)
+        self._warmup[:] = [self._last] if self._last is not None else []
+        self.steps[:] = [0] if self._last is not None else []
 
     def values(self) -> list[float]:
         """The recorded steps' losses as floats (converts the pending tensors: may sync)."""

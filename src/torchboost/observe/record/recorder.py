@@ -14,7 +14,8 @@ The recorder composes small parts and holds only what is the run's own (how it e
 the observer's own errors: a :class:`~torchboost.observe.record.facts_builder.RunState`
 and a list):
 
-* :class:`~torchboost.observe.record.step_timing.StepTiming`: phase times, boundaries, what
+* :class:`~torchboost.observe.record.step_timing.StepTiming`: phase times (evaluation apart:
+  :class:`~torchboost.observe.record.evaluation.TrainingSplit`), boundaries, what
   each closed step was, the early stop of a far too slow trial;
 * :class:`~torchboost.observe.record.loss_capture.LossCapture`: each step's loss;
 * :class:`~torchboost.observe.record.script_objects.ScriptObjects`: the script's loaders, root
@@ -38,6 +39,7 @@ import torch
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.handover import Claims
 from torchboost.observe.probes import describe
+from torchboost.observe.record.evaluation import TrainingSplit
 from torchboost.observe.record.facts_builder import RecordedParts, RunState
 from torchboost.observe.record.facts_so_far import FactsSoFar
 from torchboost.observe.record.loss_capture import LossCapture
@@ -55,7 +57,6 @@ __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTI
 
 class StepRecorder:
     """Turns hook calls into :class:`StepRecord` s and :class:`Facts` (see module docstring).
-
     ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`);
     by default a ``Claims`` of its own: no Booster."""
 
@@ -79,13 +80,14 @@ class StepRecorder:
         # Hook calls that concern one part alone go straight to it: no extra call per phase.
         self.closure_begin, self.closure_end = self.timing.closure_begin, self.timing.closure_end
         self.stages.quick_start = lambda quick: self.built.start_quick(quick, self.uses_booster)
-        self.backward_tensor = self.losses.backward_on
+        self.split = TrainingSplit(self.timing.acc, self.timing.evaluation, self.seen, self.losses)
+        self.backward_tensor = self.split.backward_on  # an outermost backward starts
         self.roots = self.seen.roots
 
     # -- called by the hooks -------------------------------------------------------------
     def loader_iter(self, loader: Any, iterator: Any) -> None:
         """A DataLoader made an iterator (once per epoch)."""
-        self.guarded(self.seen.loader_iter, loader, iterator)
+        self.guarded(self.split.iter, loader, iterator)
 
     def data_begin(self) -> None:
         """The loop asks its DataLoader for a batch."""
@@ -94,14 +96,14 @@ class StepRecorder:
 
     def loader_batch(self, iterator: Any, ms: float) -> None:
         """A batch was fetched from ``iterator`` after waiting ``ms`` milliseconds."""
+        self.split.batch(iterator, ms)
         self.timing.end(DATA, ms)
         self.current = None
         self.stages.profile.end_annotation()
-        self.seen.loader_batch(iterator)
 
     def forward_begin(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
-        """An outermost module call starts."""
-        self.seen.forward(module, autocast_devices)
+        """An outermost module call starts (training's, or evaluation's: :class:`TrainingSplit`)."""
+        self.split.forward(module, autocast_devices)
         self.phase_begin(FORWARD)
 
     def phase_begin(self, phase: int) -> None:
@@ -153,7 +155,7 @@ class StepRecorder:
         timing = self.timing
         kind = timing.close_step()
         timing.bookkeeping = True  # until next_step: torchboost's time, not the script's
-        self.losses.close_step(kind)
+        self.losses.close_step(kind, timing.boundaries - 1)
         if kind == RECORDED:
             timing.stop_if_slow()
         done = timing.boundaries

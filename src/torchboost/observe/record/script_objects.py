@@ -15,6 +15,7 @@ import torch
 from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
 from torchboost.observe.probes import describe, hf_trainer
+from torchboost.observe.probes.optimizer_owner import stepped_modules
 from torchboost.observe.record.optimizer_steps import OptimizerSteps
 
 __all__ = ["ScriptObjects"]
@@ -25,9 +26,10 @@ class ScriptObjects:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._loaders: dict[int, list[Any]] = {}  # id(loader) -> [LoaderFacts, batches]
+        self._loaders: dict[int, list[Any]] = {}  # id(loader) -> [LoaderFacts, batches, batches that reached backward]
         self._iter_loader: dict[int, int] = {}  # id(iterator) -> id(loader)
-        self._roots: dict[int, list[Any]] = {}  # id(module) -> [weakref, outermost calls]
+        self._last_batch: list[Any] | None = None  # the loader entry of the last batch, until a backward takes it
+        self._roots: dict[int, list[Any]] = {}  # id(module) -> [weakref, outermost calls, called with grad on]
         self._primary: Any = None  # weakref to the optimizer whose step ends a step
         self._autocast: dict[str, str] = {}  # device type -> dtype seen on during forward
         self.first_forward_at: float | None = None
@@ -38,34 +40,52 @@ class ScriptObjects:
         """Our own environment probe, not the script, started CUDA."""
         self.trainer: TrainerFacts | None = None
         """The Hugging Face Trainer driving the loop, described at its first optimizer step."""
-        self.optimizer_steps = OptimizerSteps()
+        self.optimizer_steps = OptimizerSteps(lambda optimizer: stepped_modules(optimizer, self.roots()))
         """Every optimizer's steps, the primary's and a second one's (a GAN's)."""
 
     # -- fed by the hooks ----------------------------------------------------------------
-    def loader_iter(self, loader: Any, iterator: Any) -> None:
-        """``loader`` made ``iterator``; describes the loader (may raise: the caller records it)."""
+    def loader_iter(self, loader: Any, iterator: Any) -> bool:
+        """``loader`` made ``iterator``; describes the loader (may raise: the caller records
+        it). True when it is not a training loader while another is (an evaluation's)."""
         self._iter_loader[id(iterator)] = id(loader)
-        entry = self._loaders.setdefault(id(loader), [LoaderFacts(), 0])
+        entry = self._loaders.setdefault(id(loader), [LoaderFacts(), 0, 0])
         entry[0] = describe.describe_loader(loader)
+        return entry[2] == 0 and any(other[2] for other in self._loaders.values())
 
-    def loader_batch(self, iterator: Any) -> None:
-        """``iterator`` gave a batch."""
+    def loader_batch(self, iterator: Any) -> bool:
+        """``iterator`` gave a batch; True when its loader is a training loader (its
+        batches reached backward before)."""
         entry = self._loaders.get(self._iter_loader.get(id(iterator), -1))
-        if entry is not None:
-            entry[1] += 1
+        if entry is None:
+            return False
+        entry[1] += 1
+        self._last_batch = entry
+        return entry[2] > 0
 
-    def forward(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
-        """An outermost call of ``module`` starts; notes autocast as it is on now."""
+    def reached_backward(self) -> None:
+        """An outermost backward starts: the last batch fetched reached it."""
+        if self._last_batch is not None:
+            self._last_batch[2] += 1
+            self._last_batch = None
+
+    def forward(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> bool:
+        """An outermost call of ``module`` starts; notes autocast as it is on now. True when
+        the call is an evaluation: gradients are off and ``module`` was called with them on
+        before (a module only ever called with them off, a teacher, a frozen encoder, is
+        part of the training step)."""
         if self.first_forward_at is None:
             self.first_forward_at = self._clock()
+        grad = torch.is_grad_enabled()
         entry = self._roots.get(id(module))
         if entry is None:
-            self._roots[id(module)] = [weakref.ref(module), 1]
+            entry = self._roots[id(module)] = [weakref.ref(module), 1, grad]
         else:
             entry[1] += 1
+            entry[2] = entry[2] or grad
         for device_type in autocast_devices:
             if torch.is_autocast_enabled(device_type):
                 self._autocast[device_type] = str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+        return entry[2] and not grad
 
     def adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer``'s steps are the step boundaries from now on."""
@@ -111,8 +131,9 @@ class ScriptObjects:
         return max(roots, key=lambda r: (any(True for _ in r[0].parameters()), r[1]))[0]
 
     def main_loader(self) -> LoaderFacts | None:
-        """The loader that gave the most batches: the one feeding the loop."""
-        return max(self._loaders.values(), key=lambda e: e[1])[0] if self._loaders else None
+        """The training loader: the one whose batches reached backward most (an evaluation
+        loader's never do, however many it gives); else the one that gave the most batches."""
+        return max(self._loaders.values(), key=lambda e: (e[2], e[1]))[0] if self._loaders else None
 
     def autocast_dtype(self, device: str) -> str | None:
         """The autocast dtype seen on ``device`` (else on any device), or None."""

@@ -16,6 +16,7 @@ import torch
 from torchboost.evidence.observed import StepRecord
 from torchboost.observe.record.cuda_phases import CudaPhases
 from torchboost.observe.record.sequential_stop import decided
+from torchboost.observe.record.evaluation import EvaluationSpan
 from torchboost.observe.record.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
 from torchboost.observe.spec import ObserveSpec
 
@@ -51,7 +52,9 @@ class StepTiming:
         self.cuda: CudaPhases | None = None
         """Device timing of the step in flight; None off CUDA."""
         self.last_ms = 0.0
-        """Total time of the last step closed, kept or not, milliseconds."""
+        """Total time of the last step closed, kept or not, evaluation left out, milliseconds."""
+        self.evaluation = EvaluationSpan(clock)
+        """Evaluation in the step in flight (:mod:`~torchboost.observe.record.evaluation`)."""
         self._step_start = clock()
         self._discard_next = False
         self._micro = 0
@@ -64,8 +67,9 @@ class StepTiming:
             self.cuda.begin(phase)
 
     def end(self, phase: int, ms: float) -> None:
-        """A phase ended after ``ms`` host milliseconds."""
-        self.acc[phase] += ms
+        """A phase ended after ``ms`` host milliseconds (within evaluation: none of the step's)."""
+        if not self.evaluation.open:
+            self.acc[phase] += ms
         if self.cuda is not None:
             self.cuda.end(phase)
 
@@ -93,6 +97,7 @@ class StepTiming:
         if self.cuda is not None:
             torch.cuda.synchronize()  # the one sync per step, see torchboost.observe.record.recorder
             self.cuda.collect(self.acc)
+        eval_ms = self.evaluation.take()
         now = self._clock()
         self.last_boundary = now
         index = self.boundaries
@@ -101,14 +106,14 @@ class StepTiming:
         recorded_end = spec.warmup + spec.steps
         recording = spec.warmup <= index < recorded_end or (spec.full and index >= recorded_end + spec.profile_steps)
         kind = None
-        self.last_ms = (now - self._step_start) * 1000.0
+        self.last_ms = max(0.0, (now - self._step_start) * 1000.0 - eval_ms)
         if recording and not self._discard_next:
-            self.steps.append(StepRecord(index, self.last_ms, *self.acc))
+            self.steps.append(StepRecord(index, self.last_ms, *self.acc, eval_ms=eval_ms))
             self.micro_counts.append(self._micro)
             kind = RECORDED
         elif index < spec.warmup and not self._discard_next:
             # Warm-up is kept apart: its extra time is the first-call (compile) cost.
-            self.warmup_ms.append((now - self._step_start) * 1000.0)
+            self.warmup_ms.append(self.last_ms)
             kind = WARMUP
         self._discard_next = False
         self._micro, self._in_closure = 0, False

@@ -1,0 +1,106 @@
+"""Evaluation inside the training loop, kept out of the training step.
+
+A script that evaluates every N steps (``model.eval()``, ``torch.no_grad()`` or
+``inference_mode``, a pass over a held-out loader) runs that pass between two training
+steps. It is no part of either: the pass starts at the first call of a trained module
+(one called with gradients on before) with gradients off, and ends when training resumes
+(a call with gradients on, a backward, an optimizer step, a training loader's batch:
+then where its wait began, and the step's boundary). It began where the script turned to
+it: the first wait for a batch of another loader than the training one, or that loader's
+``iter()``. Its time is the step's ``eval_ms``,
+outside the step's total and phases. A module only ever called with gradients off (a
+distillation teacher, a frozen encoder) is part of the step.
+
+The training loader is the one whose batches reach backward
+(:meth:`~torchboost.observe.record.script_objects.ScriptObjects.reached_backward`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from torchboost.observe.record.loss_capture import LossCapture
+from torchboost.observe.record.phases import DATA
+from torchboost.observe.record.script_objects import ScriptObjects
+
+__all__ = ["EvaluationSpan", "TrainingSplit"]
+
+
+class EvaluationSpan:
+    """The evaluation span open in the step in flight, and the evaluation time it holds."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        """The recorder's clock, seconds."""
+        self._start: float | None = None
+        self.ms = 0.0
+        """Milliseconds of evaluation in the step in flight, spans closed so far."""
+
+    @property
+    def open(self) -> bool:
+        """An evaluation span is open: the phases' times are none of the step's."""
+        return self._start is not None
+
+    def begin(self, since: float | None = None) -> bool:
+        """Open a span (unless one is), begun at clock ``since`` (now when None); True when
+        this opened it."""
+        if self._start is not None:
+            return False
+        self._start = self.clock() if since is None else since
+        return True
+
+    def end(self, ago_ms: float = 0.0) -> None:
+        """Training resumed ``ago_ms`` milliseconds ago: the open span, if any, ends there."""
+        start = self._start
+        if start is not None:
+            self._start = None
+            self.ms += max(0.0, (self.clock() - start) * 1000.0 - ago_ms)
+
+    def take(self) -> float:
+        """At the step's boundary: close the span, return the step's evaluation time, start at 0."""
+        self.end()
+        spent, self.ms = self.ms, 0.0
+        return spent
+
+
+class TrainingSplit:
+    """Tells the hooks' calls of training from evaluation's (see the module docstring) for
+    the recorder; ``acc`` is the step's phase accumulator, ``span`` its evaluation span."""
+
+    def __init__(self, acc: list[float], span: EvaluationSpan, seen: ScriptObjects, losses: LossCapture) -> None:
+        self._acc, self._span, self._seen, self._losses = acc, span, seen, losses
+        self._since: float | None = None  # when the script turned to another loader than training's
+        self._waits_ms = 0.0  # that loader's waits since, in the step's data phase until an evaluation call
+
+    def iter(self, loader: Any, iterator: Any) -> None:
+        """``loader`` made ``iterator``: an evaluation loader's (no batch of it reached
+        backward, another's did) may begin an evaluation (may raise: the caller records it)."""
+        if self._seen.loader_iter(loader, iterator) and self._since is None:
+            self._since = self._span.clock()
+
+    def batch(self, iterator: Any, ms: float) -> None:
+        """``iterator`` gave a batch after ``ms``: a training loader's ends evaluation where its wait began."""
+        if self._seen.loader_batch(iterator):
+            self._span.end(ms)
+            self._since, self._waits_ms = None, 0.0
+        else:
+            self._since = self._span.clock() - ms / 1000.0 if self._since is None else self._since
+            self._waits_ms += ms
+
+    def forward(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
+        """An outermost call of ``module``: an evaluation call opens a span, one with gradients on ends it."""
+        if self._seen.forward(module, autocast_devices):
+            if self._span.begin(self._since):
+                self._acc[DATA] = max(0.0, self._acc[DATA] - self._waits_ms)
+        else:
+            self._span.end()
+        self._since, self._waits_ms = None, 0.0
+
+    def backward_on(self, tensor: Any) -> None:
+        """An outermost backward on ``tensor`` starts: training; its batch reached backward."""
+        self._span.end()
+        self._since, self._waits_ms = None, 0.0
+        self._seen.reached_backward()
+        self._losses.backward_on(tensor)

@@ -1,0 +1,128 @@
+"""An evaluation pass inside the training loop is no part of a training step: its time is
+its own, and its loader is not the training loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchboost.evidence.steps import summarize
+from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
+from torchboost.observe.record.recorder import DATA, FORWARD
+from torchboost.report.doctor_report import run_notes
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Loop:
+    """A recorder fed a loop by hand: a training loader of 10 batches, an evaluation loader
+    of 30, a model; each call advances the fake clock."""
+
+    def __init__(self, tmp_path, *, eval_grad: bool) -> None:
+        self.clock = _Clock()
+        spec = ObserveSpec(out_dir=str(tmp_path), steps=6, warmup=1, profile_active=0)
+        self.rec = StepRecorder(spec, clock=self.clock)
+        self.model = torch.nn.Linear(2, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.eval_grad = eval_grad
+        self.train_iter, self.eval_iter = object(), object()
+        self.eval_loader = torch.utils.data.DataLoader(list(range(30)))
+        self.rec.loader_iter(torch.utils.data.DataLoader(list(range(10))), self.train_iter)
+        self.rec.loader_iter(self.eval_loader, self.eval_iter)
+
+    def _batch(self, iterator, ms: float) -> None:
+        self.rec.data_begin()
+        self.clock.now += ms / 1000
+        self.rec.loader_batch(iterator, ms)
+
+    def _forward(self, ms: float) -> None:
+        self.rec.forward_begin(self.model, ())
+        self.clock.now += ms / 1000
+        self.rec.phase_end(FORWARD, ms)
+
+    def train_step(self) -> None:
+        self._batch(self.train_iter, 1.0)
+        self._forward(2.0)
+        self.rec.backward_tensor(torch.tensor(1.0))
+        self.clock.now += 0.003
+        self.rec.backward_done()
+        self.rec.optimizer_begin(self.optimizer)
+        self.clock.now += 0.001
+        self.rec.optimizer_done(self.optimizer)
+
+    def evaluate(self) -> None:
+        self.eval_iter = object()
+        self.rec.loader_iter(self.eval_loader, self.eval_iter)  # the evaluation starts here:
+        self.clock.now += 0.005  # model.eval(), the loader's iter(): 5 ms
+        with torch.set_grad_enabled(self.eval_grad):
+            for _ in range(30):
+                self._batch(self.eval_iter, 1.0)
+                self._forward(2.0)
+                self.clock.now += 0.001  # the loss and the metric, in the script's body
+
+    def run(self) -> None:
+        try:
+            for step in range(20):
+                self.train_step()
+                if step % 3 == 2:
+                    self.evaluate()
+        except StopObserving:
+            pass
+
+
+@pytest.mark.parametrize("eval_grad", [False, True])
+def test_evaluation_is_outside_the_step_and_its_loader_is_not_the_training_loader(tmp_path, eval_grad):
+    loop = _Loop(tmp_path, eval_grad=eval_grad)
+    loop.run()
+    facts = loop.rec.facts()
+    # The training loader is the one whose batches reached backward, in either case.
+    assert facts.loader.num_batches == 10
+    summary = summarize(facts)
+    if eval_grad:  # twin: evaluation with gradients on cannot be told from training
+        assert summary.evaluation_passes == 0
+        assert max(s.forward_ms for s in facts.steps) == pytest.approx(62.0)
+        assert max(s.total_ms for s in facts.steps) == pytest.approx(7.0 + 125.0)
+        assert not any("Evaluation" in n for n in run_notes(facts, summary, []))
+        return
+    assert [s.total_ms for s in facts.steps] == pytest.approx([7.0] * 6)
+    assert [s.forward_ms for s in facts.steps] == pytest.approx([2.0] * 6)
+    assert [s.data_ms for s in facts.steps] == pytest.approx([1.0] * 6)
+    assert summary.evaluation_passes == 2 and summary.evaluation_ms == pytest.approx(2 * 125.0)
+    note = next(n for n in run_notes(facts, summary, []) if n.startswith("Evaluation"))
+    assert "2 passes over the 6 measured steps" in note and "left out of the step time" in note
+
+
+def test_a_module_only_ever_called_with_gradients_off_is_part_of_the_step(tmp_path):
+    # A teacher (or a frozen encoder) under no_grad inside the step is training's work.
+    loop = _Loop(tmp_path, eval_grad=False)
+    teacher = torch.nn.Linear(2, 1)
+    try:
+        for _ in range(10):
+            with torch.no_grad():
+                loop.rec.forward_begin(teacher, ())
+                loop.clock.now += 0.005
+                loop.rec.phase_end(FORWARD, 5.0)
+            loop.train_step()
+    except StopObserving:
+        pass
+    facts = loop.rec.facts()
+    assert summarize(facts).evaluation_passes == 0
+    assert [s.forward_ms for s in facts.steps] == pytest.approx([7.0] * 6)
+
+
+def test_the_data_wait_of_a_training_batch_after_evaluation_is_training_s(tmp_path):
+    loop = _Loop(tmp_path, eval_grad=False)
+    for _ in range(2):
+        loop.train_step()
+    loop.evaluate()
+    loop.rec.data_begin()
+    loop.clock.now += 0.050
+    loop.rec.loader_batch(loop.train_iter, 50.0)  # the training batch's wait ends the span where it began
+    assert loop.rec.timing.acc[DATA] == pytest.approx(50.0)
+    assert loop.rec.timing.evaluation.ms == pytest.approx(125.0)
