@@ -100,3 +100,17 @@ def test_the_progress_line_names_the_replay_steps():
     spec = ObserveSpec(out_dir=".", steps=3, warmup=1, profile_warmup=1, profile_active=1)
     assert stage_of(7, spec) == {"stage": "replay", "step": 1, "of": REPLAY_STEPS}
     assert stage_of(9, ObserveSpec(out_dir=".", steps=3, warmup=1, full=True))["stage"] == "running"  # the twin
+
+
+def test_only_the_training_loops_iterator_is_re_served_an_evaluation_pass_ends():
+    from torchboost.observe.probes.replay import ReplayBatches
+
+    replay, train, held_out = ReplayBatches(), object(), object()
+    replay.keep("batch 1", train)
+    replay.keep("batch 2", train)
+    assert replay.start()
+    assert replay.serves(train) and replay.serve() == "batch 1"  # the twin: the training loop is re-served
+    assert not replay.serves(held_out)  # an evaluation loader asked meanwhile is fetched as usual ...
+    assert replay.keep("held-out batch", held_out) == "held-out batch"
+    assert not replay.serves(held_out) and replay.serves(train)  # ... and never becomes the one re-served
+    assert replay.serve() == "batch 2"

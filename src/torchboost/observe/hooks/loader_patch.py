@@ -106,7 +106,7 @@ def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.p
             if replay is None:
                 batch = original(iterator)
             else:  # a replay step re-serves a batch already seen: no loader work
-                batch = replay.serve() if replay.active else replay.keep(original(iterator))
+                batch = replay.serve() if replay.serves(iterator) else replay.keep(original(iterator), iterator)
             observer.loader_batch(iterator, (clock() - start) * 1000.0)
             return batch
 

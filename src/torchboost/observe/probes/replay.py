@@ -9,6 +9,11 @@ is what no loader change can beat: the data findings' gains are capped by it
 (:func:`torchboost.diagnose.data_bound.replay_bound`). Only a bounded run replays (the
 script is stopped right after, so its training never sees a batch twice), and only when
 its recorded steps waited for data ``REPLAY_MIN_DATA_PCT`` of the time or more.
+
+Only the iterator the training loop took its last batch from is re-served: the replay
+starts at a step boundary, so that is the training loader's. Any other loader the script
+asks meanwhile (an evaluation pass over a held-out set) is fetched from as usual, and
+ends as usual; re-served, its loop would never end.
 """
 
 from __future__ import annotations
@@ -36,13 +41,25 @@ class ReplayBatches:
         """Total time of each replay step, milliseconds."""
         self._kept: list[Any] = []
         self._served = 0
+        self._source: int | None = None  # id of the iterator the kept batches came from
 
-    def keep(self, batch: Any) -> Any:
-        """Remember ``batch`` (the last :data:`KEPT_BATCHES`); returns it."""
+    def keep(self, batch: Any, source: Any = None) -> Any:
+        """Remember ``batch``, fetched from the iterator ``source`` (the last
+        :data:`KEPT_BATCHES` of the last iterator asked); returns it. While re-serving,
+        another loader's batches are not kept: the replay's source stays the training loop's."""
+        if self.active:
+            return batch
+        if id(source) != self._source:
+            self._kept, self._source = [], id(source)
         self._kept.append(batch)
         if len(self._kept) > KEPT_BATCHES:
             del self._kept[0]
         return batch
+
+    def serves(self, iterator: Any) -> bool:
+        """Whether ``iterator``'s next batch is re-served: while :attr:`active`, for the
+        iterator the kept batches came from (see the module docstring)."""
+        return self.active and id(iterator) == self._source
 
     def start(self) -> bool:
         """Start re-serving; False (nothing to re-serve) when no batch was kept."""
