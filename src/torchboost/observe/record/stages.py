@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from torchboost import env as _env
 from torchboost.observe.probes.flop_count import StepFlops
 from torchboost.observe.probes.profile import ProfileWindow
 from torchboost.observe.probes.quick import QuickProbes
@@ -70,6 +71,8 @@ class RunStages:
             replay.step_ms.append(self._timing.last_ms)
         if done < profiled_end:
             return False
+        if _in_a_job():  # each rank would decide on its own figures, stop at another step and leave its peers hanging
+            return True
         if done == profiled_end and self._spec.profile_steps and self._waits_for_data() and replay.start():
             return False
         if replay.active and len(replay.step_ms) < REPLAY_STEPS:
@@ -104,3 +107,10 @@ class RunStages:
     def _window(self) -> ProfileWindow:
         spec = self._spec
         return ProfileWindow(spec.trace_path, warmup=spec.profile_warmup, active=spec.profile_active)
+
+
+def _in_a_job() -> bool:
+    """The process is one rank of several (torch.distributed initialised, or torchrun's
+    WORLD_SIZE): the replay and quick probes, decided per rank, are not run."""
+    place = _env.job_place()
+    return (place[1] if place is not None else _env.world_size()) > 1
