@@ -29,3 +29,30 @@ def test_a_clear_candidates_pairs_stop_once_decided(sequential):
     assert len(pairs) >= 2
     # 30 steps of 4 s a trial (2.6 s for bf16); its pairs' B's, decided, stop at the floor of 8 steps.
     assert (script.now < 900) is sequential  # 833 s against 1010 s
+
+
+@pytest.mark.parametrize("wrapped", ["keywords", "named"])
+def test_a_measure_wrapped_with_keywords_still_stops_decided_pairs(wrapped):
+    """tune passes its measure through a wrapper that notes coverage (``*args, **kwargs``):
+    the search must still hand it the sequential stop. Twin: the measure itself, by name."""
+    script = SlowScript(factors={("precision.mode", "bf16"): 0.66})
+
+    def passed_on(settings, repeat, **keywords):  # the shape of tune's coverage wrapper
+        keywords.pop("slower_than_ms", None)  # this fake never stops a slow screening
+        return script.measure(settings, repeat, **keywords)
+
+    measure = passed_on if wrapped == "keywords" else script.measure
+    context = dataclasses.replace(CPU2, measured=BF16)
+    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    run_search(levers, context, measure, SearchOptions(budget_s=3000), clock=script.clock)
+    assert script.now < 900  # the pairs' B's stopped once decided: 833 s against 1010 s in full
+
+
+def test_a_measure_without_keywords_is_not_handed_them():
+    """The twin of the wrapper: a measure taking only (settings, repeat) runs every trial in full."""
+    script = SlowScript(factors={("precision.mode", "bf16"): 0.66})
+    context = dataclasses.replace(CPU2, measured=BF16)
+    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    run_search(levers, context, lambda settings, repeat: script(settings, repeat), SearchOptions(budget_s=3000),
+               clock=script.clock)
+    assert script.now > 900

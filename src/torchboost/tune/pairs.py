@@ -23,11 +23,7 @@ class Runner:
         self._measure = measure
         self._counts: dict[str, int] = {}
         self._budget_s = budget_s
-        try:
-            parameters = inspect.signature(measure).parameters
-        except (TypeError, ValueError):  # a callable whose signature cannot be read
-            parameters = {}
-        self._takes = {name for name in ("slower_than_ms", "decide") if name in parameters}
+        self._takes = _keywords(measure, ("slower_than_ms", "decide"))
         self._clock = clock
         self.start = clock()
         self.trials = 0
@@ -50,6 +46,18 @@ class Runner:
         given = {"slower_than_ms": slower_than_ms, "decide": decide}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
         return self._measure(Overlay(settings), repeat, **stops)
+
+
+def _keywords(measure: Callable[..., TrialResult], names: tuple[str, ...]) -> set[str]:
+    """Which of ``names`` ``measure`` takes: each it names, or all when it takes ``**kwargs``
+    (a wrapper passing its keywords on, as tune's coverage notes do)."""
+    try:
+        parameters = inspect.signature(measure).parameters
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return set(names)
+    return {name for name in names if name in parameters}
 
 
 class Screened(NamedTuple):
