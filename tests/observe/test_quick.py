@@ -30,15 +30,16 @@ def _every_switch(facts, ctx):
     return [s for s in (t.quick_probe(ctx) for t in techniques() if t.quick_probe) if s is not None], []
 
 
-def _run(tmp_path, monkeypatch, *, own_autocast=False, full=False, choose=_every_switch, steps=60):
-    """A small MLP trained under the instrumentation: warm-up 1, recorded 3, profiled 2, then the probes."""
+def _run(tmp_path, monkeypatch, *, own_autocast=False, full=False, choose=_every_switch, steps=60, spec=None):
+    """A small MLP trained under the instrumentation: warm-up 1, recorded 3, profiled 2, then the
+    probes (or as ``spec`` says)."""
     monkeypatch.setattr(facts_so_far, "choose_switches", choose)
     monkeypatch.setattr(facts_so_far, "QUICK_SHARE", 1000.0)  # the budget is tested on its own
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     before = _state(model, optimizer)
-    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1, full=full)
+    spec = spec or ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1, full=full)
     recorder = StepRecorder(spec)
     done = 0
     with Instrumentation(recorder):
@@ -216,3 +217,35 @@ def test_the_doctor_measures_the_fused_optimizer_and_full_never_probes(tmp_path)
         assert any("not measured" in note for note in fused["notes"])
     full = doctor(tmp_path / "full", "--full")
     assert full["facts"]["quick_probes"] == [] and all(f.get("measured") is None for f in full["findings"])
+
+
+def _burst_trial(tmp_path, monkeypatch, change, *, own_autocast=False):
+    """A tune trial (no profiler window) asked for bursts of ``change``: warm-up 1, recorded 3,
+    then 3 pairs of 2-step bursts."""
+    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=0, profile_active=0,
+                       bursts=change, burst_steps=2, burst_pairs=3)
+    recorder, done, before, after = _run(tmp_path, monkeypatch, own_autocast=own_autocast, spec=spec)
+    return recorder.facts(), done, before, after
+
+
+def test_a_burst_trial_alternates_the_candidates_switch_in_bursts(tmp_path, monkeypatch):
+    facts, done, before, after = _burst_trial(tmp_path, monkeypatch, {"precision.mode": "bf16"})
+    [probe] = facts.quick_probes
+    assert probe.error is None and probe.label == "bf16 autocast"
+    assert len(probe.plain_ms) == len(probe.switched_ms) == 2 * 3 and probe.warmup_ms is not None
+    assert done == 1 + 3 + (1 + 2 * 2 * 3) - 1  # its last burst step's boundary stops the script
+    assert_only_recorded(facts)
+    assert after == before
+
+
+@pytest.mark.parametrize("change, own_autocast, why", [
+    ({"cpu.threads": 1}, False, "no switch makes cpu.threads=1"),  # no technique has such a switch
+    ({"precision.mode": "bf16"}, True, "no switch makes precision.mode=bf16"),  # the script's own autocast
+    ({"precision.mode": "fp16"}, False, "no switch makes precision.mode=fp16"),  # the CPU's switch is bf16's
+])
+def test_twin_a_burst_trial_without_the_candidates_switch_says_why_and_stops(tmp_path, monkeypatch, change,
+                                                                            own_autocast, why):
+    facts, done, *_ = _burst_trial(tmp_path, monkeypatch, change, own_autocast=own_autocast)
+    [probe] = facts.quick_probes
+    assert why in probe.error and not probe.switched_ms
+    assert done == 1 + 3 - 1

@@ -300,7 +300,7 @@ def test_without_the_interaction_pass_one_lever_at_a_time_stays_at_one_worker():
 
 
 def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
-    from torchboost.tune.tuner import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, TRIAL_WINDOW_S, auto_trial_steps
+    from torchboost.tune.trial_length import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, TRIAL_WINDOW_S, auto_trial_steps
 
     assert auto_trial_steps(2.0) == math.ceil(TRIAL_WINDOW_S * 1e3 / 2.0)  # 2 ms steps: 750 of them
     assert auto_trial_steps(0.01) == MAX_TRIAL_STEPS

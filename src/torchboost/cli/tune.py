@@ -23,7 +23,8 @@ from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_
 from torchboost.observe.parent.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.memory_limit import MEMORY_MARGIN
-from torchboost.tune.tuner import MIN_TRIAL_STEPS, TRIAL_WINDOW_S, TuneOptions, TuneRun, tune_script, user_config
+from torchboost.tune.trial_length import MIN_TRIAL_STEPS, TRIAL_WINDOW_S
+from torchboost.tune.tuner import TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
 from torchboost.tune.trial_result import TrialResult, describe_settings

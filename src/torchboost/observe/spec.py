@@ -39,7 +39,7 @@ from typing import Any
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "FACTS_FILE", "TRACE_FILE", "TREE_ENV", "INJECT_DIR", "HELLO_DIR", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+__all__ = ["ObserveSpec", "Bursts", "FACTS_FILE", "TRACE_FILE", "TREE_ENV", "INJECT_DIR", "HELLO_DIR", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
            "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
@@ -72,6 +72,22 @@ def tree_file(name: str, pid: int) -> str:
     """``facts.pid123.json`` for process 123 of a tree (``trace.pid123.pt.trace.json``)."""
     stem, dot, suffix = name.partition(".")
     return f"{stem}.pid{pid}{dot}{suffix}"
+
+
+@dataclass(frozen=True)
+class Bursts:
+    """A burst trial's plan (see :attr:`ObserveSpec.bursts`)."""
+
+    change: dict[str, Any]
+    """The candidate's change, dotted names (``{"precision.mode": "bf16"}``)."""
+    steps: int = 1
+    """Steps in one burst."""
+    pairs: int = 8
+    """Pairs of bursts, plain then switched."""
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The :class:`ObserveSpec` fields that carry it."""
+        return {"bursts": dict(self.change), "burst_steps": max(1, self.steps), "burst_pairs": max(1, self.pairs)}
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,15 @@ class ObserveSpec:
     (:mod:`torchboost.observe.record.sequential_stop`); None runs every step."""
     stop_decided_margin: float = 0.03
     """The fraction a decided ratio must clear (the search's least gain or noise floor)."""
+    bursts: dict[str, Any] | None = None
+    """A tuning trial's burst measure (a busy machine): a candidate's change, dotted names. After
+    the recorded steps, the switch that makes it in-process is alternated with plain steps,
+    ``burst_steps`` at a time, for ``burst_pairs`` pairs (:mod:`torchboost.observe.probes.quick`),
+    then the script is stopped; None: no bursts."""
+    burst_steps: int = 1
+    """Steps in one burst of a burst trial."""
+    burst_pairs: int = 8
+    """Pairs of bursts (plain, switched) in a burst trial."""
     stall_timeout_s: float | None = 60.0
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""

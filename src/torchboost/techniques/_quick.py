@@ -12,7 +12,7 @@ against plain steps, interleaved, and turns it off again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from torch import nn
 
@@ -34,6 +34,10 @@ class QuickSwitch:
     errors: list[str] = field(default_factory=list)
     """What went wrong with it on and was caught (a forward that fell back), in words: the
     runner then reports the probe as failed instead of a ratio."""
+    setting: Mapping[str, Any] = field(default_factory=dict)
+    """The same change in torchboost.toml's dotted names (``{"precision.mode": "bf16"}``):
+    a tuning trial alternates a candidate in bursts only with the switch that makes exactly
+    it (:mod:`torchboost.observe.probes.quick`); empty: none."""
 
 
 def swap_forward(module: nn.Module, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:

@@ -246,7 +246,8 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
             holder.fp32_precision = value
 
     return QuickSwitch("fp32_math.bf16", f"{mode} math in fp32 matmuls",
-                       on=lambda: apply_fp32_math(mode, ctx.device), off=off)
+                       on=lambda: apply_fp32_math(mode, ctx.device), off=off,
+                       setting=Overlay.of(Fp32MathConfig, mode=mode).to_dict())
 
 
 def _example() -> Facts:

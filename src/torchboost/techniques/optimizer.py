@@ -363,7 +363,8 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
                 group.pop(key, None)
             group.update(before)
 
-    return QuickSwitch("optimizer.fused", f"fused {type(optimizer).__name__}", on=on, off=off)
+    return QuickSwitch("optimizer.fused", f"fused {type(optimizer).__name__}", on=on, off=off,
+                       setting=Overlay.of(OptimizerConfig, implementation="fused").to_dict())
 
 
 TECHNIQUE = Technique(

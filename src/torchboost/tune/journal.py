@@ -102,7 +102,7 @@ class Journal(_Lines):
         """Trials answered from the journal instead of being run."""
         for result in self._results():
             if result.ok:  # a failed trial runs again: the failure may be what was fixed
-                self._recorded[trial_key(result.settings, result.repeat)] = result
+                self._recorded[trial_key(result.settings, result.repeat, result.bursts)] = result
 
     def _results(self) -> Iterator[TrialResult]:
         for entry in self.entries:
@@ -111,16 +111,16 @@ class Journal(_Lines):
             except (TypeError, KeyError, ValueError):
                 continue
 
-    def lookup(self, settings: dict[str, Any], repeat: int) -> TrialResult | None:
-        """The recorded result of this trial, if the journal has it."""
-        found = self._recorded.get(trial_key(settings, repeat))
+    def lookup(self, settings: dict[str, Any], repeat: int, bursts: dict[str, Any] | None = None) -> TrialResult | None:
+        """The recorded result of this trial (a burst trial of ``bursts``), if the journal has it."""
+        found = self._recorded.get(trial_key(settings, repeat, bursts))
         if found is not None:
             self.reused += 1
         return found
 
     def append(self, result: TrialResult) -> None:
         """Record a finished trial durably (flush + fsync) before the search goes on."""
-        self._recorded[trial_key(result.settings, result.repeat)] = result
+        self._recorded[trial_key(result.settings, result.repeat, result.bursts)] = result
         self._write(result.to_dict())
 
     def results(self) -> list[TrialResult]:

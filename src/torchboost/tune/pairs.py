@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from torchboost.config import Overlay
+from torchboost.observe.spec import Bursts
 from torchboost.tune.decision import Status
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
@@ -23,7 +24,7 @@ class Runner:
         self._measure = measure
         self._counts: dict[str, int] = {}
         self._budget_s = budget_s
-        self._takes = _keywords(measure, ("slower_than_ms", "decide"))
+        self._takes = _keywords(measure, ("slower_than_ms", "decide", "bursts"))
         self._clock = clock
         self.start = clock()
         self.trials = 0
@@ -34,16 +35,22 @@ class Runner:
     def elapsed_s(self) -> float:
         return self._clock() - self.start
 
+    @property
+    def takes_bursts(self) -> bool:
+        """The measure can run a burst trial (:mod:`torchboost.tune.bursts`)."""
+        return "bursts" in self._takes
+
     def __call__(self, settings: Overlay, *, slower_than_ms: float | None = None,
-                 decide: tuple[float, float] | None = None) -> TrialResult:
+                 decide: tuple[float, float] | None = None, bursts: Bursts | None = None) -> TrialResult:
         """One trial. A measure that takes them may stop it early: ``slower_than_ms`` once its
         first steps are already slower than that; ``decide`` = (the incumbent's ms/step, the
-        margin) once its steps decide its ratio beyond that margin (others run it in full)."""
-        key = describe_settings(settings)
+        margin) once its steps decide its ratio beyond that margin (others run it in full).
+        ``bursts``: a burst trial of that change on top of ``settings`` (see :attr:`takes_bursts`)."""
+        key = describe_settings(settings) + (f" | bursts {describe_settings(bursts.change)}" if bursts else "")
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
-        given = {"slower_than_ms": slower_than_ms, "decide": decide}
+        given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
         return self._measure(Overlay(settings), repeat, **stops)
 

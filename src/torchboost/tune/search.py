@@ -23,23 +23,21 @@ the exact levers correct but not kept alone, screened and confirmed the same way
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from torchboost.config import Overlay
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.probe_order import lever_measurement, why_not_tried
-from torchboost.tune.busy import too_busy
-from torchboost.tune.memory_limit import MemoryGate
-from torchboost.tune.noise import NoiseFloor
-from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
+from torchboost.tune.bursts import burst_decision, plan_bursts
+from torchboost.tune.pairs import Measure, Pairs, Screened
 from torchboost.tune.repaid import cannot_pay_off, repaid
-from torchboost.tune.parity import REDUCED, ParityVerdict, judge
+from torchboost.tune.parity import ParityVerdict, judge
 from torchboost.tune.search_options import SearchOptions
+from torchboost.tune.search_state import SearchState
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
@@ -48,101 +46,13 @@ __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep"
 Settings = Overlay
 
 
-class _Search:
-    """One search: the incumbent kept so far, and every decision made on the way there."""
-
-    def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float],
-                 on_decision: Callable[[Decision], None] | None, memory_limit: int | None = None):
-        self.options = options
-        self.run = Runner(measure, options.budget_s, clock)
-        self.on_decision = on_decision
-        self.decisions: list[Decision] = []
-        self.warnings: list[str] = []
-        self.floor = NoiseFloor(options.min_gain)
-        """The A/A ratios of the incumbent's runs beside the candidates, and the floor they make."""
-        self.baseline = self.run(Overlay())
-        self.memory = MemoryGate(memory_limit, self.baseline.peak_memory_bytes)
-        self.incumbent: Settings = Overlay()
-        self.incumbent_ms = self.baseline.ms_per_step
-        self.incumbent_fixed = self.baseline.fixed_s
-        self.reference = self.baseline.losses
-        self.floor.add(Overlay(), self.baseline)
-        # A/A losses: reproducible or not; once bf16 is kept, exact levers get its tolerance (judge)
-        self.repeats: list[list[float]] = []
-        self.reduced = False
-        """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
-        held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
-        self.waterfall: list[WaterfallStep] = []
-        self.stopped = False
-        self.top: tuple[str, float] | None = None
-        """The first lever the doctor measured, and its ratio (for "too busy to tell")."""
-        self.screened: dict[str, list[tuple[float, Settings]]] = {}
-        """Per lever: the correct candidates' screening times, for the interaction pass."""
-
-    def baseline_error(self) -> str | None:
-        """Why the search cannot start (the baseline failed, or its loss is not finite)."""
-        if not self.baseline.ok:
-            return f"the baseline run failed: {self.baseline.error}"
-        losses = self.baseline.losses
-        bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
-        if bad is not None:
-            return (f"the script's own loss is {losses[bad]} at step {bad}: "
-                    "fix that before tuning (no candidate can be checked against it)")
-        return None
-
-    @property
-    def threshold(self) -> float:
-        """A candidate is kept when its median ratio is below this (the noise floor so far)."""
-        return self.floor.threshold
-
-    def measure_noise(self) -> None:
-        """With ``aa_first``: the baseline against itself ``noise_repeats`` times before any
-        candidate (the order before pairs). Otherwise nothing here: the pairs' A's measure it."""
-        for _ in range(self.options.noise_repeats if self.options.aa_first else 0):
-            if self.run.out_of_budget() or not self._incumbent_again().ok:
-                break
-
-    def _incumbent_again(self) -> TrialResult:
-        """One more run of the incumbent (a pair's A): a point of the noise floor, and, while
-        it is the baseline, one more repeat its losses are known to vary by."""
-        again = self.run(self.incumbent)
-        self.floor.add(self.incumbent, again)
-        if again.ok:
-            self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
-            if not self.incumbent:
-                self.repeats.append(list(again.losses))
-        return again
-
-    def outcome(self, error: str | None) -> TuneOutcome:
-        if error is not None:
-            return TuneOutcome(self.baseline, Overlay(), [], self.decisions, self.run.trials, self.run.elapsed_s(),
-                               error=error)
-        return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
-                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.floor.noise,
-                           aa_ratios=list(self.floor.aa_ratios), warnings=self._warnings(),
-                           memory_limit_bytes=self.memory.limit)
-
-    def _warnings(self) -> list[str]:
-        options, top = self.options, self.top
-        first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
-        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.baseline.load_pct,
-                        self.baseline.wall_s, options.noise_repeats)
-        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings + (
-            [busy] if busy else [])
-
-    def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
-        """A decision on one candidate of ``lever``, in the words a report needs."""
-        decision = Decision(lever.id, change, status, reason, **measured, title=lever.title,
-                            subject=lever.subject(change) if lever.subject is not None else lever.title,
-                            reduced_precision=lever.parity == REDUCED, amortised=bool(lever.fixed_cost),
-                            memory_lever=lever.for_memory)
-        self.decisions.append(decision)
-        if self.on_decision is not None:
-            self.on_decision(decision)
+class _Search(SearchState):
+    """One search: the levers pulled in turn on top of the incumbent (:class:`SearchState`)."""
 
     def pull_levers(self, levers: list[Lever], context: TuneContext) -> None:
         """The memory levers, then each other lever in turn, then the interaction pass."""
         self.waterfall.append(WaterfallStep("baseline", Overlay(), self.incumbent_ms, 1.0, 0.0, self.memory.peak))
+        self.context = context
         first = next((lever for lever in levers if not lever.for_memory and lever_measurement(lever, context)), None)
         measured = lever_measurement(first, context) if first is not None else None
         self.top = (first.id, measured.ratio) if first is not None and measured is not None else None
@@ -296,6 +206,8 @@ class _Search:
         while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
             if pairs.settled(self.options.clear_pairs, self.threshold) and self.floor.count >= self.options.noise_repeats:
                 break
+            if self._bursts_instead(lever, best):
+                break
             a = self._incumbent_again()
             # Screening ran the candidate in full (its losses judged over every step): a pair's
             # run may stop once its steps decide the ratio to the A just measured.
@@ -309,17 +221,6 @@ class _Search:
                 continue
             pairs.add(a.ms_per_step, b.ms_per_step, a.fixed_s, b.fixed_s, b.compile_s)
         return pairs
-
-    def _busy(self, *results: TrialResult) -> bool:
-        """Other processes took more of the machine than during the baseline; warned once."""
-        load = max(r.load_pct for r in results)
-        if load - self.baseline.load_pct <= self.options.busy_pct:
-            return False
-        warning = (f"other processes used up to {load:.0f}% of the machine during some trials (baseline: "
-                   f"{self.baseline.load_pct:.0f}%): those pairs were measured again, but verdicts may be off")
-        if warning not in self.warnings:
-            self.warnings.append(warning)
-        return True
 
     def _pair_failure(self, lever: Lever, a: TrialResult, b: TrialResult) -> tuple[Status, str] | None:
         """What went wrong with one pair (incumbent ``a``, candidate ``b``), if anything."""
@@ -350,6 +251,11 @@ class _Search:
                 f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.floor.noise:.1%})")
         else:
             status, reason, break_even = repaid(lever, pairs, self.options.run_steps, self.floor.fixed_noise_s)
+        if status is Status.NOT_BEYOND_NOISE and self._bursts_instead(lever, best):
+            decided, said = self._in_bursts(lever, best, pairs)
+            if decided:
+                return
+            reason += f"; {said}"
         if status is Status.KEPT:
             self._keep(lever, best, pairs, candidate_ms)
         cold_s, warm_s = pairs.compile_costs() if lever.fixed_cost else (None, None)
@@ -357,18 +263,33 @@ class _Search:
                     break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
                     compile_cold_s=cold_s, compile_warm_s=warm_s)
 
-    def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
-        """The candidate becomes the incumbent, and the waterfall gains its bar."""
-        ratios = pairs.ratios
-        self.incumbent = self.incumbent | best.change
-        self.incumbent_ms = candidate_ms
-        self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
-        self.reference = best.result.losses
-        self.reduced = self.reduced or lever.parity == REDUCED
-        self.memory.peak = pairs.peak_memory_bytes
-        speedup = self.waterfall[-1].speedup / statistics.median(ratios)
-        self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent, self.baseline.ms_per_step / speedup,
-                                            speedup, max(ratios) - min(ratios), self.memory.peak))
+    def _bursts_instead(self, lever: Lever, best: Screened) -> bool:
+        """Pairs of runs cannot tell here: the noise floor (once measured) is wider than the
+        gain the candidate could show (the doctor's probe of it, else its screening), and it
+        is an in-process switch the measure can alternate in bursts (:mod:`.bursts`)."""
+        if not (lever.probed_by and not lever.fixed_cost and self.run.takes_bursts and self.floor.count):
+            return False
+        measured = lever_measurement(lever, self.context)
+        expected = measured.ratio if measured is not None else self.incumbent_ms / best.ms
+        return self.floor.noise > max(self.options.min_gain, 1.0 - 1.0 / max(expected, 1e-9))
+
+    def _in_bursts(self, lever: Lever, best: Screened, pairs: Pairs) -> tuple[bool, str]:
+        """The candidate alternated with the incumbent in bursts inside one run; (True, "")
+        once that decided it (the decision recorded, a faster one kept), else (False, why)."""
+        if self.run.out_of_budget():
+            return False, "no budget was left to measure it in alternating bursts"
+        plan = plan_bursts(best.change, self.incumbent_ms, self.options.trial_steps)
+        trial = self.run(self.incumbent, bursts=plan)
+        status, said, ratio = burst_decision(trial, self.options.min_gain, self.floor.noise)
+        if status is None:
+            return False, said
+        ratios, candidate_ms = trial.burst_ratios, self.incumbent_ms * ratio
+        if status is Status.KEPT:
+            self._keep(lever, best, Pairs(ratios, [], [], candidate_fixed=[best.result.fixed_s],
+                                          peak_memory_bytes=pairs.peak_memory_bytes), candidate_ms)
+        self.record(lever, best.change, status, said, ratio=ratio, ratios=ratios, ms_per_step=candidate_ms,
+                    peak_memory_bytes=pairs.peak_memory_bytes)
+        return True, ""
 
 
 def run_search(

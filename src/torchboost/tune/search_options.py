@@ -46,6 +46,8 @@ class SearchOptions:
     early_stop: float = 2.0
     """A screened candidate whose first steps are this many times slower than the incumbent's
     stops early and is recorded as slower (when the measure can stop a trial)."""
+    trial_steps: int = 30
+    """Measured steps of an ordinary trial: a burst trial times about as many."""
     busy_pct: float = BUSY_PCT
     """Other processes' CPU load (percent of the machine) above the baseline's by more than
     this during a pair: the pair is measured again, and the decision says so if it stays."""

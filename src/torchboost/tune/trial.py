@@ -16,6 +16,7 @@ from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
 from torchboost.observe.parent.no_stdin import stdin_words
 from torchboost.observe.parent.supervise import run_observed
+from torchboost.observe.spec import Bursts
 from torchboost.techniques.compile.compile_facts import CompileFacts
 from torchboost.tune.trial_result import TrialResult
 
@@ -46,12 +47,14 @@ def last_traceback(tail: str) -> str:
 
 
 def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit_code: int,
-                      error_tail: str = "", wall_s: float = 0.0) -> TrialResult:
-    """Build a TrialResult from an observed run's Facts (None when the child wrote nothing)."""
+                      error_tail: str = "", wall_s: float = 0.0, bursts: Bursts | None = None) -> TrialResult:
+    """Build a TrialResult from an observed run's Facts (None when the child wrote nothing);
+    ``bursts``: the plan of a burst trial."""
+    change = dict(bursts.change) if bursts is not None else {}
     if facts is None or not facts.steps:
         why = failure_words(facts, exit_code, error_tail, "no training step completed")
         return TrialResult(settings=settings, repeat=repeat, ok=False, error=why, wall_s=wall_s,
-                           traceback=last_traceback(error_tail))
+                           traceback=last_traceback(error_tail), bursts=change)
     step_ms = [s.total_ms for s in facts.steps]
     warmup_ms = list(getattr(facts, "warmup_step_ms", []) or [])
     median_ms = statistics.median(step_ms)
@@ -67,8 +70,9 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
         settings=settings, repeat=repeat, step_ms=step_ms, losses=losses, samples_per_step=batch,
         peak_memory_bytes=int(facts.peak_memory_bytes or facts.peak_rss_bytes or 0),
         compile_s=compile_s, compile_cache=compiled.cache, wall_s=wall_s, fixed_s=fixed_s,
-        applied=list(getattr(facts, "applied", []) or []),
+        applied=list(getattr(facts, "applied", []) or []), bursts=change,
     )
+    _burst_figures(result, facts)
     result.stopped_early = bool(getattr(facts, "stopped_slow", False))
     result.stopped_decided = getattr(facts, "stopped_decided", None)
     if facts.ended in ("crashed", "stalled", "killed") or exit_code != 0:
@@ -78,6 +82,18 @@ def result_from_facts(facts: Any, settings: dict[str, Any], repeat: int, *, exit
     # Non-finite losses leave ok=True: the run itself worked, and loss parity then rejects
     # the candidate as incorrect, saying at which step the loss went bad.
     return result
+
+
+def _burst_figures(result: TrialResult, facts: Any) -> None:
+    """A burst trial's plain and switched steps from the facts' one quick probe (or why none)."""
+    if not result.bursts:
+        return
+    probe = next(iter(getattr(facts, "quick_probes", []) or []), None)
+    if probe is None:
+        result.burst_error = "the script ended before its bursts"
+        return
+    result.burst_plain_ms, result.burst_switched_ms = list(probe.plain_ms), list(probe.switched_ms)
+    result.burst_error = probe.error or (None if probe.switched_ms else "the script ended before its bursts")
 
 
 def run_trial(
@@ -94,24 +110,27 @@ def run_trial(
     stall_timeout_s: float | None = 60.0,
     writes_ledger: Path | None = None,
     decide: tuple[float, float] | None = None,
+    bursts: Bursts | None = None,
 ) -> TrialResult:
     """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
     None: plain PyTorch); ``warmup`` steps, then ``steps`` measured, or fewer when the first
     ones are already slower than ``slower_than_ms`` each (the trial then stops early), or
-    once they decide the ratio to ``decide`` = (the incumbent's ms/step, the margin)."""
+    once they decide the ratio to ``decide`` = (the incumbent's ms/step, the margin).
+    With ``bursts``, a burst trial: the candidate change alternated on top of ``settings``
+    after the measured steps (:mod:`torchboost.tune.bursts`)."""
     config = Overlay(settings).on(base if base is not None else BoostConfig.off())
     with LoadMeter() as load:
         start = time.monotonic()
         observed = run_observed(
             command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
             echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms, stall_timeout_s=stall_timeout_s,
-            writes_ledger=writes_ledger, stop_decided=decide,
+            writes_ledger=writes_ledger, stop_decided=decide, bursts=bursts,
         )
         wall = time.monotonic() - start
     if observed.timed_out:
-        return TrialResult(settings=settings, repeat=repeat, ok=False,
-                           error=f"timed out after {timeout_s:.0f} s", wall_s=wall, load_pct=load.pct)
+        return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"timed out after {timeout_s:.0f} s",
+                           wall_s=wall, load_pct=load.pct, bursts=dict(bursts.change) if bursts else {})
     result = result_from_facts(observed.facts, settings, repeat, exit_code=observed.exit_code,
-                               error_tail=observed.stderr_tail, wall_s=wall)
+                               error_tail=observed.stderr_tail, wall_s=wall, bursts=bursts)
     result.load_pct = load.pct
     return result

@@ -14,9 +14,13 @@ from torchboost.config import Overlay
 __all__ = ["TrialResult", "trial_key", "describe_settings"]
 
 
-def trial_key(settings: Mapping[str, Any], repeat: int) -> str:
-    """A stable key for (candidate settings, repeat index)."""
-    return json.dumps({"settings": Overlay(settings).to_dict(), "repeat": repeat}, sort_keys=True)
+def trial_key(settings: Mapping[str, Any], repeat: int, bursts: Mapping[str, Any] | None = None) -> str:
+    """A stable key for (candidate settings, repeat index), and the change a burst trial
+    alternated on top of them (none: an ordinary trial)."""
+    key: dict[str, Any] = {"settings": Overlay(settings).to_dict(), "repeat": repeat}
+    if bursts:
+        key["bursts"] = Overlay(bursts).to_dict()
+    return json.dumps(key, sort_keys=True)
 
 
 def describe_settings(settings: Mapping[str, Any]) -> str:
@@ -65,6 +69,23 @@ class TrialResult:
     applied: list[str] = field(default_factory=list)
     """What its settings did in the script, in words (``Facts.applied``): a technique applied
     at the root module says which of the modules the loop trains it covers."""
+    bursts: dict[str, Any] = field(default_factory=dict)
+    """A burst trial's candidate change, alternated in-process on top of ``settings``
+    (:mod:`torchboost.tune.bursts`); empty for an ordinary trial."""
+    burst_plain_ms: list[float] = field(default_factory=list)
+    """A burst trial's plain steps (``settings`` alone), milliseconds, in order."""
+    burst_switched_ms: list[float] = field(default_factory=list)
+    """A burst trial's switched steps (the change on), each after its plain one."""
+    burst_error: str | None = None
+    """Why a burst trial gave no ratio (no switch makes the change here, a step raised)."""
+
+    @property
+    def burst_ratios(self) -> list[float]:
+        """Each pair's switched over plain step time: the candidate's ratio to the incumbent
+        (below 1 faster), as the search's pairs give it; empty without a burst measure."""
+        if self.burst_error:
+            return []
+        return [s / p for p, s in zip(self.burst_plain_ms, self.burst_switched_ms) if p > 0]
 
     @property
     def ms_per_step(self) -> float:

@@ -24,6 +24,7 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.run_guard import summed_writes
 from torchboost.observe.parent.supervise import run_observed
+from torchboost.observe.spec import Bursts
 from torchboost.tune.coverage import CoverageNotes
 from torchboost.tune.config_file import TunedFor, settings_to_config, user_config, write_config
 from torchboost.tune.journal import Journal, RunJournal, identity
@@ -32,12 +33,12 @@ from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
+from torchboost.tune.trial_length import BURST_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
 from torchboost.tune.trial_result import TrialResult, describe_settings
 from torchboost.tune.verify import EndToEnd, plan_verification, verify
 
 __all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header",
-           "user_config", "write_config",
-           "auto_trial_steps", "MIN_TRIAL_STEPS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S"]
+           "user_config", "write_config"]
 
 
 @dataclass(frozen=True)
@@ -106,26 +107,6 @@ class TuneRun:
         return Overlay.between(self.base or BoostConfig.off(), self.config)
 
 
-MIN_TRIAL_STEPS = 30
-"""Fewest measured steps per trial: many more than a loader's prefetch queue, whose
-draining would otherwise pass for speed."""
-MAX_TRIAL_STEPS = 1000
-TRIAL_WINDOW_S = 1.5
-"""Measured time per trial that ``auto`` aims at, at the baseline's speed: 30 steps of
-1 ms are 30 ms, where a single hiccup of the machine moves the mean by 10%."""
-
-
-def auto_trial_steps(step_ms: float | None, *, planned_steps: int | None = None, warmup: int = 5) -> int:
-    """Measured steps per trial: about ``TRIAL_WINDOW_S`` of the baseline's steps, at least
-    ``MIN_TRIAL_STEPS``, at most ``MAX_TRIAL_STEPS`` and what the script runs after warm-up."""
-    if not step_ms or step_ms <= 0 or not math.isfinite(step_ms):
-        return MIN_TRIAL_STEPS
-    steps = min(MAX_TRIAL_STEPS, max(MIN_TRIAL_STEPS, math.ceil(TRIAL_WINDOW_S * 1e3 / step_ms)))
-    if planned_steps is not None:
-        steps = max(MIN_TRIAL_STEPS, min(steps, planned_steps - warmup))
-    return steps
-
-
 def context_from_facts(facts: Facts) -> TuneContext:
     """What the search needs to know about the machine and script, from the doctor's facts:
     the generic facts here, each technique's own from its descriptor's hook."""
@@ -177,18 +158,19 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
     trials_dir = options.out_dir / "trials"
 
     def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None,
-                decide: tuple[float, float] | None = None) -> TrialResult:
-        recorded = journal.lookup(settings, repeat)
+                decide: tuple[float, float] | None = None, bursts: Bursts | None = None) -> TrialResult:
+        recorded = journal.lookup(settings, repeat, bursts.change if bursts else None)
         if recorded is not None:
             return recorded
         if on_trial is not None:
             on_trial(settings, repeat, None)
-        result = run_trial(command, settings, repeat, base=base, steps=options.steps_per_trial, warmup=options.warmup,
+        steps = BURST_TRIAL_STEPS if bursts else options.steps_per_trial
+        result = run_trial(command, settings, repeat, base=base, steps=steps, warmup=options.warmup,
                            out_dir=trials_dir / "current",
                            timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10),
                                          max(deadline - time.monotonic(), 1.0)),
                            slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
-                           writes_ledger=options.writes_ledger, decide=decide)
+                           writes_ledger=options.writes_ledger, decide=decide, bursts=bursts)
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
@@ -380,7 +362,8 @@ def tune_script(
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume, ident=ident)
     # The diagnosis spent part of the budget: the search has the rest.
     search_options = SearchOptions(budget_s=max(options.budget_s - (time.monotonic() - start), 0.0),
-                                   min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps)
+                                   min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps,
+                                   trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS)
     coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial, deadline)
     outcome = run_search(levers, context, lambda *a, **k: _noted(coverage, measure(*a, **k)), search_options,
                          on_decision=on_decision)

@@ -32,7 +32,7 @@ from torchboost.observe.parent.tree_facts import (
     adopt_trainers, processes_seen, trainers_ended, tree_counts, tree_env, tree_files,
 )
 from torchboost.observe.parent.wait import Waited, progress_reader, wait_for
-from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
+from torchboost.observe.spec import Bursts, ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.techniques.compile.compile_cache import compile_cache_env
@@ -107,7 +107,7 @@ def run_observed(
     stop_slower_than_ms: float | None = None,
     stall_timeout_s: float | None = 60.0,
     writes_ledger: Path | None = None,
-    stop_decided: tuple[float, float] | None = None,
+    stop_decided: tuple[float, float] | None = None, bursts: Bursts | None = None,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -120,8 +120,8 @@ def run_observed(
     For tuning trials: ``apply`` is the trial's whole configuration (it reaches the child
     once, through :mod:`torchboost.handover`), ``profile=False`` skips the profiler window,
     ``echo=False`` keeps the child's output off the terminal (stderr's tail is still
-    kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set;
-    ``stop_decided`` (the incumbent's ms/step, the margin) stops it once its steps decide.
+    kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set; ``stop_decided``
+    (the incumbent's ms/step, the margin) stops it once decided; ``bursts``: a burst trial.
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
     Unless ``full``, the user's folders are guarded (:mod:`.run_guard`; ``writes_ledger``
@@ -134,7 +134,7 @@ def run_observed(
     out.mkdir(parents=True, exist_ok=True)
     guard = None if full else _guard(out, launch.script, apply is not None, writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
-        window = _trial_window(profile, stop_decided)
+        window = _trial_window(profile, stop_decided, bursts)
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
                            progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
@@ -153,11 +153,14 @@ def run_observed(
     return run
 
 
-def _trial_window(profile: bool, stop_decided: tuple[float, float] | None) -> dict[str, Any]:
-    """The spec's fields for a trial: no profiler window, and its sequential stop."""
+def _trial_window(profile: bool, stop_decided: tuple[float, float] | None,
+                  bursts: Bursts | None = None) -> dict[str, Any]:
+    """The spec's fields for a trial: no profiler window, its sequential stop, its bursts."""
     window: dict[str, Any] = {} if profile else {"profile_warmup": 0, "profile_active": 0}
     if stop_decided is not None:
         window.update(stop_decided_ms=stop_decided[0], stop_decided_margin=stop_decided[1])
+    if bursts is not None:
+        window.update(bursts.spec_fields())
     return window
 
 

@@ -20,6 +20,12 @@ probed, since the weights may be NaN by then.
 
 The probes cost at most ``QUICK_SHARE`` of the run before them (so at most a fifth of the
 whole): a switch whose steps would not fit is not probed, and says so.
+
+A tuning trial on a busy machine uses the same driver for one candidate (its burst trial,
+``ObserveSpec.bursts``): the switch that makes exactly the candidate's change
+(:func:`switch_for`), alternated in bursts of a few steps, plain then switched, for as many
+pairs as the trial asks; the pairs' ratios are the candidate's against the incumbent, each
+measured within seconds, under the same load.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import torch
 from torchboost.evidence.observed import Facts, QuickProbeFacts
 from torchboost.techniques.registry import ProbeContext, QuickSwitch, techniques
 
-__all__ = ["QuickProbes", "choose_switches", "QUICK_PAIRS", "QUICK_SHARE"]
+__all__ = ["QuickProbes", "choose_switches", "switch_for", "QUICK_PAIRS", "QUICK_SHARE"]
 
 QUICK_PAIRS = 3
 """Pairs of a plain and a switched step per probe (after its one unmeasured switched step)."""
@@ -61,6 +67,21 @@ def choose_switches(facts: Facts, ctx: ProbeContext) -> tuple[list[QuickSwitch],
     return [switch for _, switch in sorted(chosen, key=lambda c: -c[0])], errors
 
 
+def switch_for(setting: dict[str, Any], ctx: ProbeContext) -> tuple[QuickSwitch | None, str]:
+    """The switch that makes exactly ``setting`` (a candidate's change, dotted names) in the
+    live process, or None and why none does (no technique has such a switch, or it cannot
+    apply here: the script's own autocast, a compiled model)."""
+    wanted = dict(setting)
+    for technique in techniques():
+        if technique.quick_probe is None:
+            continue
+        switch = technique.quick_probe(ctx)
+        if switch is not None and dict(switch.setting) == wanted:
+            return switch, ""
+    change = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or "no change"
+    return None, f"no switch makes {change} in the running script (none exists, or it cannot apply here)"
+
+
 def _finite(loss: Any) -> bool:
     return not isinstance(loss, torch.Tensor) or bool(torch.isfinite(loss).all())  # syncs: probe steps only
 
@@ -79,11 +100,15 @@ class QuickProbes:
         self._on = False
         self._budget_ms = self._spent_ms = self._step_ms = 0.0
         self._plain_finite = True
+        self._pairs, self._burst = QUICK_PAIRS, 1
 
-    def start(self, switches: list[QuickSwitch], *, budget_ms: float, step_ms: float, loss: Any = None) -> bool:
+    def start(self, switches: list[QuickSwitch], *, budget_ms: float, step_ms: float, loss: Any = None,
+              pairs: int = QUICK_PAIRS, burst: int = 1) -> bool:
         """Begin with ``switches`` within ``budget_ms`` (a plain step takes about ``step_ms``;
-        ``loss``: the last plain step's); False when none can run (their results say why)."""
+        ``loss``: the last plain step's), each for ``pairs`` pairs of ``burst`` plain steps then
+        ``burst`` switched ones; False when none can run (their results say why)."""
         self._queue, self._budget_ms, self._step_ms = list(switches), budget_ms, step_ms
+        self._pairs, self._burst = max(1, pairs), max(1, burst)
         self._plain_finite = _finite(loss)
         self.active = self._next()
         return self.active
@@ -129,7 +154,7 @@ class QuickProbes:
 
     def _next(self) -> bool:
         """Start the next switch that fits the budget; False when none is left."""
-        steps = 1 + 2 * QUICK_PAIRS
+        steps = 1 + 2 * self._pairs * self._burst
         while self._queue:
             switch = self._queue.pop(0)
             result = QuickProbeFacts(finding_id=switch.finding_id, label=switch.label)
@@ -137,7 +162,8 @@ class QuickProbes:
             if self._spent_ms + steps * self._step_ms > self._budget_ms:
                 result.error = "was not run: the probes' share of the run was spent"
                 continue
-            self._switch, self._plan = switch, [_WARM] + [_PLAIN, _SWITCHED] * QUICK_PAIRS
+            self._switch = switch
+            self._plan = [_WARM] + ([_PLAIN] * self._burst + [_SWITCHED] * self._burst) * self._pairs
             self._set(True)
             if result.error is None:
                 return True

@@ -9,14 +9,16 @@ by :class:`~torchboost.observe.record.run_output.RunOutput`.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any, Callable
 
 from torchboost import env as _env
-from torchboost.evidence.observed import Facts
-from torchboost.observe.probes.quick import QUICK_SHARE, QuickProbes, choose_switches
+from torchboost.evidence.observed import Facts, QuickProbeFacts
+from torchboost.observe.probes.quick import QUICK_SHARE, QuickProbes, choose_switches, switch_for
 from torchboost.observe.record.facts_builder import RecordedParts, build_facts, probe_context, uses_cuda
+from torchboost.techniques.registry import ProbeContext
 
 __all__ = ["FactsSoFar"]
 
@@ -71,10 +73,13 @@ class FactsSoFar:
             if facts.model is not None and facts.model.device == "cpu" and self.bf16_speedup is None:
                 self._measure_bf16()  # ~0.1 s, between steps: the estimates that order the probes use it
             facts.cpu_bf16_speedup = self.bf16_speedup
-            switches, errors = choose_switches(facts, probe_context(parts, facts.model.device if facts.model else "cpu"))
+            ctx = probe_context(parts, facts.model.device if facts.model else "cpu")
+            step_ms = statistics.median(s.total_ms for s in facts.steps)
+            if parts.spec.bursts:
+                return _start_bursts(quick, parts, ctx, step_ms)
+            switches, errors = choose_switches(facts, ctx)
             parts.errors.extend(errors)
             budget_ms = QUICK_SHARE * (time.time() - parts.run.started_at) * 1000.0
-            step_ms = statistics.median(s.total_ms for s in facts.steps)
             return quick.start(switches, budget_ms=budget_ms, step_ms=step_ms, loss=parts.losses.last)
         except Exception as exc:  # noqa: BLE001 - the observer must never break the user's run
             self._parts.errors.append(f"start_quick: {type(exc).__name__}: {exc}")
@@ -90,3 +95,15 @@ class FactsSoFar:
             fn()
         except Exception as exc:  # noqa: BLE001 - the observer must never break the user's run
             self._parts.errors.append(f"{getattr(fn, '__name__', 'observer')}: {type(exc).__name__}: {exc}")
+
+
+def _start_bursts(quick: QuickProbes, parts: RecordedParts, ctx: ProbeContext, step_ms: float) -> bool:
+    """A burst trial: the switch making the trial's candidate change, for the spec's pairs of
+    bursts, however long they take; False (its result saying why) when no switch makes it."""
+    spec = parts.spec
+    switch, why = switch_for(spec.bursts or {}, ctx)
+    if switch is None:
+        quick.results.append(QuickProbeFacts(finding_id="", label="bursts", error=why))
+        return False
+    return quick.start([switch], budget_ms=math.inf, step_ms=step_ms, loss=parts.losses.last,
+                       pairs=spec.burst_pairs, burst=spec.burst_steps)

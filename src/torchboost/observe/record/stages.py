@@ -8,7 +8,9 @@ The profiler's first warm-up step is also the one whose FLOPs are counted
 the window, a bounded run times a few steps fed with batches already seen
 (:class:`~torchboost.observe.probes.replay.ReplayBatches`), then each switchable finding's fix
 for a few steps against plain ones (:class:`~torchboost.observe.probes.quick.QuickProbes`), then
-is over. Neither kind of probe step is recorded: they are in no figure but their own.
+is over. Neither kind of probe step is recorded: they are in no figure but their own. A tuning
+trial has no profiler window; a burst trial (``spec.bursts``) runs its bursts right after its
+recorded steps.
 """
 
 from __future__ import annotations
@@ -87,9 +89,10 @@ class RunStages:
         if quick.active:
             loss = self._losses.last if self._losses is not None else None
             return not quick.after_step(timing.last_ms if timing is not None else 0.0, loss)
-        if quick.results or not self._spec.profile_steps or not (first or self.replay.step_ms) \
-                or self.quick_start is None:
-            return True  # tune's trials (no profiler window) never probe
+        if quick.results or self.quick_start is None:
+            return True
+        if not self._spec.bursts and (not self._spec.profile_steps or not (first or self.replay.step_ms)):
+            return True  # tune's trials (no profiler window) probe only as burst trials
         return not self.quick_start(quick)
 
     def _waits_for_data(self) -> bool:

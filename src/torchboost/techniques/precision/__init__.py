@@ -250,7 +250,8 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
         while restore:
             restore.pop()()
 
-    return QuickSwitch("precision.lower", f"{name} autocast", on=on, off=off, errors=errors)
+    return QuickSwitch("precision.lower", f"{name} autocast", on=on, off=off, errors=errors,
+                       setting=Overlay.of(PrecisionConfig, mode=name).to_dict())
 
 
 def _propose_precision(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:

@@ -1,0 +1,146 @@
+"""The search's state: the incumbent kept so far, the noise floor, the decisions made.
+
+:class:`SearchState` holds what one search knows between its trials and keeps its books:
+the baseline and the incumbent, the A/A noise floor the incumbent's repeats give, every
+decision and the waterfall of kept changes. The flow that pulls the levers is
+:mod:`torchboost.tune.search`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+from torchboost.config import Overlay
+from torchboost.tune.busy import too_busy
+from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep
+from torchboost.tune.levers import Lever, TuneContext
+from torchboost.tune.memory_limit import MemoryGate
+from torchboost.tune.noise import NoiseFloor
+from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
+from torchboost.tune.parity import REDUCED
+from torchboost.tune.search_options import SearchOptions
+from torchboost.tune.trial_result import TrialResult
+
+__all__ = ["SearchState"]
+
+Settings = Overlay
+
+
+class SearchState:
+    """One search's state: the incumbent kept so far, and every decision made on the way there."""
+
+    def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float],
+                 on_decision: Callable[[Decision], None] | None, memory_limit: int | None = None):
+        self.options = options
+        self.run = Runner(measure, options.budget_s, clock)
+        self.on_decision = on_decision
+        self.decisions: list[Decision] = []
+        self.warnings: list[str] = []
+        self.floor = NoiseFloor(options.min_gain)
+        """The A/A ratios of the incumbent's runs beside the candidates, and the floor they make."""
+        self.baseline = self.run(Overlay())
+        self.memory = MemoryGate(memory_limit, self.baseline.peak_memory_bytes)
+        self.incumbent: Settings = Overlay()
+        self.incumbent_ms = self.baseline.ms_per_step
+        self.incumbent_fixed = self.baseline.fixed_s
+        self.reference = self.baseline.losses
+        self.floor.add(Overlay(), self.baseline)
+        # A/A losses: reproducible or not; once bf16 is kept, exact levers get its tolerance (judge)
+        self.repeats: list[list[float]] = []
+        self.reduced = False
+        """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
+        held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
+        self.waterfall: list[WaterfallStep] = []
+        self.stopped = False
+        self.top: tuple[str, float] | None = None
+        """The first lever the doctor measured, and its ratio (for "too busy to tell")."""
+        self.screened: dict[str, list[tuple[float, Settings]]] = {}
+        """Per lever: the correct candidates' screening times, for the interaction pass."""
+        self.context = TuneContext()
+
+    def baseline_error(self) -> str | None:
+        """Why the search cannot start (the baseline failed, or its loss is not finite)."""
+        if not self.baseline.ok:
+            return f"the baseline run failed: {self.baseline.error}"
+        losses = self.baseline.losses
+        bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
+        if bad is not None:
+            return (f"the script's own loss is {losses[bad]} at step {bad}: "
+                    "fix that before tuning (no candidate can be checked against it)")
+        return None
+
+    @property
+    def threshold(self) -> float:
+        """A candidate is kept when its median ratio is below this (the noise floor so far)."""
+        return self.floor.threshold
+
+    def measure_noise(self) -> None:
+        """With ``aa_first``: the baseline against itself ``noise_repeats`` times before any
+        candidate (the order before pairs). Otherwise nothing here: the pairs' A's measure it."""
+        for _ in range(self.options.noise_repeats if self.options.aa_first else 0):
+            if self.run.out_of_budget() or not self._incumbent_again().ok:
+                break
+
+    def _incumbent_again(self) -> TrialResult:
+        """One more run of the incumbent (a pair's A): a point of the noise floor, and, while
+        it is the baseline, one more repeat its losses are known to vary by."""
+        again = self.run(self.incumbent)
+        self.floor.add(self.incumbent, again)
+        if again.ok:
+            self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
+            if not self.incumbent:
+                self.repeats.append(list(again.losses))
+        return again
+
+    def outcome(self, error: str | None) -> TuneOutcome:
+        if error is not None:
+            return TuneOutcome(self.baseline, Overlay(), [], self.decisions, self.run.trials, self.run.elapsed_s(),
+                               error=error)
+        return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
+                           self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.floor.noise,
+                           aa_ratios=list(self.floor.aa_ratios), warnings=self._warnings(),
+                           memory_limit_bytes=self.memory.limit)
+
+    def _warnings(self) -> list[str]:
+        options, top = self.options, self.top
+        first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
+        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.baseline.load_pct,
+                        self.baseline.wall_s, options.noise_repeats)
+        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings + (
+            [busy] if busy else [])
+
+    def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
+        """A decision on one candidate of ``lever``, in the words a report needs."""
+        decision = Decision(lever.id, change, status, reason, **measured, title=lever.title,
+                            subject=lever.subject(change) if lever.subject is not None else lever.title,
+                            reduced_precision=lever.parity == REDUCED, amortised=bool(lever.fixed_cost),
+                            memory_lever=lever.for_memory)
+        self.decisions.append(decision)
+        if self.on_decision is not None:
+            self.on_decision(decision)
+
+    def _busy(self, *results: TrialResult) -> bool:
+        """Other processes took more of the machine than during the baseline; warned once."""
+        load = max(r.load_pct for r in results)
+        if load - self.baseline.load_pct <= self.options.busy_pct:
+            return False
+        warning = (f"other processes used up to {load:.0f}% of the machine during some trials (baseline: "
+                   f"{self.baseline.load_pct:.0f}%): those pairs were measured again, but verdicts may be off")
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+        return True
+
+    def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
+        """The candidate becomes the incumbent, and the waterfall gains its bar."""
+        ratios = pairs.ratios
+        self.incumbent = self.incumbent | best.change
+        self.incumbent_ms = candidate_ms
+        self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
+        self.reference = best.result.losses
+        self.reduced = self.reduced or lever.parity == REDUCED
+        self.memory.peak = pairs.peak_memory_bytes
+        speedup = self.waterfall[-1].speedup / statistics.median(ratios)
+        self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent, self.baseline.ms_per_step / speedup,
+                                            speedup, max(ratios) - min(ratios), self.memory.peak))

@@ -1,0 +1,143 @@
+"""Short alternating bursts: on a busy machine, a switchable candidate is timed inside one run."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+
+from slow_script import SlowScript
+from test_search import CPU2
+
+from torchboost.evidence.findings import Measured
+from torchboost.observe.spec import Bursts
+from torchboost.tune.bursts import FASTER, NO_GAIN, SLOWER, burst_verdict, plan_bursts
+from torchboost.tune.levers import default_levers, order_levers
+from torchboost.tune.search import SearchOptions, run_search
+from torchboost.tune.trial_result import TrialResult
+
+MEASURED = {"precision.lower": Measured(1.33, 6, "bf16 autocast")}
+
+
+class BusyScript(SlowScript):
+    """Trials minutes apart see loads ``noise`` apart; a burst trial's pairs, seconds apart,
+    share their load, and differ by ``jitter`` only."""
+
+    def __init__(self, *args, jitter=0.02, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.burst_trials: list[Bursts] = []
+        self._load = itertools.cycle([1.0, 1.6, 0.8, 1.3, 1.1, 0.7])
+        self._jitter = itertools.cycle([1.0, 1.0 + jitter, 1.0 - jitter])
+
+    def _quiet_ms(self, settings):
+        return self.step_ms * math.prod(self.factors.get(item, 1.0) for item in settings.items())
+
+    def measure(self, settings, repeat, decide=None, bursts=None):
+        if bursts is None:
+            return super().measure(settings, repeat, decide)
+        self.burst_trials.append(bursts)
+        plain, switched = [], []
+        plain_ms, switched_ms = self._quiet_ms(settings), self._quiet_ms({**settings, **bursts.change})
+        for _ in range(bursts.pairs):
+            load = next(self._load)
+            plain.append(plain_ms * load * next(self._jitter))
+            switched.append(switched_ms * load * next(self._jitter))
+        self.now += self.fixed_s + (self.warmup * self.step_ms + sum(plain) + sum(switched)) / 1e3
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[self.step_ms] * 2, samples_per_step=16,
+                           bursts=dict(bursts.change), burst_plain_ms=plain, burst_switched_ms=switched)
+
+
+def _search(script, measure):
+    context = dataclasses.replace(CPU2, measured=MEASURED, has_loader=False)
+    levers = [lv for lv in order_levers(default_levers(), {}, MEASURED) if lv.id == "precision"]
+    return run_search(levers, context, measure, SearchOptions(budget_s=2000), clock=script.clock)
+
+
+@pytest.mark.parametrize("takes_bursts", [True, False])
+def test_a_busy_machine_measures_the_top_candidate_in_bursts(takes_bursts):
+    """Runs apart vary by 40%, more than bf16's 25%: pairs of runs cannot tell, bursts can.
+    Twin: a measure that cannot run bursts says too busy to tell."""
+    script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.4)
+    outcome = _search(script, script.measure if takes_bursts else script)
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    busy = [w for w in outcome.warnings if w.startswith("too busy to tell")]
+    if takes_bursts:
+        assert decision.status == "kept" and "alternating bursts in one run" in decision.reason
+        assert decision.ratio == pytest.approx(0.75, rel=0.05)
+        assert outcome.settings.get("precision.mode") == "bf16" and not busy
+        assert script.burst_trials[0].change == {"precision.mode": "bf16"}
+    else:
+        assert decision.status != "kept" and busy
+
+
+def test_a_quiet_machine_runs_no_bursts():
+    """Twin of the busy case: runs agree, the pairs decide, no burst trial is run."""
+    script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.01)
+    outcome = _search(script, script.measure)
+    assert outcome.settings.get("precision.mode") == "bf16" and not script.burst_trials
+
+
+def test_bursts_that_cannot_tell_either_say_so():
+    """Bursts as noisy as the runs (a load that changes within seconds): undecided, said in
+    the decision's reason and in the too-busy warning's place."""
+    script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.9}, noise=0.4, jitter=0.4)
+    outcome = _search(script, script.measure)
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    assert script.burst_trials and decision.status != "kept"
+    assert "alternating bursts in one run" in decision.reason and "not decided either way" in decision.reason
+    assert any(w.startswith("too busy to tell") for w in outcome.warnings)
+
+
+@pytest.mark.parametrize("ratios, verdict", [
+    ([0.70, 0.72, 0.69, 0.71, 0.70, 0.73], FASTER),
+    ([1.20, 1.22, 1.19, 1.21, 1.20, 1.23], SLOWER),
+    ([0.99, 1.00, 1.01, 0.99, 1.00, 1.01], NO_GAIN),
+    ([0.60, 1.30, 0.80, 1.10, 0.70, 1.20], None),  # twin of FASTER: as wide as the gain
+    ([0.70, 0.72], None),  # too few pairs to say
+])
+def test_the_burst_verdict_rests_on_the_pairs_own_spread(ratios, verdict):
+    assert burst_verdict(ratios, min_gain=0.03)[0] == verdict
+
+
+def test_bursts_group_fast_steps_and_fill_a_trial():
+    assert plan_bursts({"precision.mode": "bf16"}, 1000.0, 30) == Bursts({"precision.mode": "bf16"}, 1, 15)
+    fast = plan_bursts({"precision.mode": "bf16"}, 5.0, 300)  # 5 ms steps: bursts of 10 steps (50 ms)
+    assert (fast.steps, fast.pairs) == (10, 15)
+    assert plan_bursts({}, math.inf, 30).steps == 1 and plan_bursts({}, 1000.0, 4).pairs == 6
+
+
+@pytest.mark.parametrize("change, ratios", [({"precision.mode": "bf16"}, True), ({"cpu.threads": 1}, False)])
+def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, ratios):
+    """The whole path: tune's trial asks for bursts, the script's process alternates bf16
+    autocast, the result carries each pair. Twin: a change no switch makes gives no ratio."""
+    from pathlib import Path
+
+    from torchboost.tune.trial import run_trial
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "tune_tiny.py"
+    result = run_trial(["python", str(script), "--steps", "200"], {}, 0, steps=2, warmup=1, out_dir=tmp_path,
+                       timeout_s=120, bursts=Bursts(change, steps=2, pairs=4))
+    assert result.ok, result.error
+    assert result.bursts == change
+    if ratios:
+        assert result.burst_error is None and len(result.burst_ratios) == 8
+        assert all(r > 0 for r in result.burst_ratios)
+    else:
+        assert "no switch makes cpu.threads=1" in result.burst_error and result.burst_ratios == []
+
+
+def test_the_journal_keeps_a_burst_trial_apart_from_the_incumbents_own_run(tmp_path):
+    """--resume replays a burst trial as a burst trial: its key has its change. Twin: the
+    incumbent's ordinary run of the same repeat is its own entry."""
+    from torchboost.tune.journal import Journal
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append(TrialResult(settings={}, repeat=0, step_ms=[10.0]))
+    journal.append(TrialResult(settings={}, repeat=0, step_ms=[10.0], bursts={"precision.mode": "bf16"},
+                               burst_plain_ms=[10.0], burst_switched_ms=[7.0]))
+    again = Journal(tmp_path / "journal.jsonl", resume=True)
+    assert again.lookup({}, 0).burst_ratios == []
+    assert again.lookup({}, 0, {"precision.mode": "bf16"}).burst_ratios == [0.7]
+    assert again.lookup({}, 0, {"fp32_math.mode": "bf16"}) is None
