@@ -141,3 +141,19 @@ def test_the_journal_keeps_a_burst_trial_apart_from_the_incumbents_own_run(tmp_p
     assert again.lookup({}, 0).burst_ratios == []
     assert again.lookup({}, 0, {"precision.mode": "bf16"}).burst_ratios == [0.7]
     assert again.lookup({}, 0, {"fp32_math.mode": "bf16"}) is None
+
+
+def test_a_second_switchable_lever_on_the_same_busy_machine_is_measured_too():
+    """The floor is known to be wide before the second lever: it still gets a fresh pair (then
+    bursts, if the pair cannot tell), and the search goes on. Twin of stopping it unconfirmed,
+    as if the budget had run out, which going to bursts before any pair did."""
+    measured = {**MEASURED, "fp32_math.bf16": Measured(1.25, 6, "bf16 math in fp32 matmuls")}
+    script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75,
+                                                 ("fp32_math.mode", "bf16"): 0.85}, noise=0.4)
+    context = dataclasses.replace(CPU2, measured=measured, has_loader=False, cpu_bf16=True)
+    levers = [lv for lv in order_levers(default_levers(), {}, measured) if lv.id in ("precision", "fp32_math")]
+    outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=4000), clock=script.clock)
+    by_lever = {d.lever: d for d in outcome.decisions}
+    assert by_lever["precision"].status == "kept"
+    assert by_lever["fp32_math"].status != "unconfirmed" and not outcome.stopped_by_budget
+    assert sum("fp32_math.mode" in settings for settings, _, _ in script.calls) >= 2  # screened, then a pair

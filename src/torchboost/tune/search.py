@@ -206,8 +206,8 @@ class _Search(SearchState):
         while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
             if pairs.settled(self.options.clear_pairs, self.threshold) and self.floor.count >= self.options.noise_repeats:
                 break
-            if self._bursts_instead(lever, best):
-                break
+            if pairs.count and self._bursts_instead(lever, best):
+                break  # one fresh pair at least: the decision rests on a pair or on bursts
             a = self._incumbent_again()
             # Screening ran the candidate in full (its losses judged over every step): a pair's
             # run may stop once its steps decide the ratio to the A just measured.
