@@ -13,11 +13,11 @@ from torchboost.tune.trial_result import TrialResult
 from torchboost.tune.verify import EndToEnd
 
 
-def _outcome() -> TuneOutcome:
-    baseline = TrialResult(settings=Overlay(), step_ms=[10.0] * 5, wall_s=10.0)
+def _outcome(step_ms: float = 10.0, wall_s: float = 10.0, fixed_s: float = 9.5) -> TuneOutcome:
+    baseline = TrialResult(settings=Overlay(), step_ms=[step_ms] * 5, wall_s=wall_s, fixed_s=fixed_s)
     from torchboost.tune.decision import WaterfallStep
     return TuneOutcome(baseline=baseline, settings=Overlay({"cpu.threads": 1}),
-                       waterfall=[WaterfallStep("baseline", Overlay(), 10.0, 1.0, 0.0)], decisions=[], trials_run=3,
+                       waterfall=[WaterfallStep("baseline", Overlay(), step_ms, 1.0, 0.0)], decisions=[], trials_run=3,
                        elapsed_s=50.0)
 
 
@@ -39,3 +39,26 @@ def test_the_check_takes_what_the_budget_leaves_or_is_skipped_and_said(monkeypat
     else:
         assert not seen and e2e is None
         assert verdict.startswith("not verified end to end: --budget left 15 s")
+
+
+@pytest.mark.parametrize("step_ms, checked", [(1500.0, True), (10.0, False)])
+def test_slow_steps_are_checked_in_runs_short_enough_for_what_is_left(monkeypatch, tmp_path, step_ms, checked):
+    """1.5 s steps: a trial took 68 s, but a pair of runs stopped after 21 steps (10 s + 31.5 s
+    each) fits the 110 s left. Twin: a baseline whose start-up alone (60 s) leaves no pair."""
+    seen = {}
+
+    def fake_verify(command, base, settings, plan, **kwargs):
+        seen["steps"] = plan.fallback_steps
+        return EndToEnd(baseline_runs_s=[68.0] * 3, tuned_runs_s=[50.0] * 3)
+
+    monkeypatch.setattr(tuner, "verify", fake_verify)
+    options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=300.0,
+                                steps_per_trial=30, warmup=5)
+    outcome = _outcome(step_ms, wall_s=68.0, fixed_s=10.0 if step_ms > 100 else 60.0)
+    _, e2e, verdict = tuner._verify(["python", "x.py"], options, BoostConfig.off(), outcome, 3000, None, {},
+                                    time_left_s=110.0)
+    assert (e2e is not None) is checked
+    if checked:
+        assert seen["steps"] == 21
+    else:
+        assert verdict.startswith("not verified end to end: --budget left 110 s")

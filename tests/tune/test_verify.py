@@ -287,3 +287,16 @@ def test_pairs_that_agree_on_a_noisy_machine_still_get_an_interval_as_wide_as_th
     # twin: the same pairs on a quiet machine: the interval is the pairs' own, one point
     quiet = EndToEnd(baseline_runs_s=[10.0] * 3, tuned_runs_s=[8.5] * 3)
     assert quiet.interval == pytest.approx((10 / 8.5, 10 / 8.5)) and quiet.faster(0.03)
+
+
+def test_slow_steps_verify_in_shorter_capped_runs_than_a_trial():
+    """1.5 s steps: a second half of 8 steps (12 s, over the 2 s floor) after warm-up, 21 steps,
+    not a trial's 35, so a pair fits what --budget leaves. Twin: 10 ms steps keep a trial's count."""
+    from torchboost.tune.trial_length import least_capped_steps
+
+    slow = plan_verification(pairs=3, budget_s=110, step_ms=1500.0, fixed_s=10.0, trial_steps=30, warmup=5,
+                             whole_run_s=3000.0)
+    assert slow.steps == slow.fallback_steps == 21 == least_capped_steps(1500.0, 30, 5)
+    assert least_capped_steps(10.0, 30, 5) == 35  # 2 s of 10 ms steps would be 405: the trial's 35 is fewer
+    assert least_capped_steps(400.0, 30, 5) == 5 + 2 * 8 and least_capped_steps(100.0, 30, 5) == 35
+    assert least_capped_steps(float("inf"), 30, 5) == 35

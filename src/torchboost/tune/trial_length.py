@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MIN_TRIAL_STEPS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S", "BURST_TRIAL_STEPS", "auto_trial_steps"]
+__all__ = ["MIN_TRIAL_STEPS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S", "BURST_TRIAL_STEPS", "auto_trial_steps",
+           "least_capped_steps", "CAPPED_HALF_MIN_STEPS", "CAPPED_HALF_MIN_MS"]
 
 MIN_TRIAL_STEPS = 30
 """Fewest measured steps per trial: many more than a loader's prefetch queue, whose
@@ -36,3 +37,20 @@ def auto_trial_steps(step_ms: float | None, *, planned_steps: int | None = None,
 BURST_TRIAL_STEPS = 2
 """Steps a burst trial records before its bursts (:mod:`torchboost.tune.bursts`): its figures
 are the bursts'."""
+
+
+CAPPED_HALF_MIN_STEPS = 8
+CAPPED_HALF_MIN_MS = 2000.0
+"""An end-to-end run stopped after a step count takes its pace from its second half: at
+least this many steps and milliseconds there (the floor a trial's sequential stop keeps)."""
+
+
+def least_capped_steps(step_ms: float, trial_steps: int, warmup: int) -> int:
+    """Fewest steps of an end-to-end run stopped after a step count: a trial's (``trial_steps``
+    after ``warmup``), or, on steps slow enough, a second half of :data:`CAPPED_HALF_MIN_STEPS`
+    steps and :data:`CAPPED_HALF_MIN_MS` after ``warmup`` (a run of 1.5 s steps: 5 + 16 steps,
+    not 35: on seconds-long steps a trial's count alone can outlast what --budget leaves)."""
+    if not step_ms > 0 or not math.isfinite(step_ms):
+        return trial_steps + warmup
+    half = max(CAPPED_HALF_MIN_STEPS, math.ceil(CAPPED_HALF_MIN_MS / step_ms))
+    return min(trial_steps + warmup, warmup + 2 * half)

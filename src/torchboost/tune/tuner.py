@@ -33,7 +33,7 @@ from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
-from torchboost.tune.trial_length import BURST_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
+from torchboost.tune.trial_length import BURST_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps, least_capped_steps
 from torchboost.tune.trial_result import TrialResult, describe_settings
 from torchboost.tune.verify import EndToEnd, plan_verification, verify
 
@@ -287,7 +287,10 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
         return outcome.settings, None, "" if outcome.settings else "nothing was faster beyond noise"
     budget = options.verify_budget_s if options.verify_budget_s is not None else options.budget_s * BUDGET_SLACK
     budget = min(budget, time_left_s)
-    if budget < 2 * max(outcome.baseline.wall_s, 1.0):
+    baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the fewest steps
+    shortest_s = min(baseline.wall_s, baseline.fixed_s + least_capped_steps(
+        baseline.ms_per_step, options.steps_per_trial or MIN_TRIAL_STEPS, options.warmup) * baseline.ms_per_step / 1e3)
+    if budget < 2 * max(shortest_s, 1.0):
         return outcome.settings, None, (f"not verified end to end: --budget left {max(budget, 0):.0f} s, not enough "
                                         "for one pair of runs; the figures are the search's per step")
     plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,

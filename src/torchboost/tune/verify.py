@@ -38,6 +38,7 @@ from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.supervise import run_guarded, run_observed
 from torchboost.tune.journal import RunJournal
+from torchboost.tune.trial_length import least_capped_steps
 
 __all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "verify"]
 
@@ -211,10 +212,10 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
                       warmup: int, whole_run_s: float | None = None, planned_steps: int | None = None) -> VerifyPlan:
     """Whole runs, each allowed a ``2 * pairs``-th of ``budget_s``, unless ``whole_run_s``
     (the baseline's whole run, estimated) says they will not fit; the fallback is as many
-    steps as that share holds at the tuned pace, never fewer than a trial's."""
+    steps as that share holds at the tuned pace, never fewer than :func:`least_capped_steps`."""
     run_limit = budget_s / (2 * pairs)
     fitting = int(max(0.0, run_limit - fixed_s) * 1e3 / step_ms) if step_ms > 0 else trial_steps
-    fallback = max(trial_steps + warmup, fitting)
+    fallback = max(least_capped_steps(step_ms, trial_steps, warmup), fitting)
     too_long = whole_run_s is not None and whole_run_s > run_limit
     return VerifyPlan(pairs=pairs, steps=fallback if too_long else None, run_limit_s=run_limit,
                       fallback_steps=fallback, budget_s=budget_s, max_pairs=pairs + EXTRA_PAIRS,
@@ -222,8 +223,7 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
 
 
 EXTRA_PAIRS = 2
-"""Pairs the check may add, within its budget, when the first leave the verdict open or
-the claim imprecise."""
+"""Pairs the check may add, within its budget, when the first leave the verdict open or the claim imprecise."""
 CLAIM_PRECISION = 0.10
 """How close to the claim a user's own re-measure should come; an interval wider than
 this on either side gets more pairs while the budget allows."""
