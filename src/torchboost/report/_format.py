@@ -27,13 +27,16 @@ def speedup(value: float) -> str:
 
 
 def gain(finding: Mapping[str, Any]) -> str:
-    """A report finding's expected gain: "x1.25", with its quick probe's measurement where it
-    has one ("x1.25 est., measured x2.30"), or "fix first" for a blocking one (a NaN loss)."""
+    """A report finding's expected gain: its quick probe's measurement beside the estimate
+    where it has one ("x1.25 est., measured x2.30"), else the estimate labelled rough ("x1.25
+    rough est.": estimates from the profile and the machine probe land anywhere from a third
+    to twice the measured ratio, see benchmarks/RESULTS.md), or "fix first" for a blocking
+    one (a NaN loss)."""
     if finding.get("blocking"):
         return "fix first"
     estimate = speedup(finding["expected_speedup"])
     measured = finding.get("measured")
-    return f"{estimate} est., measured {speedup(measured['ratio'])}" if measured else estimate
+    return f"{estimate} est., measured {speedup(measured['ratio'])}" if measured else f"{estimate} rough est."
 
 
 def measured(finding: Mapping[str, Any]) -> str:
