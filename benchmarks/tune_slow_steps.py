@@ -109,8 +109,13 @@ def grid(run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
     rows = []
     for name, overlay in GRID.items():
         with tempfile.TemporaryDirectory(prefix="grid-") as tmp:
-            result = run_trial([sys.executable, str(SCRIPT), "--steps", str(run_steps)], overlay, 0,
-                               steps=trial_steps, warmup=3, out_dir=Path(tmp), timeout_s=900)
+            here = os.getcwd()
+            os.chdir(tmp)  # the trial guards its working directory: a scratch one, not this checkout
+            try:
+                result = run_trial([sys.executable, str(SCRIPT), "--steps", str(run_steps)], overlay, 0,
+                                   steps=trial_steps, warmup=3, out_dir=Path(tmp) / "out", timeout_s=900)
+            finally:
+                os.chdir(here)
         planned = result.compile_s + run_steps * result.ms_per_step / 1e3 if result.ok else float("inf")
         rows.append({"config": name, "ok": result.ok, "error": result.error, "ms_per_step": result.ms_per_step,
                      "compile_s": result.compile_s, "planned_run_s": planned, "wall_s": result.wall_s})

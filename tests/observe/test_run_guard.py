@@ -57,3 +57,23 @@ def test_a_small_file_changed_outside_python_is_put_back_from_its_copy(tmp_path,
     assert "train.log" in writes.restored and any(w.path == "train.log" for w in writes.kept_apart)
     # The twin: a file over the copied size changed the same way cannot be put back, and is named.
     assert [n.path for n in writes.not_restored] == ["data.bin"] and "NOT restored: data.bin" in writes.words()
+
+
+def test_a_small_file_rewritten_outside_python_is_left_as_the_user_made_it(tmp_path, monkeypatch):
+    """Someone edits a file of theirs while the run goes on (nothing of the run's Python wrote
+    it): the edit stays, and the file is named; a file removed behind the guard's back comes
+    back. Twin of the append above, which is put back."""
+    from torchboost.observe.parent.run_guard import REWRITTEN, RunGuard
+
+    user = tmp_path / "project"
+    user.mkdir()
+    (user / "train.py").write_text("print('old')\n")
+    (user / "notes.md").write_text("notes\n")
+    monkeypatch.chdir(user)
+    guard = RunGuard(user / "torchboost-doctor", None)
+    (user / "train.py").write_text("print('the edit the user saved meanwhile')\n")
+    (user / "notes.md").unlink()
+    writes = guard.settle()
+    assert (user / "train.py").read_text() == "print('the edit the user saved meanwhile')\n"
+    assert [(n.path, n.why) for n in writes.not_restored] == [("train.py", REWRITTEN)]
+    assert (user / "notes.md").read_text() == "notes\n" and "notes.md" in writes.restored

@@ -310,6 +310,18 @@ def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
     assert auto_trial_steps(1.0, planned_steps=10, warmup=5) == MIN_TRIAL_STEPS
 
 
+def test_slow_steps_that_wait_for_no_data_take_fewer_steps_a_trial():
+    """1.5 s steps, compute-bound: 12 steps (18 s), not 30 (45 s). Twins: the same steps with
+    a loader that waits (a queue that drains), and 100 ms steps, keep 30."""
+    from torchboost.tune.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
+
+    assert auto_trial_steps(1500.0, data_wait_pct=0.5) == MIN_SLOW_TRIAL_STEPS == 12
+    assert auto_trial_steps(1500.0, data_wait_pct=20.0) == MIN_TRIAL_STEPS
+    assert auto_trial_steps(1500.0) == MIN_TRIAL_STEPS  # the data wait unknown: the loader's floor
+    assert auto_trial_steps(100.0, data_wait_pct=0.0) == MIN_TRIAL_STEPS
+    assert auto_trial_steps(1500.0, planned_steps=10, warmup=5, data_wait_pct=0.0) == MIN_SLOW_TRIAL_STEPS
+
+
 def test_steps_per_trial_option_takes_auto_or_a_number():
     import argparse
 

@@ -248,9 +248,11 @@ def _trial_length(options: TuneOptions, facts: Facts | None, run_steps: int | No
         return options
     # Sized on the planned run (--run-steps, else the doctor's estimate): a script that
     # loops over its loader for a fixed number of steps runs more than one epoch.
-    step_ms = statistics.fmean(s.total_ms for s in facts.steps) if facts is not None and facts.steps else None
+    steps = facts.steps if facts is not None else []
+    step_ms = statistics.fmean(s.total_ms for s in steps) if steps else None
+    data_pct = 100.0 * sum(s.data_ms for s in steps) / max(sum(s.total_ms for s in steps), 1e-9) if steps else 100.0
     return dataclasses.replace(options, steps_per_trial=auto_trial_steps(step_ms, planned_steps=run_steps,
-                                                                         warmup=options.warmup))
+                                                                         warmup=options.warmup, data_wait_pct=data_pct))
 
 
 def _write_outcome(path: Path, command: Sequence[str], outcome: TuneOutcome, run_steps: int | None,

@@ -12,8 +12,11 @@ The guard in the processes sees Python's writes. A writer outside Python (a wrap
 ``>> train.log``, a C library's own ``fopen``) is not seen, so the small files of the
 user's folders are also copied before the run (:data:`INSURED_FILE_BYTES` each, at most
 :data:`INSURED_BYTES` in all, the shallowest first: logs and CSVs beside the script rather
-than a data set's samples); one of them changed behind the guard's back is put back from
-that copy like any other original.
+than a data set's samples). One of them that grew behind the guard's back, its old content
+kept whole at its start (a wrapper's ``>> train.log``), is put back from that copy like any
+other original. One rewritten otherwise is left as it is and named: no process of the run
+wrote it through Python, and the likeliest writer is the user, editing a file while a long
+tune runs; putting the copy back would undo their edit.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from torchboost.observe.guard_spec import KEPT, WriteGuardSpec, default_exempt
+from torchboost.observe.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt
 from torchboost.observe.parent.folder_snapshot import FolderSnapshot, entry_of
 from torchboost.observe.parent.user_files import UserWrites, settle
 
@@ -91,16 +94,21 @@ class RunGuard:
         return copies
 
     def _insured_changes(self) -> None:
-        """Journal, as kept originals, the insured files changed behind the guard's back; the
-        guard's own lines come first and win where it kept one too."""
+        """Journal, as kept originals, the insured files that grew behind the guard's back, and
+        as left alone those rewritten otherwise; the guard's own lines come first and win
+        where it kept one too."""
         lines = []
         for path, copy in self.insured.items():
             try:
                 same = entry_of(os.lstat(path)) == self.snapshot.entries[path]
             except OSError:
                 same = False
-            if not same:
+            if same:
+                continue
+            if _appended(path, copy):
                 lines.append(json.dumps({"pid": 0, "op": KEPT, "path": path, "copy": copy, "kind": "file"}))
+            else:
+                lines.append(json.dumps({"pid": 0, "op": UNPROTECTED, "path": path, "why": REWRITTEN}))
         if lines:
             (self.journal_dir / _INSURED_JOURNAL).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -115,6 +123,23 @@ class RunGuard:
             with open(self.ledger, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(writes.to_dict()) + "\n")
         return writes
+
+
+REWRITTEN = "rewritten outside the run's Python (by you, or a writer not seen): left as it is"
+"""Why an insured file changed otherwise than by growing is not put back."""
+
+
+def _appended(path: str, copy: str) -> bool:
+    """``path`` holds ``copy``'s bytes whole at its start and more after them (or was removed:
+    the copy goes back then too)."""
+    try:
+        with open(copy, "rb") as before, open(path, "rb") as now:
+            old = before.read()
+            return now.read(len(old)) == old
+    except FileNotFoundError:
+        return not os.path.lexists(path)
+    except OSError:
+        return False
 
 
 def summed_writes(ledger: Path) -> dict[str, Any] | None:
