@@ -62,3 +62,27 @@ def test_slow_steps_are_checked_in_runs_short_enough_for_what_is_left(monkeypatc
         assert seen["steps"] == 21
     else:
         assert verdict.startswith("not verified end to end: --budget left 110 s")
+
+
+@pytest.mark.parametrize("left_s, words", [(5.0, "ran past the end of --budget 300 s"), (None, "timed out after")])
+def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words):
+    """A trial stopped because --budget (and its slack) ran out says so and what to do; twin:
+    one stopped by its own time limit keeps its words."""
+    import math
+    import time
+
+    from torchboost.tune.journal import Journal
+
+    def timed_out(command, settings, repeat, *, timeout_s, **kwargs):
+        return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"timed out after {timeout_s:.0f} s")
+
+    monkeypatch.setattr(tuner, "run_trial", timed_out)
+    options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=300.0,
+                                steps_per_trial=12, trial_timeout_s=200.0)
+    deadline = math.inf if left_s is None else time.monotonic() + left_s
+    measure = tuner._journaled_measure(Journal(tmp_path / "j.jsonl"), ["python", "x.py"], options, BoostConfig.off(),
+                                       None, deadline)
+    result = measure({}, 0)
+    assert result.error.startswith(words)
+    if left_s is not None:
+        assert result.error.endswith("give tune a larger --budget")

@@ -63,7 +63,8 @@ class SearchState:
     def baseline_error(self) -> str | None:
         """Why the search cannot start (the baseline failed, or its loss is not finite)."""
         if not self.baseline.ok:
-            return f"the baseline run failed: {self.baseline.error}"
+            failed = "did not finish" if "--budget" in (self.baseline.error or "") else "failed"
+            return f"the baseline run {failed}: {self.baseline.error}"
         losses = self.baseline.losses
         bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
         if bad is not None:

@@ -45,6 +45,10 @@ def auto_trial_steps(step_ms: float | None, *, planned_steps: int | None = None,
     return steps
 
 
+DIAGNOSIS_STEPS = 20
+"""Steps tune's diagnosis records, as ``torchboost doctor`` does by default: its figures
+order the search and size the trials; the baseline is a trial of its own (30 steps of 1.5 s
+were 45 s of a 300 s budget)."""
 BURST_TRIAL_STEPS = 2
 """Steps a burst trial records before its bursts (:mod:`torchboost.tune.bursts`): its figures
 are the bursts'."""

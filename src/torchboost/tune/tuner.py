@@ -33,7 +33,7 @@ from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
-from torchboost.tune.trial_length import BURST_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps, least_capped_steps
+from torchboost.tune.trial_length import BURST_TRIAL_STEPS, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS, auto_trial_steps, least_capped_steps
 from torchboost.tune.trial_result import TrialResult, describe_settings
 from torchboost.tune.verify import EndToEnd, plan_verification, verify
 
@@ -165,12 +165,15 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         if on_trial is not None:
             on_trial(settings, repeat, None)
         steps = BURST_TRIAL_STEPS if bursts else options.steps_per_trial
+        left_s = max(deadline - time.monotonic(), 1.0)
+        timeout_s = min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10), left_s)
         result = run_trial(command, settings, repeat, base=base, steps=steps, warmup=options.warmup,
-                           out_dir=trials_dir / "current",
-                           timeout_s=min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10),
-                                         max(deadline - time.monotonic(), 1.0)),
+                           out_dir=trials_dir / "current", timeout_s=timeout_s,
                            slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
                            writes_ledger=options.writes_ledger, decide=decide, bursts=bursts)
+        if not result.ok and timeout_s == left_s and (result.error or "").startswith("timed out"):
+            result.error = (f"ran past the end of --budget {options.budget_s:.0f} s and its slack ({left_s:.0f} s were "
+                            "left for this trial): give tune a larger --budget")
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
@@ -209,7 +212,7 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
         return Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8"))), None
     # --budget bounds the diagnosis too: a script too slow to show its steps within it
     # leaves the search nothing to start from.
-    observed = run_observed(command, steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
+    observed = run_observed(command, steps=options.steps_per_trial or DIAGNOSIS_STEPS, warmup=options.warmup,
                             out_dir=doctor_dir, echo=False, timeout_s=options.budget_s,
                             stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger)
     facts = observed.facts
