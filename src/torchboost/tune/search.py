@@ -9,9 +9,11 @@ For each lever, largest expected gain first:
 1. screen: measure each candidate once on top of the incumbent; drop those that fail or
    break loss parity (held to the script's own spread when it is not reproducible);
 2. confirm: the fastest survivor against the incumbent, measured in turn (A B A B) until
-   ``clear_pairs`` consecutive ratios agree on the verdict or ``max_repeats`` run out;
-3. keep it when the median ratio beats ``min_gain``, and (for compile) when the compile
-   time pays for itself over the planned run; otherwise revert.
+   ``clear_pairs`` consecutive ratios agree on the verdict or ``max_repeats`` run out; on a
+   machine whose A/A noise floor is wider than the gain an in-process switch could show,
+   after one pair, in alternating bursts inside one run instead (:mod:`.bursts`);
+3. keep it when the median ratio beats ``min_gain`` and the noise floor, and (for compile)
+   when the compile time pays for itself over the planned run; otherwise revert.
 
 Memory levers come first, and only while the baseline peaks over the memory limit
 (:mod:`torchboost.tune.memory_limit`): the first that brings the peak under it is kept,
