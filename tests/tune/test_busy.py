@@ -28,3 +28,27 @@ def test_a_floor_wider_than_the_top_gain_says_too_busy_to_tell(noise, busy):
         assert "tune would measure it first and decide in about" in said[0]
     else:
         assert outcome.settings.get("precision.mode") == "bf16"
+
+
+@pytest.mark.parametrize("budget_s, unmeasured", [(100.0, True), (2000.0, False)])
+def test_a_budget_spent_before_the_top_candidate_says_so_and_what_it_would_take(budget_s, unmeasured):
+    """The baseline alone outlasts the budget (a busy machine, slow steps): tune says the top
+    candidate was never measured and how much more budget it needs, and its verdict is not
+    'nothing was faster'. Twin: budget enough, the candidate is measured."""
+    from torchboost.tune.decision import TuneOutcome
+    from torchboost.tune.tuner import _nothing_kept
+
+    measured = {"precision.lower": Measured(1.8, 6, "bf16 autocast")}
+    script = SlowScript(step_ms=4000.0, factors={("precision.mode", "bf16"): 0.6})
+    context = dataclasses.replace(CPU2, measured=measured, has_loader=False)
+    levers = [lv for lv in order_levers(default_levers(), {}, measured) if lv.id == "precision"]
+    outcome: TuneOutcome = run_search(levers, context, script, SearchOptions(budget_s=budget_s), clock=script.clock)
+    said = [w for w in outcome.warnings if "before the top candidate" in w]
+    assert bool(said) is unmeasured
+    if unmeasured:
+        assert said[0].startswith("too busy to tell: the budget ran out before the top candidate, bf16 autocast "
+                                  "(x1.80 by the doctor), was measured; a trial took 150 s")
+        assert "give it about 1050 s more of --budget" in said[0]
+        assert _nothing_kept(outcome) == "nothing was measured: the budget ran out after the baseline"
+    else:
+        assert outcome.settings.get("precision.mode") == "bf16"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchboost.tune.decision import Decision, Status
 
-__all__ = ["too_busy"]
+__all__ = ["too_busy", "top_unmeasured"]
 
 
 def too_busy(top: Decision | None, expected: float | None, noise: float, load_pct: float,
@@ -24,3 +24,15 @@ def too_busy(top: Decision | None, expected: float | None, noise: float, load_pc
             f"measured twice varied by {noise:.0%}, more than the {gain:.0%} {top.subject or top.title} could "
             f"gain (x{expected:.2f} by the doctor); on a quieter machine tune would measure it first and "
             f"decide in about {quiet_s:.0f} s")
+
+
+def top_unmeasured(label: str, expected: float, load_pct: float, trial_s: float, pairs: int) -> str:
+    """The warning when the budget ran out before the top candidate (``label``, the doctor's
+    ratio ``expected`` for it) was measured at all: the load seen while the baseline ran
+    (percent of the machine), and how much longer the search needs at the baseline trial's
+    pace (``trial_s`` a trial: its screening and ``pairs`` pairs)."""
+    more_s = (1 + 2 * pairs) * trial_s
+    return (f"too busy to tell: the budget ran out before the top candidate, {label} (x{expected:.2f} by the "
+            f"doctor), was measured; a trial took {trial_s:.0f} s with other processes using {load_pct:.0f}% of "
+            f"the machine. Tune would measure it first: give it about {more_s:.0f} s more of --budget at this pace, "
+            "or tune on a quieter machine")

@@ -57,7 +57,8 @@ class _Search(SearchState):
         self.context = context
         first = next((lever for lever in levers if not lever.for_memory and lever_measurement(lever, context)), None)
         measured = lever_measurement(first, context) if first is not None else None
-        self.top = (first.id, measured.ratio) if first is not None and measured is not None else None
+        self.top = (first.id, measured.ratio, measured.label or first.title) \
+            if first is not None and measured is not None else None
         self._fit_memory([lever for lever in levers if lever.for_memory], context)
         for lever in levers:
             if lever.for_memory:

@@ -13,7 +13,7 @@ import statistics
 from typing import Any, Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.busy import too_busy
+from torchboost.tune.busy import too_busy, top_unmeasured
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.memory_limit import MemoryGate
@@ -54,8 +54,8 @@ class SearchState:
         held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
         self.waterfall: list[WaterfallStep] = []
         self.stopped = False
-        self.top: tuple[str, float] | None = None
-        """The first lever the doctor measured, and its ratio (for "too busy to tell")."""
+        self.top: tuple[str, float, str] | None = None
+        """The first lever the doctor measured, its ratio and what it switched (for "too busy to tell")."""
         self.screened: dict[str, list[tuple[float, Settings]]] = {}
         """Per lever: the correct candidates' screening times, for the interaction pass."""
         self.context = TuneContext()
@@ -109,6 +109,8 @@ class SearchState:
         first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
         busy = too_busy(first, top[1] if top else None, self.floor.noise, self.baseline.load_pct,
                         self.baseline.wall_s, options.noise_repeats)
+        if top is not None and first is None and self.stopped:
+            busy = top_unmeasured(top[2], top[1], self.baseline.load_pct, self.baseline.wall_s, options.noise_repeats)
         return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings + (
             [busy] if busy else [])
 

@@ -289,7 +289,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     takes at most ``time_left_s`` (what --budget leaves), and is skipped, said so, when
     not even one pair of the baseline's runs fits."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
-        return outcome.settings, None, "" if outcome.settings else "nothing was faster beyond noise"
+        return outcome.settings, None, "" if outcome.settings else _nothing_kept(outcome)
     budget = options.verify_budget_s if options.verify_budget_s is not None else options.budget_s * BUDGET_SLACK
     budget = min(budget, time_left_s)
     baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the fewest steps
@@ -307,6 +307,14 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
                  journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger)
     settings, verdict = end_to_end_verdict(outcome.settings, outcome.decisions, e2e, options.min_gain)
     return settings, e2e, verdict
+
+
+def _nothing_kept(outcome: TuneOutcome) -> str:
+    """Why nothing was written: nothing measured beat the noise, or the budget ran out first."""
+    measured = any(d.status not in ("skipped", "unconfirmed") for d in outcome.decisions)
+    if outcome.stopped_by_budget and not measured:
+        return "nothing was measured: the budget ran out after the baseline"
+    return "nothing was faster beyond noise"
 
 
 def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEnd,
