@@ -1,6 +1,7 @@
 """Tune on slow steps: what `torchboost tune` measures, keeps and verifies within its budget.
 
     python benchmarks/tune_slow_steps.py [--budgets 300,600] [--busy no,yes] [--grid] [--remeasure 3]
+                                         [--shape gpt_char_full]
 
 The script is nanoGPT's shakespeare_char transformer at its own width (``shapes/gpt_char_full.py``:
 6 x 384, 256 tokens, batch 8: about a second a step on 2 cores), run for ``--run-steps``.
@@ -38,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / "shapes" / "gpt_char_full.py"
 BUSY_LOOP = ("import torch\ntorch.set_num_threads(2)\na = torch.randn(768, 768)\n"
              "while True:\n    a = torch.tanh(a @ a)\n")
 GRID = {"baseline": {}, "bf16": {"precision.mode": "bf16"}, "fp32_math bf16": {"fp32_math.mode": "bf16"},
@@ -63,7 +63,7 @@ def _busy_loop() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", BUSY_LOOP], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def tune_once(budget: int, busy: bool, run_steps: int, keep: Path | None) -> dict[str, Any]:
+def tune_once(script: Path, budget: int, busy: bool, run_steps: int, keep: Path | None) -> dict[str, Any]:
     """One `torchboost tune` in a scratch folder: its report's figures and its wall time."""
     with tempfile.TemporaryDirectory(prefix="tune-slow-") as tmp:
         work = Path(tmp)
@@ -73,7 +73,7 @@ def tune_once(budget: int, busy: bool, run_steps: int, keep: Path | None) -> dic
             start = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget),
                                    "--out", str(work / "out"), "--config", str(work / "torchboost.toml"), "--",
-                                   sys.executable, str(SCRIPT), "--steps", str(run_steps)],
+                                   sys.executable, str(script), "--steps", str(run_steps)],
                                   cwd=work, capture_output=True, text=True)
             wall = time.perf_counter() - start
         finally:
@@ -102,7 +102,7 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def grid(run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
+def grid(script: Path, run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
     """Each configuration of :data:`GRID`, one trial each with tune's runner, quiet."""
     from torchboost.tune.trial import run_trial
 
@@ -112,7 +112,7 @@ def grid(run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
             here = os.getcwd()
             os.chdir(tmp)  # the trial guards its working directory: a scratch one, not this checkout
             try:
-                result = run_trial([sys.executable, str(SCRIPT), "--steps", str(run_steps)], overlay, 0,
+                result = run_trial([sys.executable, str(script), "--steps", str(run_steps)], overlay, 0,
                                    steps=trial_steps, warmup=3, out_dir=Path(tmp) / "out", timeout_s=900)
             finally:
                 os.chdir(here)
@@ -124,12 +124,12 @@ def grid(run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
     return rows
 
 
-def remeasure(config: Path, pairs: int, steps: int) -> dict[str, Any]:
+def remeasure(script: Path, config: Path, pairs: int, steps: int) -> dict[str, Any]:
     """Plain python against `torchboost run` with ``config``, alternating, whole runs timed from outside."""
     plain, tuned = [], []
     with tempfile.TemporaryDirectory(prefix="remeasure-") as tmp:
         shutil.copy(config, Path(tmp) / "torchboost.toml")
-        command = [sys.executable, str(SCRIPT), "--steps", str(steps)]
+        command = [sys.executable, str(script), "--steps", str(steps)]
         for _ in range(pairs):
             for times, argv in ((plain, command), (tuned, [sys.executable, "-m", "torchboost.cli", "run", "--", *command])):
                 start = time.perf_counter()
@@ -149,24 +149,26 @@ def main() -> None:
     parser.add_argument("--remeasure", type=int, default=0, metavar="PAIRS")
     parser.add_argument("--remeasure-steps", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None, help="write every figure as JSON here too")
+    parser.add_argument("--shape", default="gpt_char_full", help="the script of shapes/ to tune (default gpt_char_full)")
     args = parser.parse_args()
+    script = HERE / "shapes" / f"{args.shape}.py"
     print(f"CPU: {cpu_line()}; Python {platform.python_version()}; load before: {os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, Any] = {"cpu": cpu_line(), "tunes": []}
     keep = Path(tempfile.mkdtemp(prefix="tuned-")) / "torchboost.toml"
     for busy in [b.strip() == "yes" for b in args.busy.split(",")]:
         for budget in [int(b) for b in args.budgets.split(",")]:
-            row = tune_once(budget, busy, args.run_steps, keep if not busy and not keep.exists() else None)
+            row = tune_once(script, budget, busy, args.run_steps, keep if not busy and not keep.exists() else None)
             results["tunes"].append(row)
             print(json.dumps(row, indent=1), flush=True)
     if args.grid:
         start = time.perf_counter()
-        results["grid"] = grid(args.run_steps, args.grid_steps)
+        results["grid"] = grid(script, args.run_steps, args.grid_steps)
         results["grid_wall_s"] = time.perf_counter() - start
         best = min(results["grid"], key=lambda r: r["planned_run_s"])
         print(f"grid: best {best['config']} ({best['planned_run_s']:.0f} s planned run), "
               f"grid wall {results['grid_wall_s']:.0f} s", flush=True)
     if args.remeasure and keep.exists():
-        results["remeasure"] = remeasure(keep, args.remeasure, args.remeasure_steps)
+        results["remeasure"] = remeasure(script, keep, args.remeasure, args.remeasure_steps)
         print("remeasure:", json.dumps(results["remeasure"]), flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=2, default=str))
