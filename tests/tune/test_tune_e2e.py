@@ -34,7 +34,8 @@ def _journal(tmp_path: Path) -> list[dict]:
 
 
 def _keys(entries: list[dict]) -> list[str]:
-    return [json.dumps([e["settings"], e["repeat"]], sort_keys=True) for e in entries]
+    """Each trial's identity: its settings, its repeat, and the change a burst trial alternated."""
+    return [json.dumps([e["settings"], e["repeat"], e.get("bursts") or {}], sort_keys=True) for e in entries]
 
 
 @pytest.mark.slow
