@@ -52,3 +52,17 @@ def test_a_budget_spent_before_the_top_candidate_says_so_and_what_it_would_take(
         assert _nothing_kept(outcome) == "nothing was measured: the budget ran out after the baseline"
     else:
         assert outcome.settings.get("precision.mode") == "bf16"
+
+
+@pytest.mark.parametrize("noise, busy", [(0.4, True), (0.01, False)])
+def test_too_busy_without_a_doctors_measurement_names_the_first_undecided_candidate(noise, busy):
+    """No quick probe measured anything (its steps were cut short on the busy machine): the
+    warning names the first candidate the noise left undecided. Twin: quiet, it is decided."""
+    script = SlowScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.92}, noise=noise)
+    context = dataclasses.replace(CPU2, has_loader=False)
+    levers = [lv for lv in default_levers() if lv.id == "precision"]
+    outcome = run_search(levers, context, script, SearchOptions(budget_s=2000), clock=script.clock)
+    said = [w for w in outcome.warnings if w.startswith("too busy to tell")]
+    assert bool(said) is busy
+    if busy:
+        assert "too much to tell bf16 apart; on a quieter machine tune would measure it first" in said[0]

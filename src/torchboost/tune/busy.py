@@ -10,20 +10,23 @@ __all__ = ["too_busy", "top_unmeasured"]
 def too_busy(top: Decision | None, expected: float | None, noise: float, load_pct: float,
              trial_s: float, pairs: int) -> str | None:
     """A warning when the top candidate (its decision ``top``; ``expected``: the doctor's
-    ratio for it, above 1 faster) was left undecided by a noise floor (a fraction) wider than
-    the gain it could show: the load seen (percent of the machine), the candidate a quieter
-    run would measure first, and how long that would take (baseline and ``pairs`` pairs of
-    ``trial_s`` seconds each). None when the search could tell."""
-    if top is None or expected is None or expected <= 1.0:
+    ratio for it, above 1 faster; None when the doctor measured none, and ``top`` is the
+    first candidate left undecided) was left undecided by a noise floor (a fraction) wider
+    than the gain it could show: the load seen (percent of the machine), the candidate a
+    quieter run would measure first, and how long that would take (baseline and ``pairs``
+    pairs of ``trial_s`` seconds each). None when the search could tell."""
+    if top is None or (expected is not None and expected <= 1.0):
         return None
-    gain = 1.0 - 1.0 / expected
+    gain = 1.0 - 1.0 / expected if expected is not None else 0.0
     if noise <= gain or top.status not in (Status.NOT_BEYOND_NOISE, Status.UNCONFIRMED):
         return None
     quiet_s = (1 + 2 * pairs) * trial_s
+    what = top.subject or top.title
+    could = (f"more than the {gain:.0%} {what} could gain (x{expected:.2f} by the doctor)" if expected is not None
+             else f"too much to tell {what} apart")
     return (f"too busy to tell: other processes used {load_pct:.0f}% of the machine, and the same settings "
-            f"measured twice varied by {noise:.0%}, more than the {gain:.0%} {top.subject or top.title} could "
-            f"gain (x{expected:.2f} by the doctor); on a quieter machine tune would measure it first and "
-            f"decide in about {quiet_s:.0f} s")
+            f"measured twice varied by {noise:.0%}, {could}; on a quieter machine tune would measure it first "
+            f"and decide in about {quiet_s:.0f} s")
 
 
 def top_unmeasured(label: str, expected: float, load_pct: float, trial_s: float, pairs: int) -> str:
