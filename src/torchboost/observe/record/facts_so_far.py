@@ -70,13 +70,13 @@ class FactsSoFar:
             if not facts.steps:
                 return False
             parts = self._parts
+            ctx = probe_context(parts, facts.model.device if facts.model else "cpu")
+            step_ms = statistics.median(s.total_ms for s in facts.steps)
+            if parts.spec.bursts:  # a burst trial: its one switch is given, no estimate orders it
+                return _start_bursts(quick, parts, ctx, step_ms)
             if facts.model is not None and facts.model.device == "cpu" and self.bf16_speedup is None:
                 self._measure_bf16()  # ~0.1 s, between steps: the estimates that order the probes use it
             facts.cpu_bf16_speedup = self.bf16_speedup
-            ctx = probe_context(parts, facts.model.device if facts.model else "cpu")
-            step_ms = statistics.median(s.total_ms for s in facts.steps)
-            if parts.spec.bursts:
-                return _start_bursts(quick, parts, ctx, step_ms)
             switches, errors = choose_switches(facts, ctx)
             parts.errors.extend(errors)
             budget_ms = QUICK_SHARE * (time.time() - parts.run.started_at) * 1000.0
