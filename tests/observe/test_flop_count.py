@@ -81,9 +81,15 @@ def test_doctor_counts_the_step_and_its_mfu_is_a_share_of_the_measured_peak(tmp_
     headroom = json.loads((out / "report.json").read_text())["headroom"]
     assert _within_5pct(headroom["flops_per_step"], EXACT)
     assert not _within_5pct(headroom["flops_per_step"] * LAYERS / (3 * LAYERS - 1), EXACT)  # forward's share alone
-    assert 1 <= headroom["mfu_pct"] <= 100
-    assert headroom["dtype"] == "fp32" and headroom["best_speedup"] == pytest.approx(100 / headroom["mfu_pct"])
-    assert headroom["line"].startswith(f"This step runs at {headroom['mfu_pct']:.0f}% of this machine's fp32")
+    # The share is of the peak measured on this run: another process slowing the probe more than
+    # the steps can put it over 100%, which the line then says, so the bounds follow it.
+    mfu = headroom["mfu_pct"]
+    assert mfu == pytest.approx(100 * headroom["achieved_flops_per_s"] / headroom["peak_flops_per_s"])
+    assert headroom["dtype"] == "fp32" and headroom["best_speedup"] == pytest.approx(max(1.0, 100 / mfu))
+    assert headroom["line"].startswith(f"This step runs at {mfu:.0f}% of this machine's fp32")
+    faster = any(p and p > 1.2 * headroom["peak_flops_per_s"] for p in headroom["machine"]["peak_flops_per_s"].values())
+    left = "nothing is left in compute" if mfu >= 100 and not faster else f"{max(1.0, 100 / mfu):.1f}x is left in"
+    assert left in headroom["line"]
     # the roofline: the matmuls (85 FLOP per byte) are right of this CPU's ridge, compute-bound
     matmuls = [op for op in headroom["ops"] if op["name"] in ("aten::addmm", "aten::mm")]
     assert matmuls and all(op["bound"] == "compute" and op["bytes"] > 0 and 0 < op["pct_of_roof"] for op in matmuls)
