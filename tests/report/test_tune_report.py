@@ -220,9 +220,13 @@ def test_terminal_reads_as_a_before_after(written):
 
 
 @pytest.mark.parametrize("width", [80, 140])
-def test_terminal_fits_its_width_and_never_splits_a_setting(written, width):
+def test_terminal_fits_its_width_and_never_splits_a_setting(written, width, tmp_path, monkeypatch):
     run, config_path, paths = written
-    out = _terminal(run, paths, config_path, width=width)
+    # Paths relative to the folder, as its user sees them: the line count below must not
+    # depend on how deep the test's own folder is.
+    monkeypatch.chdir(tmp_path)
+    paths = {kind: path.relative_to(tmp_path) for kind, path in paths.items()}
+    out = _terminal(run, paths, config_path.relative_to(tmp_path), width=width)
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= width
     report = json.loads(paths["json"].read_text())

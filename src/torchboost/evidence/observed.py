@@ -329,6 +329,9 @@ class Facts:
     the largest few): the roofline's traffic."""
     flops_error: str | None = None
     """Why the FLOPs could not be counted, when they could not."""
+    random_ops: list[str] = field(default_factory=list)
+    """The same step's aten ops that draw random numbers ("aten.native_dropout"): code that
+    runs them itself (a compiled model) draws other numbers from the same seed."""
     replay_step_ms: list[float] = field(default_factory=list)
     """Total time of each replay step: steps after the profiler window fed with batches
     already seen, re-served from memory (no loader work); [] when none ran."""

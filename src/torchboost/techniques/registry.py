@@ -15,133 +15,23 @@ shared model surgery is in :mod:`torchboost.techniques._model`.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 
 import torchboost.techniques as _package
 from torchboost.config import BoostConfig, Overlay, register_section
-from torchboost.evidence.observed import Facts, register_facts, seen_in
+from torchboost.evidence.observed import Facts, register_facts
 from torchboost.step import StepPrecision, StepWindow
 from torchboost.techniques._quick import QuickSwitch
-
-T = TypeVar("T")
+from torchboost.techniques._tuning import Lever, Parity, TuneContext
 
 __all__ = ["FrameworkSpelling", "Lever", "NoCode", "Parity", "Preparation", "ProbeContext", "QuickSwitch",
            "ResolveContext", "Resolution", "Rule", "Technique", "TuneContext", "application_order", "techniques"]
-
-
-class Parity(str, enum.Enum):
-    """How a candidate's losses must agree with the configuration it is held to."""
-
-    EXACT = "exact"
-    """fp32 maths unchanged: the first losses match closely."""
-    REDUCED = "reduced"
-    """Lower precision: the last losses within a relative tolerance."""
-    STATISTICAL = "statistical"
-    """Other random draws (loader workers seed their own augmentations): the same trend."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class TuneContext:
-    """What the tuner knows before it starts: machine and script facts, plain data.
-
-    The generic facts are read by the tuner itself; each technique's own fields are filled
-    from the doctor's facts by that technique's :attr:`Technique.tune_context` hook (named
-    after each field below).
-    """
-
-    device: str = "cpu"
-    cpu_cores: int = 1
-    cpu_bf16: bool = False
-    """The CPU has bf16 instructions (precision's)."""
-    cuda_bf16: bool = False
-    """The GPU computes in bf16 (precision's)."""
-    tf32: bool = False
-    """The GPU has TF32 tensor cores (precision's)."""
-    can_compile: bool = True
-    """torch.compile can run here and the script does not compile its model itself (compile's)."""
-    iterable_dataset: bool = False
-    """The script's loader reads an IterableDataset (the loader's)."""
-    has_loader: bool = True
-    has_optimizer: bool = True
-    uses_booster: bool = False
-    """The script calls Booster.prepare: every lever applies through it (fp16 too)."""
-    has_conv2d: bool = True
-    """The model has 2-D convolutions (their memory format and algorithm choice can matter;
-    memory's, read by cudnn's lever too)."""
-    file_system_sharing: bool = True
-    """The platform offers torch's file_system sharing strategy for worker batches (the loader's)."""
-    cpu_bf16_speedup: float | None = None
-    """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown;
-    precision's)."""
-    memory_limit_bytes: int | None = None
-    """The peak memory a kept configuration must stay under, bytes (``--memory-limit``; by
-    default 90% of the GPU's memory, or of the RAM on a CPU); None: no limit known."""
-    peak_memory_bytes: int = 0
-    """The baseline's peak memory as the doctor saw it, bytes (the CUDA allocator's peak on
-    a GPU, the training process's peak RSS otherwise); 0: not measured."""
-    techniques: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """Each technique's own facts as the doctor saw them (``Facts.techniques``)."""
-    measured: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """The doctor's quick probes by finding id, each a :class:`~torchboost.evidence.findings.Measured`:
-    the fix timed against plain steps, interleaved, in the script's process (``Facts.quick_probes``)."""
-
-    def seen(self, kind: type[T]) -> T:
-        """A technique's facts (``kind`` names its technique); its defaults when not seen."""
-        return seen_in(self.techniques, kind)
-
-
-@dataclass(frozen=True)
-class Lever:
-    """One change the tuner may keep or revert as a whole."""
-
-    id: str
-    title: str
-    parity: Parity
-    proposer: Callable[[Overlay, TuneContext], list[Overlay]]
-    """Changes to try on top of the incumbent settings (an empty list: not applicable)."""
-    finding_ids: tuple[str, ...] = field(default=())
-    """Doctor findings whose expected speedup ranks this lever."""
-    priority: int = 100
-    """Place in the default order, lowest first, when no finding ranks the levers."""
-    fixed_cost: str = ""
-    """What the lever costs once, up front, in words ("compile"), measured on the first run
-    and on a later one (its cache warm): amortised over the planned run before it is kept,
-    and the lever is skipped when the run is too short to repay its least. "": none."""
-    coupled_with: tuple[str, ...] = ()
-    """Other techniques whose knobs its candidates move together with its own (the loader's
-    workers with the cpu's threads): its runners-up are tried again with the levers not kept
-    alone, in the interaction pass."""
-    fallback_parity: Parity | None = None
-    """A looser check when ``parity`` fails: loader workers seed their own random
-    augmentations, so the same samples come out with other random draws."""
-    subject: Callable[[Overlay], str] | None = None
-    """What a reader calls a candidate ("bf16"); None: the lever's title."""
-    hopeless: Callable[[TuneContext], str | None] | None = None
-    """Evidence, in words, that the lever cannot pay here: it is then skipped, untried."""
-    probed_by: str = ""
-    """The finding whose quick probe times this lever's own change (bf16 autocast): it orders
-    the search, and one measured slower than plain skips the lever. "": none does."""
-    retry_after: tuple[str, ...] = ()
-    """Levers on top of which this one, correct but not kept alone, is tried again once they
-    are kept: bf16 after compile (fusion in bf16 can pay where it does not in fp32)."""
-    for_memory: bool = False
-    """A memory lever: it trades time for memory; tried only when the incumbent's peak is
-    over the memory limit, and kept when it brings the peak under the limit, whatever its
-    time cost (which is shown)."""
-
-    def propose(self, incumbent: Mapping[str, Any], ctx: TuneContext) -> list[Overlay]:
-        """The candidate changes on top of ``incumbent`` (the settings kept so far)."""
-        return [Overlay(change) for change in self.proposer(Overlay(incumbent), ctx)]
 
 
 @dataclass

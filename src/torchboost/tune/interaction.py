@@ -67,7 +67,9 @@ def retry_lever(levers: list[Lever], decisions: list[Decision], incumbent: Overl
         if incumbent | change == incumbent:
             continue
         title = f"{lever.title} with {after[0].title}"
+        host_draws = any(other.id == after[0].lever and other.draws_own_random for other in levers)
         return Lever(TOGETHER, title, lever.parity, lambda inc, ctx, change=change: [change],
+                     draws_own_random=lever.draws_own_random or host_draws,
                      subject=lambda c, lever=lever, host=after[0]: f"{lever.subject(c) if lever.subject else lever.title} "
                                                                  f"with {host.subject or host.title}")
     return None

@@ -37,6 +37,7 @@ Two things change which check a candidate gets (:func:`judge`):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -210,7 +211,8 @@ def _spread_limit(kind: str, spread: float) -> float:
 
 
 def judge(lever: Lever, losses: list[float], baseline: list[float], reference: list[float], *,
-          repeats: Sequence[Sequence[float]] = (), reduced: bool = False) -> ParityVerdict:
+          repeats: Sequence[Sequence[float]] = (), reduced: bool = False,
+          random_ops: Sequence[str] = ()) -> ParityVerdict:
     """Loss parity of a candidate's ``losses``: against the incumbent's (``reference``) with
     the lever's own check, and, once the incumbent differs from the baseline, against the
     baseline's trend (no NaN, no divergence). Not closeness to the baseline: a kept loader
@@ -219,7 +221,9 @@ def judge(lever: Lever, losses: list[float], baseline: list[float], reference: l
 
     ``repeats``: the baseline's own repeats (A/A runs); when they say the script is not
     reproducible, the candidate is held to their spread instead. ``reduced``: the incumbent
-    runs in reduced precision, so an exact lever is held to the reduced tolerance."""
+    runs in reduced precision, so an exact lever is held to the reduced tolerance.
+    ``random_ops``: the step's ops that draw random numbers; a lever that draws them in code
+    of its own (``Lever.draws_own_random``: compile's dropout) is then held to the trend."""
     kind = REDUCED if reduced and lever.parity == EXACT else lever.parity
     trend_limit = 0.10
     if not reproducible(baseline, repeats):
@@ -229,8 +233,19 @@ def judge(lever: Lever, losses: list[float], baseline: list[float], reference: l
         verdict = check_parity(reference, losses, kind=kind)
         if not verdict.ok and lever.fallback_parity is not None:
             verdict = check_parity(reference, losses, kind=lever.fallback_parity)
+        elif not verdict.ok and lever.draws_own_random and random_ops:
+            verdict = _own_draws(check_parity(reference, losses, kind=STATISTICAL), verdict, random_ops)
     if verdict.ok and reference is not baseline:
         trend = check_parity(baseline, losses, kind=STATISTICAL, statistical_rtol=trend_limit)
         if not trend.ok:
             return trend
     return verdict
+
+
+def _own_draws(trend: ParityVerdict, step_by_step: ParityVerdict, random_ops: Sequence[str]) -> ParityVerdict:
+    """The verdict on the trend of a change that draws the step's random numbers itself,
+    saying why the losses could not be held step by step."""
+    ops = ", ".join(random_ops[:3]) + (", ..." if len(random_ops) > 3 else "")
+    why = (f"the step draws random numbers ({ops}) and this change draws them in its own code, so the same seed "
+           f"gives other draws; step by step: {step_by_step.detail}")
+    return dataclasses.replace(trend, detail=f"{trend.detail} ({why})")

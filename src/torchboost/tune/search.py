@@ -184,17 +184,20 @@ class _Search(SearchState):
         """Loss parity of a screened candidate. The first one may come before any repeat of the
         baseline: when it fails, the baseline runs once more (a pair's A, ahead of its B) to
         learn whether the script reproduces its own losses, and the candidate is judged again."""
-        verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
-                        reduced=self.reduced)
+        verdict = self._parity(lever, result.losses)
         # Before "incorrect": the baseline's own spread from as many repeats as the A/A would
         # have given (two runs of an unseeded script can end close by chance).
         while (not verdict.ok and not self.incumbent and len(self.repeats) < self.options.noise_repeats
                and not self.run.out_of_budget()):
             if not self._incumbent_again().ok:
                 return verdict
-            verdict = judge(lever, result.losses, self.baseline.losses, self.reference, repeats=self.repeats,
-                            reduced=self.reduced)
+            verdict = self._parity(lever, result.losses)
         return verdict
+
+    def _parity(self, lever: Lever, losses: list[float]) -> ParityVerdict:
+        """``losses`` of one of ``lever``'s candidates judged against the incumbent's (:func:`judge`)."""
+        return judge(lever, losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced,
+                     random_ops=self.context.random_ops)
 
     def _confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
@@ -231,7 +234,7 @@ class _Search(SearchState):
             return Status.FAILED, f"failed when measured again: {b.error}"
         if not a.ok:
             return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
-        verdict = judge(lever, b.losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced)
+        verdict = self._parity(lever, b.losses)
         if not verdict.ok:
             return Status(verdict.rejected_as), f"{verdict.rejected_as.replace('_', ' ')} when measured again: {verdict.detail}"
         over = self.memory.over(b.peak_memory_bytes, lever.for_memory)

@@ -120,7 +120,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
         memory_limit_bytes=default_memory_limit(env),
         peak_memory_bytes=int(facts.peak_memory_bytes or 0),
         techniques=dict(facts.techniques),
-        measured=measured_from_facts(facts),
+        measured=measured_from_facts(facts), random_ops=tuple(facts.random_ops),
         **techniques_context(facts),
     )
 

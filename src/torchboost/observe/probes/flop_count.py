@@ -14,7 +14,8 @@ formulas cover the CUDA kernels; the CPU's flash attention (what
 (:func:`cpu_attention_formulas`), else a CPU transformer's attention would count nothing. A compiled
 region's kernels are not aten ops and are not counted: :attr:`StepFlops.note` says so.
 The same step's bytes per op (:mod:`torchboost.observe.probes.byte_count`) are counted with them,
-for the roofline of the hottest operators.
+for the roofline of the hottest operators, and its random ops are named
+(:mod:`torchboost.observe.probes.random_draws`).
 """
 
 from __future__ import annotations
@@ -60,10 +61,13 @@ class StepFlops:
         """FLOPs per aten op of that step (the largest :data:`TOP_FLOP_OPS`)."""
         self.bytes_by_op: dict[str, int] = {}
         """Bytes read and written per aten op of that step (the largest :data:`TOP_BYTE_OPS`)."""
+        self.random_ops: list[str] = []
+        """The step's ops that draw random numbers ("aten.native_dropout"), sorted."""
         self.error: str | None = None
         """Why the count failed, when it did."""
         self._mode: Any = None
         self._bytes: Any = None
+        self._random: Any = None
 
     @property
     def counting(self) -> bool:
@@ -78,11 +82,13 @@ class StepFlops:
             from torch.utils.flop_counter import FlopCounterMode  # imported only when a step is counted
 
             from torchboost.observe.probes.byte_count import ByteCounterMode
+            from torchboost.observe.probes.random_draws import RandomDraws
 
             mode = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
             mode.__enter__()
             self._mode = mode
             self._bytes = ByteCounterMode().__enter__()
+            self._random = RandomDraws().__enter__()
         except Exception as exc:  # noqa: BLE001 - the user's run must go on
             self.error = f"FlopCounterMode could not start: {type(exc).__name__}: {exc}"
 
@@ -90,12 +96,16 @@ class StepFlops:
         """Stop counting at this boundary; ``keep`` False drops the count (a step cut in two)."""
         mode, self._mode = self._mode, None
         byte_mode, self._bytes = self._bytes, None
+        random_mode, self._random = self._random, None
         if mode is None:
             return
         try:
-            if byte_mode is not None:  # left first: the modes nest
-                byte_mode.__exit__(None, None, None)
+            for inner in (random_mode, byte_mode):  # the innermost first: the modes nest
+                if inner is not None:
+                    inner.__exit__(None, None, None)
             mode.__exit__(None, None, None)
+            if keep and random_mode is not None:
+                self.random_ops = sorted(random_mode.ops)
             if keep and byte_mode is not None:
                 self.bytes_by_op = dict(byte_mode.by_op.most_common(TOP_BYTE_OPS))
             if keep:

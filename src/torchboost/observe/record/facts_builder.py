@@ -182,7 +182,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         profile=stages.profile.facts, gpu=stages.profile.gpu,
         profile_error=stages.profile.error,
         flops_per_step=stages.flops.flops, flops_by_op=dict(stages.flops.by_op),
-        bytes_by_op=dict(stages.flops.bytes_by_op),
+        bytes_by_op=dict(stages.flops.bytes_by_op), random_ops=list(stages.flops.random_ops),
         flops_error=stages.flops.error or stages.flops.note,
         replay_step_ms=list(stages.replay.step_ms), quick_probes=list(stages.quick.results),
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),

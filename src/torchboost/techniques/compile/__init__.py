@@ -107,7 +107,7 @@ TECHNIQUE = Technique(
     apply=_apply,
     nocode=NoCode(wants_root=lambda values: values.get("mode", "off") != "off", at_root=_nocode_root),
     levers=(Lever("compile", "torch.compile", Parity.EXACT, _propose, ("compile.enable",), priority=50,
-                  fixed_cost="compile"),),
+                  fixed_cost="compile", draws_own_random=True),),
     tune_context=_tune_context,
     spell=_spell,
     facts=CompileFacts,
