@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import random
 
 import pytest
 
@@ -13,7 +14,7 @@ from test_search import CPU2
 
 from torchboost.evidence.findings import Measured
 from torchboost.observe.spec import Bursts
-from torchboost.tune.bursts import FASTER, NO_GAIN, SLOWER, burst_verdict, plan_bursts
+from torchboost.tune.bursts import FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_verdict, more_bursts, plan_bursts
 from torchboost.tune.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
 from torchboost.tune.trial_result import TrialResult
@@ -88,6 +89,50 @@ def test_bursts_that_cannot_tell_either_say_so():
     assert script.burst_trials and decision.status != "kept"
     assert "alternating bursts in one run" in decision.reason and "not decided either way" in decision.reason
     assert any(w.startswith("too busy to tell") for w in outcome.warnings)
+
+
+class ShakyBursts(BusyScript):
+    """Bursts whose pairs' ratios scatter ``spread`` (log-normal, seeded) about the true ratio:
+    one run's pairs leave a real gain undecided, a few runs' pairs pooled do not."""
+
+    def __init__(self, *args, spread=0.15, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._draw = random.Random(0)
+        self._spread = spread
+
+    def measure(self, settings, repeat, decide=None, bursts=None):
+        result = super().measure(settings, repeat, decide, bursts)
+        if bursts is not None:
+            result.burst_switched_ms = [s * math.exp(self._draw.gauss(0.0, self._spread))
+                                        for s in result.burst_switched_ms]
+        return result
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_bursts_run_again_while_the_noise_hides_a_gain(pooled, monkeypatch):
+    """bf16 at 0.85 with pairs scattering 30%: one run's 15 pairs cannot tell, more runs
+    pooled keep it. Twin: one run only (no pooling) leaves it too busy to tell."""
+    if not pooled:
+        monkeypatch.setattr("torchboost.tune.bursts.MAX_BURST_RUNS", 1)
+    script = ShakyBursts(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.85}, noise=0.4, spread=0.3)
+    outcome = _search(script, script.measure)
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    if pooled:
+        assert 2 <= len(script.burst_trials) <= MAX_BURST_RUNS
+        assert decision.status == "kept" and f"in {len(script.burst_trials)} runs" in decision.reason
+        assert len(decision.ratios) == 15 * len(script.burst_trials)
+        assert decision.ratio == pytest.approx(0.85, rel=0.1)
+    else:
+        assert len(script.burst_trials) == 1 and decision.status != "kept"
+        assert "not decided either way" in decision.reason
+
+
+def test_more_bursts_only_while_undecided_on_the_faster_side():
+    hidden = [0.85 * (1.15 if i % 2 else 0.87) for i in range(10)]  # median 0.85, wide
+    assert burst_verdict(hidden, 0.03)[0] is None and more_bursts(hidden, 0.03, runs=1)
+    assert not more_bursts(hidden, 0.03, runs=MAX_BURST_RUNS)  # runs spent
+    assert not more_bursts([r / 0.85 for r in hidden], 0.03, runs=1)  # about 1: at best no gain
+    assert not more_bursts([0.70, 0.72, 0.69, 0.71, 0.70, 0.73], 0.03, runs=1)  # decided
 
 
 @pytest.mark.parametrize("ratios, verdict", [

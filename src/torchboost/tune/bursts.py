@@ -11,8 +11,10 @@ ratios is the candidate's ratio measured under the load there was.
 
 Its verdict rests on the pairs' own spread: faster once the median clears the least gain by
 ``BURST_Z`` standard errors, slower once it is above 1 by as much, no gain once its
-interval lies above the least gain; otherwise undecided, and the search says the machine
-was too busy to tell.
+interval lies above the least gain. While undecided with its median on the faster side
+(a gain the noise hides, not one that cannot be), another burst trial runs and the pairs
+are pooled, up to ``MAX_BURST_RUNS`` runs or the end of the budget (:func:`more_bursts`);
+still undecided, the search says the machine was too busy to tell.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from typing import Sequence
 from torchboost.config import Overlay
 from torchboost.observe.spec import Bursts
 from torchboost.tune.decision import Status
-from torchboost.tune.trial_result import TrialResult
 
-__all__ = ["BURST_MS", "BURST_Z", "MIN_BURST_PAIRS", "MAX_BURST_PAIRS", "plan_bursts", "burst_verdict", "burst_decision",
-           "FASTER", "SLOWER", "NO_GAIN"]
+__all__ = ["BURST_MS", "BURST_Z", "MIN_BURST_PAIRS", "MAX_BURST_PAIRS", "MAX_BURST_RUNS", "plan_bursts", "burst_verdict",
+           "burst_decision", "more_bursts", "FASTER", "SLOWER", "NO_GAIN"]
 
 BURST_MS = 50.0
 """Least time of one burst: steps faster than this are grouped, so a timer's jitter and
@@ -37,6 +38,8 @@ MAX_BURST_PAIRS = 30
 """Pairs of bursts in one burst trial: about an ordinary trial's steps, within these bounds."""
 BURST_Z = 3.0
 """Standard errors of the pairs' ratios the median must clear the least gain by."""
+MAX_BURST_RUNS = 4
+"""Burst trials pooled for one candidate at most."""
 
 FASTER, SLOWER, NO_GAIN = "faster", "slower", "no gain"
 
@@ -69,14 +72,23 @@ def burst_verdict(ratios: Sequence[float], min_gain: float, z: float = BURST_Z) 
     return None, median, half
 
 
-def burst_decision(trial: TrialResult, min_gain: float, noise: float) -> tuple[Status | None, str, float]:
-    """A burst trial's decision on its candidate: (the status, or None when undecided; the
-    reason in words; the median ratio). ``noise``: the pairs' A/A noise floor it stood in for."""
-    ratios = trial.burst_ratios
-    if not trial.ok or not ratios:
-        return None, f"alternating bursts in one run gave no ratio: {trial.burst_error or trial.error}", math.nan
+def more_bursts(ratios: Sequence[float], min_gain: float, runs: int) -> bool:
+    """Whether another burst trial is worth running after ``runs`` gave ``ratios``: still
+    undecided, the median on the faster side of the least gain, and runs left."""
+    verdict, median, _ = burst_verdict(ratios, min_gain)
+    return verdict is None and median < 1.0 - min_gain and runs < MAX_BURST_RUNS
+
+
+def burst_decision(ratios: Sequence[float], min_gain: float, noise: float, *, runs: int = 1,
+                   error: str | None = None) -> tuple[Status | None, str, float]:
+    """The decision on a candidate from the pairs' ``ratios`` of its ``runs`` burst trials:
+    (the status, or None when undecided; the reason in words; the median ratio). ``noise``:
+    the pairs' A/A noise floor it stood in for; ``error``: why a burst trial gave no ratio."""
+    if not ratios:
+        return None, f"alternating bursts in one run gave no ratio: {error}", math.nan
     verdict, ratio, half = burst_verdict(ratios, min_gain)
-    said = (f"median ratio {ratio:.3f} ± {half:.3f} over {len(ratios)} pairs of alternating bursts in one run "
+    where = "in one run" if runs == 1 else f"in {runs} runs"
+    said = (f"median ratio {ratio:.3f} ± {half:.3f} over {len(ratios)} pairs of alternating bursts {where} "
             f"(runs measured apart varied by {noise:.0%})")
     if verdict is None:
         return None, f"{said}: not decided either way", ratio

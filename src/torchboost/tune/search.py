@@ -34,7 +34,7 @@ from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallSte
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.probe_order import lever_measurement, why_not_tried
-from torchboost.tune.bursts import burst_decision, plan_bursts
+from torchboost.tune.bursts import burst_decision, more_bursts, plan_bursts
 from torchboost.tune.pairs import Measure, Pairs, Screened
 from torchboost.tune.repaid import cannot_pay_off, repaid
 from torchboost.tune.parity import ParityVerdict, judge
@@ -280,16 +280,25 @@ class _Search(SearchState):
         return self.floor.noise > max(self.options.min_gain, 1.0 - 1.0 / max(expected, 1e-9))
 
     def _in_bursts(self, lever: Lever, best: Screened, pairs: Pairs) -> tuple[bool, str]:
-        """The candidate alternated with the incumbent in bursts inside one run; (True, "")
-        once that decided it (the decision recorded, a faster one kept), else (False, why)."""
-        if self.run.out_of_budget():
-            return False, "no budget was left to measure it in alternating bursts"
+        """The candidate alternated with the incumbent in bursts inside one run, more runs
+        pooled while the gain is hidden by the noise (:func:`more_bursts`); (True, "") once
+        that decided it (the decision recorded, a faster one kept), else (False, why)."""
         plan = plan_bursts(best.change, self.incumbent_ms, self.options.trial_steps)
-        trial = self.run(self.incumbent, bursts=plan)
-        status, said, ratio = burst_decision(trial, self.options.min_gain, self.floor.noise)
+        ratios: list[float] = []
+        runs, error = 0, None
+        while not self.run.out_of_budget() and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs)):
+            trial = self.run(self.incumbent, bursts=plan)
+            runs += 1
+            if not trial.ok or not trial.burst_ratios:
+                error = trial.burst_error or trial.error
+                break
+            ratios += trial.burst_ratios
+        if runs == 0:
+            return False, "no budget was left to measure it in alternating bursts"
+        status, said, ratio = burst_decision(ratios, self.options.min_gain, self.floor.noise, runs=runs, error=error)
         if status is None:
             return False, said
-        ratios, candidate_ms = trial.burst_ratios, self.incumbent_ms * ratio
+        candidate_ms = self.incumbent_ms * ratio
         if status is Status.KEPT:
             self._keep(lever, best, Pairs(ratios, [], [], candidate_fixed=[best.result.fixed_s],
                                           peak_memory_bytes=pairs.peak_memory_bytes), candidate_ms)
