@@ -33,7 +33,7 @@ def test_a_measured_finding_carries_its_ratio_and_is_ranked_by_it():
     facts = Facts(quick_probes=[_probe("fp32_math.bf16", 100.0, 40.0)])
     out = ranked(with_measured(FINDINGS, facts))
     top = out[0]
-    assert top.id == "fp32_math.bf16" and top.measured == Measured(2.5, 6, "fp32_math.bf16 on")
+    assert top.id == "fp32_math.bf16" and top.measured == Measured(2.5, 6, "fp32_math.bf16 on", 2.5, 2.5)
     assert top.expected_speedup == 1.1  # the estimate stays beside it
     assert any(n.startswith("measured over 6 steps: x2.50") for n in top.notes)
     assert top.severity == "high"  # from the measurement
@@ -88,8 +88,34 @@ def test_the_reports_give_the_measurement_beside_the_estimate():
     facts = Facts(quick_probes=[_probe("fp32_math.bf16", 100.0, 40.0)])
     report = build_report(facts, ranked(with_measured(FINDINGS, facts)))
     top = report["findings"][0]
-    assert top["measured"] == {"ratio": 2.5, "steps": 6, "label": "fp32_math.bf16 on"}
+    assert top["measured"] == {"ratio": 2.5, "steps": 6, "label": "fp32_math.bf16 on", "low": 2.5, "high": 2.5}
     assert fmt.gain(top) == "x1.10 est., measured x2.50"
     assert "Measured over 6 steps: x2.50 (fp32_math.bf16 on against plain steps)." in render_markdown(report)
     # the twin: not measured, the estimate alone, labelled rough
     assert fmt.gain(report["findings"][1]) == "x1.50 rough est." and fmt.measured(report["findings"][1]) == ""
+
+
+def _shaken(fid: str) -> QuickProbeFacts:
+    """bf16's probe on a machine where another process slowed some steps many times over:
+    its pairs 3.28, 0.49 and 0.79 (a tune of nanoGPT beside another tune)."""
+    return QuickProbeFacts(fid, f"{fid} on", plain_ms=[570.3, 201.8, 156.6], switched_ms=[173.7, 410.6, 197.8],
+                           warmup_ms=400.0)
+
+
+def test_a_probe_whose_pairs_disagree_measured_nothing():
+    out = ranked(with_measured(FINDINGS, Facts(quick_probes=[_shaken("precision.lower")])))
+    bf16 = out[0]
+    assert bf16.id == "precision.lower"  # ranked by its estimate, x1.5, not the median x0.79
+    assert not bf16.measured.agree and not bf16.measured.hopeless
+    assert "measured slower here" not in bf16.title
+    assert any("its pairs from x0.49 to x3.28: no measurement either way" in n for n in bf16.notes)
+    report = build_report(Facts(quick_probes=[_shaken("precision.lower")]), out)
+    assert fmt.gain(report["findings"][0]) == "x1.50 rough est., pairs disagreed"
+    assert "no measurement either way" in fmt.measured(report["findings"][0])
+
+
+def test_twin_pairs_that_agree_slower_rank_it_last():
+    slower = QuickProbeFacts("precision.lower", "bf16 on", plain_ms=[100.0, 120.0, 90.0],
+                             switched_ms=[130.0, 150.0, 100.0], warmup_ms=1.0)
+    out = ranked(with_measured(FINDINGS, Facts(quick_probes=[slower])))
+    assert out[-1].id == "precision.lower" and out[-1].measured.agree and out[-1].measured.hopeless

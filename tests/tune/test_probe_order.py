@@ -55,6 +55,19 @@ def test_a_lever_measured_slower_is_skipped_with_the_evidence(ratio, skipped):
         assert decision.status == "kept"
 
 
+@pytest.mark.parametrize("low, high, skipped", [(0.49, 3.28, False), (0.49, 0.9, True)])
+def test_a_probe_whose_pairs_disagree_skips_nothing_and_orders_nothing(low, high, skipped):
+    """bf16's probe on a machine another process shook: the median 0.79 of pairs from 0.49 to
+    3.28 measured nothing, so bf16 is tried, in its estimate's place. Twin: every pair slower."""
+    measured = {"precision.lower": Measured(0.79, 6, "bf16 autocast", low, high)}
+    outcome, changed = _first_trial_lever(measured)
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    assert (decision.status == "skipped") is skipped
+    assert any(s.get("precision.mode") == "bf16" for s in changed) is not skipped
+    first = order_levers(default_levers(), {**ESTIMATES, "precision.lower": 1.5}, measured)[0].id
+    assert (first == "precision") is not skipped  # disagreeing pairs: its estimate, x1.5, orders it first
+
+
 def test_a_measurement_of_another_change_does_not_skip_a_lever():
     # The optimizer's probe timed the fused kernel; its lever tries foreach too: not skipped.
     outcome, changed = _first_trial_lever({"optimizer.fused": Measured(0.8, 6, "fused AdamW")})

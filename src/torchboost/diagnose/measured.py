@@ -19,6 +19,9 @@ __all__ = ["with_measured", "ranked"]
 
 
 def _measured_note(measured: Measured, estimate: float) -> str:
+    if not measured.agree:
+        return (f"{measured.words()} ({measured.label} against plain steps, interleaved; another process "
+                f"slowed some steps many times over); ranked by its estimate, x{estimate:.2f}")
     if measured.hopeless:
         return (f"{measured.words()} ({measured.label} against plain steps, interleaved): slower than the "
                 f"script as it is, where x{estimate:.2f} was estimated; ranked last")
@@ -34,7 +37,7 @@ def with_measured(findings: list[Finding], facts: Facts) -> list[Finding]:
     for f in findings:
         probe = probes.get(f.id)
         if probe is not None and probe.ratio is not None:
-            measured = Measured(ratio=probe.ratio, steps=probe.steps, label=probe.label)
+            measured = Measured.of(probe)
             title = f"{f.title} (measured slower here)" if measured.hopeless else f.title
             f = dataclasses.replace(f, measured=measured, title=title, severity="",
                                     notes=[*f.notes, _measured_note(measured, f.expected_speedup)])

@@ -45,14 +45,37 @@ class Measured:
     """The timed steps it rests on, plain and switched."""
     label: str = ""
     """What was switched on, in words ("bf16 autocast")."""
+    low: float | None = None
+    """The smallest of the pairs' ratios (None: not recorded)."""
+    high: float | None = None
+    """The largest of the pairs' ratios (None: not recorded)."""
+
+    @classmethod
+    def of(cls, probe: Any) -> "Measured":
+        """A quick probe's measurement (a :class:`~torchboost.evidence.observed.QuickProbeFacts`
+        that gave a ratio)."""
+        pairs = probe.pair_ratios
+        return cls(ratio=probe.ratio, steps=probe.steps, label=probe.label, low=min(pairs), high=max(pairs))
+
+    @property
+    def agree(self) -> bool:
+        """Every pair on the same side of 1 as the median: the pairs measured one way. Pairs
+        that disagree (another process slowed some steps many times over) measured nothing."""
+        if self.low is None or self.high is None:
+            return True
+        return self.high < 1.0 if self.ratio < 1.0 else self.low > 1.0 if self.ratio > 1.0 else False
 
     @property
     def hopeless(self) -> bool:
-        """Measured slower than plain: the finding ranks last and says so."""
-        return self.ratio < 1.0
+        """Measured slower than plain, every pair of it: the finding ranks last and says so."""
+        return self.ratio < 1.0 and self.agree
 
     def words(self) -> str:
-        """"measured over 4 steps: x2.30" (", slower than plain" when it was)."""
+        """"measured over 4 steps: x2.30" (", slower than plain" when it was; the pairs'
+        range when they disagree)."""
+        if not self.agree:
+            return (f"measured over {self.steps} steps: x{self.ratio:.2f}, its pairs from x{self.low:.2f} to "
+                    f"x{self.high:.2f}: no measurement either way")
         return f"measured over {self.steps} steps: x{self.ratio:.2f}" + (", slower than plain" if self.hopeless else "")
 
 
@@ -115,8 +138,8 @@ class Finding:
 
     @property
     def rank_speedup(self) -> float:
-        """What the finding is ranked by: the measured ratio where there is one, else the estimate."""
-        return self.measured.ratio if self.measured is not None else self.expected_speedup
+        """What the finding is ranked by: the measured ratio where its pairs agree, else the estimate."""
+        return self.measured.ratio if self.measured is not None and self.measured.agree else self.expected_speedup
 
     @property
     def fix_toml(self) -> str:

@@ -202,11 +202,15 @@ class QuickProbeFacts:
     """Why the probe gave no ratio (an exception, a non-finite loss, no time left), or None."""
 
     @property
+    def pair_ratios(self) -> list[float]:
+        """Each pair's plain step time / switched step time, smallest first; [] after an error."""
+        return [] if self.error else sorted(p / s for p, s in zip(self.plain_ms, self.switched_ms) if s > 0)
+
+    @property
     def ratio(self) -> float | None:
-        """The median over the pairs of plain step time / switched step time (above 1: the
-        switch is faster); None without a whole pair or with an error."""
-        pairs = sorted(p / s for p, s in zip(self.plain_ms, self.switched_ms) if s > 0)
-        if self.error or not pairs:
+        """The median of :attr:`pair_ratios` (above 1: the switch is faster); None without one."""
+        pairs = self.pair_ratios
+        if not pairs:
             return None
         mid = len(pairs) // 2
         return pairs[mid] if len(pairs) % 2 else (pairs[mid - 1] + pairs[mid]) / 2
@@ -330,8 +334,7 @@ class Facts:
     flops_error: str | None = None
     """Why the FLOPs could not be counted, when they could not."""
     random_ops: list[str] = field(default_factory=list)
-    """The same step's aten ops that draw random numbers ("aten.native_dropout"): code that
-    runs them itself (a compiled model) draws other numbers from the same seed."""
+    """The same step's aten ops that draw random numbers ("aten.bernoulli_": dropout)."""
     replay_step_ms: list[float] = field(default_factory=list)
     """Total time of each replay step: steps after the profiler window fed with batches
     already seen, re-served from memory (no loader work); [] when none ran."""

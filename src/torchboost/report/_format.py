@@ -36,7 +36,15 @@ def gain(finding: Mapping[str, Any]) -> str:
         return "fix first"
     estimate = speedup(finding["expected_speedup"])
     measured = finding.get("measured")
+    if measured and _disagree(measured):
+        return f"{estimate} rough est., pairs disagreed"
     return f"{estimate} est., measured {speedup(measured['ratio'])}" if measured else f"{estimate} rough est."
+
+
+def _disagree(m: Mapping[str, Any]) -> bool:
+    """A quick probe whose pairs fell on both sides of 1 (``Measured.agree`` false)."""
+    low, high = m.get("low"), m.get("high")
+    return low is not None and high is not None and low <= 1.0 <= high
 
 
 def measured(finding: Mapping[str, Any]) -> str:
@@ -45,6 +53,9 @@ def measured(finding: Mapping[str, Any]) -> str:
     m = finding.get("measured")
     if not m:
         return ""
+    if _disagree(m):
+        return (f"measured over {m['steps']} steps: {speedup(m['ratio'])}, its pairs from {speedup(m['low'])} to "
+                f"{speedup(m['high'])}: no measurement either way ({m['label']} against plain steps)")
     slower = ", slower than plain" if m["ratio"] < 1.0 else ""
     return f"measured over {m['steps']} steps: {speedup(m['ratio'])}{slower} ({m['label']} against plain steps)"
 

@@ -26,12 +26,12 @@ def default_levers() -> list[Lever]:
 def order_levers(levers: list[Lever], expected_speedup: dict[str, float],
                  measured: Mapping[str, Measured] | None = None) -> list[Lever]:
     """Largest gain first: the doctor's quick-probe ratio of the lever's own change
-    (``measured`` by finding id, see ``Lever.probed_by``) where it timed one, else the
+    (``measured`` by finding id, see ``Lever.probed_by``) where its pairs agree, else the
     largest expected speedup of its findings (by id); the rest keep their order."""
     measured = measured or {}
 
     def gain(lever: Lever) -> float:
-        if lever.probed_by in measured:
+        if lever.probed_by in measured and measured[lever.probed_by].agree:
             return measured[lever.probed_by].ratio
         return max((expected_speedup.get(fid, 1.0) for fid in lever.finding_ids), default=1.0)
 

@@ -19,8 +19,7 @@ __all__ = ["measured_from_facts", "measured_slower", "why_not_tried", "lever_mea
 
 def measured_from_facts(facts: Any) -> dict[str, Measured]:
     """Each quick probe that gave a ratio, by the finding id it switched."""
-    return {p.finding_id: Measured(ratio=p.ratio, steps=p.steps, label=p.label)
-            for p in getattr(facts, "quick_probes", []) or [] if p.ratio is not None}
+    return {p.finding_id: Measured.of(p) for p in getattr(facts, "quick_probes", []) or [] if p.ratio is not None}
 
 
 def lever_measurement(lever: Lever, context: TuneContext) -> Measured | None:
