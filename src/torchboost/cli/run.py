@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if _env.rank() == 0:
         _check_tuned_for(Path(args.config), args.command)
+    _guarded_by_tune()
     cache = compile_cache_env()
     os.environ.update(cache)  # the compile cache tune filled (the user's own folder when set)
     if launch.distributed:
@@ -84,6 +85,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
                   f"not {args.config}", file=sys.stderr)
     return run_applied(settings, launch.target)
+
+
+def _guarded_by_tune() -> None:
+    """In tune's end-to-end check this process runs the script itself (``python train.py``):
+    its writes go under the check's write guard, as the baseline's do. The start-up hook
+    leaves torchboost's own process to this, once its modules are loaded."""
+    spec_path = os.environ.get(TREE_ENV)
+    if spec_path:
+        from torchboost.observe.child.tree import start
+
+        start(spec_path)
 
 
 def _check_tuned_for(config: Path, command: list[str]) -> None:

@@ -42,6 +42,13 @@ def _module(argv: list[str]) -> str | None:
     return None
 
 
+def _is_torchboost(argv: list[str]) -> bool:
+    """torchboost's own command (``python -m torchboost.cli run`` in tune's end-to-end check):
+    it imports torch while its own modules are half loaded, so it starts its guard itself,
+    once they are (``torchboost.cli.run``)."""
+    return _module(argv) == "torchboost.cli" or (len(argv) > 1 and os.path.basename(argv[1]) == "torchboost")
+
+
 def _hello(spec_path: str) -> None:
     """One line for the parent's list of the processes that ran."""
     folder = os.path.join(os.path.dirname(spec_path), _HELLO_DIR)
@@ -103,7 +110,8 @@ def _arm() -> None:
     if not spec_path or _module(list(sys.orig_argv)) in _OBSERVED_ELSEWHERE:
         return
     _hello(spec_path)
-    sys.meta_path.insert(0, _AfterTorch(spec_path))
+    if not _is_torchboost(list(sys.orig_argv)):
+        sys.meta_path.insert(0, _AfterTorch(spec_path))
 
 
 _arm()
