@@ -38,6 +38,7 @@ def test_no_ledger_no_summary(tmp_path):
 
 
 def test_a_small_file_changed_outside_python_is_put_back_from_its_copy(tmp_path, monkeypatch):
+    from torchboost.observe.guard_spec import note_held
     from torchboost.observe.parent.run_guard import INSURED_FILE_BYTES, RunGuard
 
     user = tmp_path / "project"
@@ -47,8 +48,10 @@ def test_a_small_file_changed_outside_python_is_put_back_from_its_copy(tmp_path,
     big.write_bytes(b"\0" * (INSURED_FILE_BYTES + 1))
     monkeypatch.chdir(user)
     guard = RunGuard(user / "torchboost-doctor", None)
-    # Writers the guard does not see (no guard in this process): a shell's ">>", a C library.
+    # Writers the guard does not see (no guard in this process): a shell's ">>" on the
+    # script's standard output, which a process of the run holds (and names) when it starts.
     with open(user / "train.log", "a") as fh:
+        note_held(guard.journal_dir, 4242)
         fh.write("a line from the wrapper\n")
     with open(big, "r+b") as fh:
         fh.write(b"\1")
@@ -77,3 +80,21 @@ def test_a_small_file_rewritten_outside_python_is_left_as_the_user_made_it(tmp_p
     assert (user / "train.py").read_text() == "print('the edit the user saved meanwhile')\n"
     assert [(n.path, n.why) for n in writes.not_restored] == [("train.py", REWRITTEN)]
     assert (user / "notes.md").read_text() == "notes\n" and "notes.md" in writes.restored
+
+
+def test_a_line_the_user_appends_to_their_script_meanwhile_stays(tmp_path, monkeypatch):
+    """The user appends a line to train.py while a tune runs: it grew with its old content
+    whole at its start, like a wrapper's log, but no process of the run held it open, so it
+    is left as the user made it and named. Twin: the held log above is put back."""
+    from torchboost.observe.parent.run_guard import GREW, RunGuard
+
+    user = tmp_path / "project"
+    user.mkdir()
+    (user / "train.py").write_text("print('old')\n")
+    monkeypatch.chdir(user)
+    guard = RunGuard(user / "torchboost-doctor", None)
+    with open(user / "train.py", "a") as fh:
+        fh.write("# EDIT-1\n")
+    writes = guard.settle()
+    assert (user / "train.py").read_text() == "print('old')\n# EDIT-1\n"
+    assert [(n.path, n.why) for n in writes.not_restored] == [("train.py", GREW)]

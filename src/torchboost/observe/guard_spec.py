@@ -26,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 __all__ = ["WriteGuardSpec", "KEPT", "TIMES", "CREATED", "WROTE", "UNPROTECTED", "COPIES_DIR",
-           "journal_path", "read_journal", "settled_journals", "default_exempt", "ALWAYS_EXEMPT"]
+           "journal_path", "read_journal", "settled_journals", "default_exempt", "ALWAYS_EXEMPT", "note_held",
+           "read_held"]
 
 KEPT = "kept"
 TIMES = "times"
@@ -86,6 +88,47 @@ class WriteGuardSpec:
 def journal_path(journal_dir: str | Path, pid: int) -> Path:
     """The journal file of process ``pid``."""
     return Path(journal_dir) / f"{pid}{_SUFFIX}"
+
+
+_HELD = "held-"
+
+
+def note_held(journal_dir: str | Path, pid: int) -> None:
+    """Name, for the parent, the regular files process ``pid`` (this one) was started holding
+    open for writing, by inode: a wrapper's ``>> train.log`` on its standard output. A
+    small file of the user's that grew is put back only when a process of the run held it
+    (the parent's :class:`~torchboost.observe.parent.run_guard.RunGuard`); one that grew
+    otherwise was written by someone else, the user editing it while a tune runs."""
+    try:
+        import fcntl
+
+        fds = [int(n) for n in os.listdir("/proc/self/fd")] if os.path.isdir("/proc/self/fd") else [0, 1, 2]
+    except (ImportError, OSError):
+        return
+    inodes = set()
+    for fd in fds:
+        try:
+            st, flags = os.fstat(fd), fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+            inodes.add(st.st_ino)
+    if inodes:
+        try:
+            (Path(journal_dir) / f"{_HELD}{pid}.json").write_text(json.dumps(sorted(inodes)), encoding="utf-8")
+        except OSError:
+            pass  # the parent then leaves a grown file as it is, and names it
+
+
+def read_held(journal_dir: str | Path) -> set[int]:
+    """The inodes every process of the run named with :func:`note_held`."""
+    held: set[int] = set()
+    for path in Path(journal_dir).glob(f"{_HELD}*.json"):
+        try:
+            held.update(int(i) for i in json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            continue
+    return held
 
 
 def read_journal(journal_dir: str | Path) -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from torchboost.observe.guard_spec import UNPROTECTED, WriteGuardSpec
+from torchboost.observe.guard_spec import UNPROTECTED, WriteGuardSpec, note_held
 from torchboost.observe.hooks.guard_keeper import COPY, LINK, MOVE, Keeper
 
 __all__ = ["WriteGuard"]
@@ -88,6 +88,7 @@ class WriteGuard:
             self._saved.append((owner, name, original))
             setattr(owner, name, wrappers[id(original)])
         self._bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+        note_held(self.spec.journal_dir, os.getpid())
         atexit.register(self._at_exit)
         os.register_at_fork(after_in_child=self._keeper.after_fork)
         return self

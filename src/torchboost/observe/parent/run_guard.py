@@ -13,10 +13,12 @@ The guard in the processes sees Python's writes. A writer outside Python (a wrap
 user's folders are also copied before the run (:data:`INSURED_FILE_BYTES` each, at most
 :data:`INSURED_BYTES` in all, the shallowest first: logs and CSVs beside the script rather
 than a data set's samples). One of them that grew behind the guard's back, its old content
-kept whole at its start (a wrapper's ``>> train.log``), is put back from that copy like any
-other original. One rewritten otherwise is left as it is and named: no process of the run
-wrote it through Python, and the likeliest writer is the user, editing a file while a long
-tune runs; putting the copy back would undo their edit.
+kept whole at its start, while a process of the run held it open for writing (a wrapper's
+``>> train.log`` on the script's standard output: :func:`~torchboost.observe.guard_spec.note_held`),
+is put back from that copy like any other original. One that grew while no process of the
+run held it, or was rewritten otherwise, is left as it is and named: no process of the run
+wrote it through Python, and the likeliest writer is the user, editing a file (appending a
+line to train.py) while a long tune runs; putting the copy back would undo their edit.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from torchboost.observe.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt
+from torchboost.observe.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt, read_held
 from torchboost.observe.parent.folder_snapshot import FolderSnapshot, entry_of
 from torchboost.observe.parent.user_files import UserWrites, settle
 
@@ -97,7 +99,7 @@ class RunGuard:
         """Journal, as kept originals, the insured files that grew behind the guard's back, and
         as left alone those rewritten otherwise; the guard's own lines come first and win
         where it kept one too."""
-        lines = []
+        lines, held = [], read_held(self.journal_dir)
         for path, copy in self.insured.items():
             try:
                 same = entry_of(os.lstat(path)) == self.snapshot.entries[path]
@@ -105,10 +107,11 @@ class RunGuard:
                 same = False
             if same:
                 continue
-            if _appended(path, copy):
+            grown = _appended(path, copy)
+            if grown and (self.snapshot.entries[path].inode in held or not os.path.lexists(path)):
                 lines.append(json.dumps({"pid": 0, "op": KEPT, "path": path, "copy": copy, "kind": "file"}))
             else:
-                lines.append(json.dumps({"pid": 0, "op": UNPROTECTED, "path": path, "why": REWRITTEN}))
+                lines.append(json.dumps({"pid": 0, "op": UNPROTECTED, "path": path, "why": GREW if grown else REWRITTEN}))
         if lines:
             (self.journal_dir / _INSURED_JOURNAL).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -127,6 +130,8 @@ class RunGuard:
 
 REWRITTEN = "rewritten outside the run's Python (by you, or a writer not seen): left as it is"
 """Why an insured file changed otherwise than by growing is not put back."""
+GREW = "grew while no process of the run held it open (by you, or a writer not seen): left as it is"
+"""Why an insured file that grew, held by no process of the run, is not put back."""
 
 
 def _appended(path: str, copy: str) -> bool:
