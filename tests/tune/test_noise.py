@@ -88,3 +88,25 @@ def test_the_first_candidate_on_a_script_that_does_not_reproduce_itself_is_judge
     baseline = script(Overlay(), 0).losses
     candidate = script(Overlay({"optimizer.implementation": "fused"}), 0).losses
     assert not judge(lever, candidate, baseline, baseline).ok
+
+
+@pytest.mark.parametrize("swing, status", [(3.0, "not_beyond_noise"), (1.02, "kept")])
+def test_runs_that_vary_by_over_100_percent_call_no_faster_candidate_slower(swing, status):
+    """Runs alike that differ 3x (another tune beside this one) put the floor over 100%: no
+    candidate is faster beyond it, and one measured faster (0.8) is not called slower, as
+    it was when the threshold went below 0. Twin: a quiet machine keeps it."""
+    loads = iter([1.0, swing] * 50)  # the baseline's runs, one after the other
+    clock = [0.0]
+
+    def busy(settings, repeat):
+        ms = 80.0 if settings.get("precision.mode") == "bf16" else 100.0 * next(loads)
+        clock[0] += 10.0
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 30, losses=[1.0] * 30,
+                           samples_per_step=16)
+
+    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    outcome = run_search(levers, dataclasses.replace(CPU2, measured=BF16, cpu_bf16=True), busy,
+                         SearchOptions(budget_s=2000), clock=lambda: clock[0])
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    assert decision.status == status, decision.reason
+    assert NoiseFloor(min_gain=0.03, aa_ratios=[3.0, 0.33, 3.0]).threshold == 0.0

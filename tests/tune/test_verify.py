@@ -300,3 +300,13 @@ def test_slow_steps_verify_in_shorter_capped_runs_than_a_trial():
     assert least_capped_steps(10.0, 30, 5) == 35  # 2 s of 10 ms steps would be 405: the trial's 35 is fewer
     assert least_capped_steps(400.0, 30, 5) == 5 + 2 * 8 and least_capped_steps(100.0, 30, 5) == 35
     assert least_capped_steps(float("inf"), 30, 5) == 35
+
+
+def test_the_times_shown_are_of_whole_pairs_as_the_ratio_is():
+    """A fourth tuned run whose baseline never ran (the budget ended the pair) is in neither
+    median, else the line read "took 9.1 s against 9.0 s (1.01x faster)". Twin: with every
+    run counted, the tuned median is the slower one."""
+    e2e = EndToEnd(baseline_runs_s=[9.0, 9.0, 9.0], tuned_runs_s=[8.9, 8.9, 9.3, 9.4])
+    assert e2e.pairs == 3 and e2e.speedup > 1.0
+    assert e2e.tuned_s == 8.9 < e2e.baseline_s == 9.0
+    assert statistics.median(e2e.tuned_runs_s) > e2e.baseline_s

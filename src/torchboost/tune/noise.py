@@ -61,8 +61,9 @@ class NoiseFloor:
     @property
     def threshold(self) -> float:
         """A candidate is faster when its median ratio is below this: 1 less the larger of
-        the least gain and the noise floor."""
-        return 1.0 - max(self.min_gain, self.noise)
+        the least gain and the noise floor; 0 (nothing is faster beyond noise) when runs
+        alike varied by 100% or more."""
+        return max(0.0, 1.0 - max(self.min_gain, self.noise))
 
     @property
     def fixed_noise_s(self) -> float:

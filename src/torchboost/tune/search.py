@@ -249,7 +249,7 @@ class _Search(SearchState):
         candidate_ms = statistics.median(pairs.candidate_ms)
         n = len(pairs.ratios)
         status, reason, break_even = Status.KEPT, f"median ratio {ratio:.3f} over {n} pair(s)", None
-        if ratio > 1.0 / self.threshold:  # slower beyond the same margin a gain must clear
+        if self.threshold > 0 and ratio > 1.0 / self.threshold:  # slower beyond the margin a gain must clear
             status, reason = Status.SLOWER, f"median ratio {ratio:.3f} over {n} pair(s)"
         elif ratio >= self.threshold:
             status, reason = Status.NOT_BEYOND_NOISE, (

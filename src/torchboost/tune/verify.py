@@ -1,23 +1,23 @@
 """The last word of a tuning run: the tuned configuration against the baseline, end to end.
 
-The search judges time per step in short trials. What the user gets is the wall time of
-the whole run, start-up, workers and compile included, run the way they will run it. So
-after the search both configurations run in turn (A B A B ...), each as a fresh process
-through ``torchboost run`` (which a Booster in the script also reads, through the trial
-hand-over), timed from start to exit. The baseline with no configuration of the user's is
-their own command, as they run it today (``python train.py ARGS``: no torchboost setting
-in the process; both sides run under the write guard, which keeps the user's files). Pairs alternate their order (A B, B A, ...), so a drifting machine or a cache
-warmed by the first run favours neither. When the whole script fits the verification's time
-it runs to its own end; otherwise each run stops after the same number of steps, and the
-report says so. A capped run holds a fixed cost (start-up, workers, a compile) that the
-user's longer run pays once: when the planned run is known and longer, each capped run is
-projected to it, from its own measurements only: its wall time, plus the steps it did not
-run at its own pace (the mean of its second half of steps), and the report says
-"projected". The speedup comes with its interval: the pairs' own spread, each side at
-least the runs' noise (how much each configuration's runs differ from one another) from
-the median; the tuned configuration is kept only when the interval's lower end is faster
-by the least gain; while the median clears that gate and the lower end does not, more
-pairs are run as the budget allows. Otherwise the user's own configuration stays.
+The search judges time per step in short trials. What the user gets is the wall time of the
+whole run, start-up, workers and compile included, run the way they will run it. So after
+the search both configurations run in turn (A B A B ...), each as a fresh process through
+``torchboost run`` (which a Booster in the script also reads, through the trial hand-over),
+timed from start to exit. The baseline with no configuration of the user's is their own
+command (``python train.py ARGS``: no torchboost setting in the process); both sides run
+under the write guard. Pairs alternate their order (A B, B A, ...), so a drifting machine or
+a cache warmed by the first run favours neither. When the whole script fits the
+verification's time it runs to its own end; otherwise each run stops after the same number
+of steps, and the report says so. A capped run holds a fixed cost (start-up, workers, a
+compile) that the user's longer run pays once: when the planned run is known and longer,
+each capped run is projected to it, from its own measurements only: its wall time, plus the
+steps it did not run at its own pace (the mean of its second half of steps), and the report
+says "projected". The speedup comes with its interval: the pairs' own spread, each side at
+least the runs' noise (how much each configuration's runs differ from one another) from the
+median; the tuned configuration is kept only when the interval's lower end is faster by the
+least gain; while the median clears that gate and the lower end does not, more pairs are run
+as the budget allows. Otherwise the user's own configuration stays.
 """
 
 from __future__ import annotations
@@ -126,12 +126,14 @@ class EndToEnd:
 
     @property
     def baseline_s(self) -> float | None:
-        runs = self.judged_runs_s[0]
+        """Median of the baseline's runs in whole pairs."""
+        runs = self.judged_runs_s[0][:self.pairs]
         return statistics.median(runs) if runs else None
 
     @property
     def tuned_s(self) -> float | None:
-        runs = self.judged_runs_s[1]
+        """Median of the tuned runs in whole pairs (an unfinished pair's run is in neither)."""
+        runs = self.judged_runs_s[1][:self.pairs]
         return statistics.median(runs) if runs else None
 
     @property
@@ -296,9 +298,8 @@ def _capped_limit(result: "EndToEnd", plan: VerifyPlan) -> float:
 
 
 def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str, Path]:
-    files = {}
+    files = {name: tmp / f"{name}.toml" for name in ("baseline", "tuned")}
     for name, config in (("baseline", base), ("tuned", tuned)):
-        files[name] = tmp / f"{name}.toml"
         config.to_toml(files[name])
         write_trial_config(files[name].with_suffix(".json"), config)
     return files
@@ -371,7 +372,6 @@ def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int]
 
     def open_or_imprecise() -> bool:
         return result.undecided(min_gain) or (result.faster(min_gain) and result.imprecise())
-
     while plan.budget_s and result.pairs and open_or_imprecise() and result.pairs < plan.max_pairs:
         before = result.pairs
         _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs, budget_s=plan.budget_s)
