@@ -12,6 +12,7 @@ from test_search import CPU2
 from torchboost.evidence.findings import Measured
 from torchboost.tune.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
+from torchboost.tune.trial_result import TrialResult
 
 
 @pytest.mark.parametrize("noise, busy", [(0.4, True), (0.01, False)])
@@ -66,3 +67,30 @@ def test_too_busy_without_a_doctors_measurement_names_the_first_undecided_candid
     assert bool(said) is busy
     if busy:
         assert "too much to tell bf16 apart; on a quieter machine tune would measure it first" in said[0]
+
+
+@pytest.mark.parametrize("second_busy, status", [(False, "kept"), (True, "slower")])
+def test_a_trial_stopped_as_slower_while_the_machine_was_busy_is_measured_again(second_busy, status):
+    """bf16's first screening trial ran beside another process (80% of the machine) and was
+    stopped at 20x the incumbent: measured again, on a quiet machine it is kept. Twin: busy
+    again, it is slower, and its reason says it was measured twice beside that load."""
+    calls = []
+
+    def measure(settings, repeat, slower_than_ms=None):
+        bf16 = settings.get("precision.mode") == "bf16"
+        calls.append(dict(settings))
+        busy = bf16 and (len([c for c in calls if c.get("precision.mode") == "bf16"]) == 1 or second_busy)
+        ms = 2000.0 if busy else (60.0 if bf16 else 100.0)
+        stopped = slower_than_ms is not None and ms > slower_than_ms
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * (5 if stopped else 30),
+                           losses=[1.0] * 30, samples_per_step=16, load_pct=80.0 if busy else 0.0,
+                           stopped_early=stopped)
+
+    levers = [lv for lv in default_levers() if lv.id == "precision"]
+    outcome = run_search(levers, dataclasses.replace(CPU2, cpu_bf16=True), measure, SearchOptions(run_steps=1000))
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    assert decision.status == status, decision.reason
+    assert len([c for c in calls if c.get("precision.mode") == "bf16"]) >= 2
+    if status == "slower":
+        assert "measured twice; other processes used 80% of the machine" in decision.reason
+    assert len([w for w in outcome.warnings if w.startswith("other processes used up to")]) == 1

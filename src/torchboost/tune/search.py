@@ -155,11 +155,11 @@ class _Search(SearchState):
                 break
             slower_than_ms = None if lever.for_memory else self.options.early_stop * self.incumbent_ms
             result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)
+            if result.ok and result.stopped_early and self._busy(result) and not self.run.out_of_budget():
+                result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)  # measured again
             peak = result.peak_memory_bytes
             if result.ok and result.stopped_early:
-                self.record(lever, change, Status.SLOWER,
-                            f"stopped after {len(result.step_ms)} steps: median {result.median_step_ms:.1f} ms/step, over "
-                            f"{self.options.early_stop:g}x the {self.incumbent_ms:.1f} ms of the configuration kept so far",
+                self.record(lever, change, Status.SLOWER, self._stopped_words(result),
                             ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
                 continue
@@ -179,6 +179,13 @@ class _Search(SearchState):
             survivors.append(Screened(result.ms_per_step, change, result))
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
+
+    def _stopped_words(self, result: TrialResult) -> str:
+        """Why a screening trial was stopped early, with the load it ran beside when busy."""
+        busy = (f" (measured twice; other processes used {result.load_pct:.0f}% of the machine)"
+                if result.load_pct - self.baseline.load_pct > self.options.busy_pct else "")
+        return (f"stopped after {len(result.step_ms)} steps: median {result.median_step_ms:.1f} ms/step, over "
+                f"{self.options.early_stop:g}x the {self.incumbent_ms:.1f} ms of the configuration kept so far{busy}")
 
     def _judge(self, lever: Lever, result: TrialResult) -> ParityVerdict:
         """Loss parity of a screened candidate. The first one may come before any repeat of the

@@ -38,6 +38,7 @@ class SearchState:
         self.on_decision = on_decision
         self.decisions: list[Decision] = []
         self.warnings: list[str] = []
+        self._busiest = 0.0  # the most load other processes took during a trial, % of the machine
         self.floor = NoiseFloor(options.min_gain)
         """The A/A ratios of the incumbent's runs beside the candidates, and the floor they make."""
         self.baseline = self.run(Overlay())
@@ -131,9 +132,13 @@ class SearchState:
         load = max(r.load_pct for r in results)
         if load - self.baseline.load_pct <= self.options.busy_pct:
             return False
-        warning = (f"other processes used up to {load:.0f}% of the machine during some trials (baseline: "
-                   f"{self.baseline.load_pct:.0f}%): those pairs were measured again, but verdicts may be off")
-        if warning not in self.warnings:
+        self._busiest = max(self._busiest, load)
+        warning = (f"other processes used up to {self._busiest:.0f}% of the machine during some trials (baseline: "
+                   f"{self.baseline.load_pct:.0f}%): those trials were measured again, but verdicts may be off")
+        said = [i for i, w in enumerate(self.warnings) if w.startswith("other processes used up to ")]
+        if said:
+            self.warnings[said[0]] = warning  # one warning, with the most load seen
+        else:
             self.warnings.append(warning)
         return True
 
