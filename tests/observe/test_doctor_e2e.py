@@ -101,10 +101,13 @@ def test_no_training_step_is_a_clear_error(tmp_path):
     (["doctor", "--", "python", "no_such_script_xyz.py"], "script not found"),
     (["doctor", "--steps", "0", "--", "python", str(SCRIPTS / "doctor_crash.py")], "--steps"),
 ])
-def test_bad_usage_exits_2_with_one_line(argv, message, capsys):
+def test_bad_usage_exits_2_with_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    if message == "script not found":  # said before the report folder is made: nothing is left
+        assert list(tmp_path.iterdir()) == []
 
 
 def _phases_fit_the_step(facts: dict) -> None:

@@ -65,15 +65,19 @@ def test_the_parent_rewrites_the_facts_of_a_run_that_ended_itself(tmp_path, monk
     (2, "the script exited with status 3 after 2 training step(s), before any was recorded"),
     (0, "the script exited with status 3 before completing a training step"),  # the twin: none ran
 ])
-def test_an_exit_during_warm_up_says_how_many_steps_ran(tmp_path, seen, words):
+@pytest.mark.parametrize("facts", [None, Facts(warmup_steps=5, steps_seen=2)])
+def test_an_exit_during_warm_up_says_how_many_steps_ran(tmp_path, seen, words, facts):
+    """With the child's facts written too (a crash at step 3, caught): the exit is said, not
+    "Lower --warmup", which was the advice for a script that crashed."""
     from rich.console import Console
 
     from torchboost.cli.doctor import _explain_no_steps
 
     console = Console(record=True, width=300)
-    _explain_no_steps(supervise.ObservedRun(facts=None, exit_code=3, stderr_tail="", out_dir=tmp_path,
+    _explain_no_steps(supervise.ObservedRun(facts=facts, exit_code=3, stderr_tail="", out_dir=tmp_path,
                                             steps_seen=seen), console)
-    assert words in console.export_text()
+    text = console.export_text()
+    assert words in text and "Lower --warmup" not in text
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
 from torchboost.report.limits_text import busy_words, shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
+from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.no_stdin import stdin_words
 from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
 from torchboost.diagnose.trace_file import facts_from_trace, load_traces
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         return _from_trace(args)
     try:
+        parse_launch(args.command)  # a missing script is said before the report folder is made
         check_out_dir(args.out)
         check_seconds(args.stall_timeout, "--stall-timeout")
         with LoadMeter() as load:  # what a neighbour took from the run's figures
@@ -156,11 +158,14 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
 
 def _explain_no_steps(observed: ObservedRun, err: Console) -> None:
     seen = observed.steps_seen
-    if seen and observed.facts is not None:
+    if seen and observed.facts is not None and not observed.exit_code:
         err.print(f"torchboost doctor: {warmup_only_words(seen, observed.facts.warmup_steps)}.", highlight=False)
+    elif seen and observed.exit_code:  # it crashed during warm-up: its error, not --warmup, is the news
+        err.print(f"torchboost doctor: the script exited with status {observed.exit_code} after {seen} training "
+                  "step(s), before any was recorded (warm-up steps are not); nothing to diagnose: its error, "
+                  "if it printed one, is above.", highlight=False)
     elif seen:  # the facts were never written: the process ended itself during warm-up
-        status = f"exited with status {observed.exit_code}" if observed.exit_code else "ended"
-        err.print(f"torchboost doctor: the script {status} after {seen} training step(s), before any was "
+        err.print(f"torchboost doctor: the script ended after {seen} training step(s), before any was "
                   "recorded (warm-up steps are not); nothing to diagnose. Lower --warmup "
                   "(or give the script more steps).", highlight=False)
     elif observed.exit_code:
