@@ -94,3 +94,17 @@ def test_a_trial_stopped_as_slower_while_the_machine_was_busy_is_measured_again(
     if status == "slower":
         assert "measured twice; other processes used 80% of the machine" in decision.reason
     assert len([w for w in outcome.warnings if w.startswith("other processes used up to")]) == 1
+
+
+def test_the_load_said_is_the_most_any_trial_saw_not_the_baselines():
+    """Too busy to tell said "other processes used 1% of the machine" (the baseline's, before
+    the neighbour started) beside a warning of 67%: the runner keeps the most any trial saw."""
+    from torchboost.config import Overlay
+    from torchboost.tune.pairs import Runner
+
+    loads = iter([1.0, 67.0, 20.0])
+    runner = Runner(lambda settings, repeat: TrialResult(settings=dict(settings), repeat=repeat, step_ms=[1.0],
+                                                         load_pct=next(loads)), 100.0, lambda: 0.0)
+    for _ in range(3):
+        runner(Overlay())
+    assert runner.max_load_pct == 67.0

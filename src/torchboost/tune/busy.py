@@ -12,7 +12,7 @@ def too_busy(top: Decision | None, expected: float | None, noise: float, load_pc
     """A warning when the top candidate (its decision ``top``; ``expected``: the doctor's
     ratio for it, above 1 faster; None when the doctor measured none, and ``top`` is the
     first candidate left undecided) was left undecided by a noise floor (a fraction) wider
-    than the gain it could show: the load seen (percent of the machine), the candidate a
+    than the gain it could show: the most load seen in a trial (percent of the machine), the candidate a
     quieter run would measure first, and how long that would take (baseline and ``pairs``
     pairs of ``trial_s`` seconds each). None when the search could tell."""
     if top is None or (expected is not None and expected <= 1.0):
@@ -24,7 +24,7 @@ def too_busy(top: Decision | None, expected: float | None, noise: float, load_pc
     what = top.subject or top.title
     could = (f"more than the {gain:.0%} {what} could gain (x{expected:.2f} by the doctor)" if expected is not None
              else f"too much to tell {what} apart")
-    return (f"too busy to tell: other processes used {load_pct:.0f}% of the machine, and the same settings "
+    return (f"too busy to tell: other processes used up to {load_pct:.0f}% of the machine, and the same settings "
             f"measured twice varied by {noise:.0%}, {could}; on a quieter machine tune would measure it first "
             f"and decide in about {quiet_s:.0f} s")
 

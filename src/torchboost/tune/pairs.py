@@ -28,6 +28,8 @@ class Runner:
         self._clock = clock
         self.start = clock()
         self.trials = 0
+        self.max_load_pct = 0.0
+        """The most of the machine other processes took during any trial so far, percent."""
 
     def out_of_budget(self) -> bool:
         return self._clock() - self.start >= self._budget_s
@@ -52,7 +54,9 @@ class Runner:
         self.trials += 1
         given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
-        return self._measure(Overlay(settings), repeat, **stops)
+        result = self._measure(Overlay(settings), repeat, **stops)
+        self.max_load_pct = max(self.max_load_pct, result.load_pct)
+        return result
 
 
 def _keywords(measure: Callable[..., TrialResult], names: tuple[str, ...]) -> set[str]:

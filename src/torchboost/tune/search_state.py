@@ -110,7 +110,7 @@ class SearchState:
         first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
         if top is None and self.floor.noise > options.noisy:  # the doctor measured none, and the floor is wide:
             first = next((d for d in self.decisions if d.status is Status.NOT_BEYOND_NOISE), None)  # first undecided
-        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.baseline.load_pct,
+        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.run.max_load_pct,
                         self.baseline.wall_s, options.noise_repeats)
         if top is not None and first is None and self.stopped:
             busy = top_unmeasured(top[2], top[1], self.baseline.load_pct, self.baseline.wall_s, options.noise_repeats)
