@@ -111,7 +111,7 @@ def note_held(journal_dir: str | Path, pid: int) -> None:
             st, flags = os.fstat(fd), fcntl.fcntl(fd, fcntl.F_GETFL)
         except OSError:
             continue
-        if stat.S_ISREG(st.st_mode) and flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+        if stat.S_ISREG(st.st_mode) and (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR):
             inodes.add(st.st_ino)
     if inodes:
         try:

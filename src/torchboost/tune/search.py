@@ -155,11 +155,12 @@ class _Search(SearchState):
                 break
             slower_than_ms = None if lever.for_memory else self.options.early_stop * self.incumbent_ms
             result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)
-            if result.ok and result.stopped_early and self._busy(result) and not self.run.out_of_budget():
-                result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)  # measured again
+            again = result.ok and result.stopped_early and self._busy(result) and not self.run.out_of_budget()
+            if again:
+                result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)
             peak = result.peak_memory_bytes
             if result.ok and result.stopped_early:
-                self.record(lever, change, Status.SLOWER, self._stopped_words(result),
+                self.record(lever, change, Status.SLOWER, self._stopped_words(result, again),
                             ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step,
                             peak_memory_bytes=peak)
                 continue
@@ -180,9 +181,10 @@ class _Search(SearchState):
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
 
-    def _stopped_words(self, result: TrialResult) -> str:
-        """Why a screening trial was stopped early, with the load it ran beside when busy."""
-        busy = (f" (measured twice; other processes used {result.load_pct:.0f}% of the machine)"
+    def _stopped_words(self, result: TrialResult, again: bool) -> str:
+        """Why a screening trial was stopped early (``again``: the second time, the first
+        having run beside a busy machine), with the load it ran beside when busy."""
+        busy = (f" ({'measured twice; ' if again else ''}other processes used {result.load_pct:.0f}% of the machine)"
                 if result.load_pct - self.baseline.load_pct > self.options.busy_pct else "")
         return (f"stopped after {len(result.step_ms)} steps: median {result.median_step_ms:.1f} ms/step, over "
                 f"{self.options.early_stop:g}x the {self.incumbent_ms:.1f} ms of the configuration kept so far{busy}")
