@@ -40,7 +40,6 @@ def _agrees(section: dict, breaks: set[str], recompiles: collections.Counter[str
 
 
 @pytest.mark.slow
-@pytest.mark.longest
 def test_a_compile_longer_than_the_stall_timeout_is_not_a_stall_and_its_breaks_match_pytorchs_logs(tmp_path):
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # cold: seconds of compiling
            "TORCH_LOGS": "graph_breaks,recompiles"}  # the reference, in the same process

@@ -39,7 +39,6 @@ def _keys(entries: list[dict]) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.longest
 def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     proc = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", background=True)
     try:
@@ -74,7 +73,6 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.longest
 def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tmp_path):
     done = _tune(tmp_path, "tune_bf16_overflow.py", "--run-steps", "50")
     assert done.returncode == 0, done.stderr
@@ -96,7 +94,6 @@ def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tm
 
 
 @pytest.mark.slow
-@pytest.mark.longest
 def test_the_users_own_settings_survive_tune(tmp_path):
     """An [accumulation] steps = 4 file: the trials train with it, the written file keeps it,
     the previous file is kept, and the script then takes as many optimizer steps as before."""

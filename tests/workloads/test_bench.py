@@ -84,7 +84,6 @@ def test_every_hand_choice_has_a_reason(workload):
 
 
 @pytest.mark.slow
-@pytest.mark.longest
 def test_smoke_run_has_all_five_rows_per_workload(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
