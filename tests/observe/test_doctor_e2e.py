@@ -117,6 +117,12 @@ def _phases_fit_the_step(facts: dict) -> None:
         assert step["forward_ms"] > 0 and step["backward_ms"] > 0, step
 
 
+def _median_share(facts: dict, phase: str) -> float:
+    shares = sorted(s[phase] / s["total_ms"] for s in facts["steps"] if s["total_ms"] > 0)
+    assert shares, facts["steps"]
+    return shares[len(shares) // 2]
+
+
 @pytest.mark.slow
 def test_closure_optimizer_counts_its_forward_and_backward_once(tmp_path):
     proc, out = _doctor(tmp_path, "python", str(SCRIPTS / "doctor_lbfgs.py"))
@@ -125,9 +131,9 @@ def test_closure_optimizer_counts_its_forward_and_backward_once(tmp_path):
     assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
     assert facts["frameworks"] == []
     _phases_fit_the_step(facts)
-    # the closure's 4 evaluations are carved out of the optimizer's time (before, it held it all)
-    for step in facts["steps"]:
-        assert step["optimizer_ms"] < 0.8 * step["total_ms"], step
+    # the closure's 4 evaluations are carved out of the optimizer's time (before, it held it
+    # all); ~0.65 of a step quiet, judged on the median step (a slowed step does not decide it)
+    assert _median_share(facts, "optimizer_ms") < 0.8
 
 
 @pytest.mark.slow
@@ -140,7 +146,10 @@ def test_lightning_trainer_script_phases_sum_to_the_step(tmp_path):
     assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
     assert facts["frameworks"] == ["lightning"]
     _phases_fit_the_step(facts)
-    assert report["breakdown_pct"]["optimizer"] < 50.0  # the closure's forward/backward are not the optimizer's
+    # The closure's forward/backward are not the optimizer's: counted in both, the phases
+    # overran the step (4.3 ms against 4.0), which _phases_fit_the_step refuses. The
+    # optimizer's own share is no measure of it: ~0.2 of the median step quiet, 0.52 beside a
+    # 2-thread matmul loop (foreach updates suffer most), 0.67 with the closure left in.
     assert all(f["id"] != "memory.headroom" for f in report["findings"])  # a batch change is listed apart
 
 
