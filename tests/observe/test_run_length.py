@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
 import pytest
 
 from torchboost.evidence.observed import LoaderFacts
 from torchboost.observe.record.facts_builder import planned_run
-from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
+from torchboost.observe.probes.run_length import Stated, length_from_arguments, script_arguments, stated_on_stack
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 @pytest.mark.parametrize("argv, batches, expected", [
@@ -54,3 +64,78 @@ def test_epochs_count_optimizer_steps_and_a_step_count_is_taken_as_given():
         48, "the script's --epochs=3 x 64 batches per epoch, 4 to an optimizer step")
     assert planned_run(loader, None, ["python", "train.py", "--max_iters=400"], 4.0) == (
         400, "the script's --max_iters=400")
+
+
+# -- what the script set itself: its defaults, read from its frames on the stack -----------
+
+def _parsed(argv: list[str]) -> Stated:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=14)
+    parser.add_argument("--log-interval", type=int, default=10)
+    args = parser.parse_args(argv)  # noqa: F841 - read from this frame by stated_on_stack
+    for step in range(3):  # a loop's counter named like a length is not one
+        steps = step + 1  # noqa: F841
+    return stated_on_stack()
+
+
+def test_an_argparse_default_is_read_where_the_script_holds_it():
+    assert _parsed([]) == Stated(epochs=("args.epochs = 14", 14))
+    assert _parsed(["--epochs", "2"]) == Stated(epochs=("args.epochs = 2", 2))
+
+
+@dataclasses.dataclass
+class _Config:
+    max_iters: int = 5000
+    eval_iters: int = 200
+    compile: bool = True
+
+
+def _nanogpt_like() -> Stated:
+    config = _Config()  # noqa: F841
+    max_epochs = 0  # noqa: F841 - zero, a bool, a float, a string: not a length
+    num_epochs, n_epochs, epochs = True, 2.5, "3"  # noqa: F841
+    return stated_on_stack()
+
+
+def test_a_config_field_is_read_and_what_is_not_a_count_is_not():
+    assert _nanogpt_like() == Stated(steps=("config.max_iters = 5000", 5000))
+
+
+def test_frames_of_the_libraries_are_not_read():
+    stdlib = sysconfig.get_paths()["stdlib"]
+    code = compile("max_iters = 700\nfound = stated_on_stack(sys._getframe())\n", f"{stdlib}/fake_lib.py", "exec")
+    scope = {"stated_on_stack": stated_on_stack, "sys": sys}
+    exec(code, scope)  # a frame whose code lives in the standard library, as torch's in site-packages
+    assert scope["found"] == Stated()
+    user = compile("max_iters = 700\nfound = stated_on_stack(sys._getframe())\n", "/home/u/train.py", "exec")
+    exec(user, scope)  # twin: the same code in the user's file is read
+    assert scope["found"] == Stated(steps=("max_iters = 700", 700))
+
+
+def test_what_the_user_typed_comes_before_what_the_script_set():
+    stated = Stated(steps=("max_iters = 5000", 5000), epochs=("args.epochs = 14", 14))
+    assert length_from_arguments(["--max_iters=400"], None, 1, stated) == (400, "the script's --max_iters=400")
+    assert length_from_arguments(["--epochs", "2"], 10, 1, stated) == (
+        20, "the script's --epochs=2 x 10 batches per epoch")
+    assert length_from_arguments([], 10, 1, stated) == (5000, "the script's max_iters = 5000")
+    assert length_from_arguments([], 10, 2, Stated(epochs=("args.epochs = 14", 14))) == (
+        70, "the script's args.epochs = 14 x 10 batches per epoch, 2 to an optimizer step")
+    assert length_from_arguments([], None, 1, Stated(epochs=("args.epochs = 14", 14))) is None
+    loader = LoaderFacts(num_batches=64)
+    assert planned_run(loader, None, ["python", "train.py"], None, Stated(epochs=("args.epochs = 3", 3))) == (
+        192, "the script's args.epochs = 3 x 64 batches per epoch")
+    assert planned_run(loader, None, ["python", "train.py"], None, Stated()) == (
+        64, "one epoch of the script's DataLoader")  # twin: nothing set, one epoch
+
+
+@pytest.mark.slow
+def test_the_doctor_reads_an_argparse_default_the_user_did_not_type(tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "doctor", "--steps", "5", "--warmup", "2",
+                           "--out", str(out), "--", "python", str(SCRIPTS / "epochs_default.py")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads((out / "facts.json").read_text())
+    # 3 epochs by the script's default, 16 batches each: not the one epoch of before
+    assert (facts["planned_steps"], facts["planned_from"]) == (
+        48, "the script's args.epochs = 3 x 16 batches per epoch")

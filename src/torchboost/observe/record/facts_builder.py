@@ -23,7 +23,7 @@ import torch
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, TrainerFacts
 from torchboost.observe.probes import describe
-from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
+from torchboost.observe.probes.run_length import Stated, length_from_arguments, script_arguments
 from torchboost.observe.record.loss_capture import LossCapture
 from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.record.stages import RunStages
@@ -82,10 +82,12 @@ def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
 
 
 def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
-                command: Sequence[str] = (), micro_steps: float | None = None) -> tuple[int | None, str | None]:
+                command: Sequence[str] = (), micro_steps: float | None = None,
+                stated: Stated = Stated()) -> tuple[int | None, str | None]:
     """Optimizer steps the script would run in full, and what gave them in words: a Hugging
     Face Trainer's own length (``max_steps``, or its epochs), else the script's arguments
-    (``--max_iters=400``, ``--epochs 3`` with the loader's length), else one epoch of the
+    (``--max_iters=400``, ``--epochs 3`` with the loader's length), else what the script
+    set itself (``stated``: an argparse default, a config's ``max_iters``), else one epoch of the
     loader. ``micro_steps``: backward passes per optimizer step (a script accumulating by
     hand over 4 batches runs 512 batches in 128 steps); a count of batches is divided by it."""
     batches = loader.num_batches if loader is not None else None
@@ -94,7 +96,7 @@ def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
         if steps:
             return steps, words
     per_step = round(micro_steps) if micro_steps and micro_steps >= 1.5 else 1
-    given = length_from_arguments(script_arguments(command), batches, per_step)
+    given = length_from_arguments(script_arguments(command), batches, per_step, stated)
     if given is not None:
         return given
     if not batches:
@@ -156,7 +158,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
     loader = seen.main_loader()
     cuda = uses_cuda(model, seen.probe_started_cuda)
     micro = timing.micro_median() if run.step_source == "optimizer" else None
-    planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command, micro)
+    planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command, micro, seen.stated)
     run.place = _env.job_place() or run.place  # kept: a script may end its process group before the last write
     rank, world_size = run.place or (spec.rank, _env.world_size())
     return Facts(

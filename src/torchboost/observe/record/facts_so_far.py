@@ -40,6 +40,7 @@ class FactsSoFar:
     def at_warmup_end(self, uses_booster: bool) -> None:
         """Probe the settings and describe the script's objects while they are set up and alive."""
         self._parts.seen.snapshot_settings()
+        self._guarded(self._parts.seen.read_stated_length)
         self._described = build_facts(self._parts, uses_booster, self._described, fresh=True)
 
     def facts(self, uses_booster: bool) -> Facts:

@@ -16,6 +16,7 @@ from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
 from torchboost.observe.probes import describe, hf_trainer
 from torchboost.observe.probes.optimizer_owner import stepped_modules
+from torchboost.observe.probes.run_length import Stated, stated_on_stack
 from torchboost.observe.record.optimizer_steps import OptimizerSteps
 
 __all__ = ["ScriptObjects"]
@@ -40,6 +41,8 @@ class ScriptObjects:
         """Our own environment probe, not the script, started CUDA."""
         self.trainer: TrainerFacts | None = None
         """The Hugging Face Trainer driving the loop, described at its first optimizer step."""
+        self.stated = Stated()
+        """The run's length as the script set it (its defaults too), read at the end of warm-up."""
         self.optimizer_steps = OptimizerSteps(lambda optimizer: stepped_modules(optimizer, self.roots()))
         """Every optimizer's steps, the primary's and a second one's (a GAN's)."""
 
@@ -97,6 +100,11 @@ class ScriptObjects:
         trainer = hf_trainer.find_trainer()
         if trainer is not None:
             self.trainer = hf_trainer.describe_trainer(trainer)
+
+    def read_stated_length(self) -> None:
+        """Read the run's length from the script's frames on the stack (:func:`stated_on_stack`):
+        called from a hook inside the script's loop, at the end of warm-up."""
+        self.stated = stated_on_stack()
 
     # -- read by the recorder and the facts ------------------------------------------------
     @property
