@@ -81,6 +81,8 @@ def test_the_claim_comes_with_its_interval_and_the_lower_end_decides():
     # the slower pair, 2.5% under the median, sets both sides (the faster one is 1.3% over)
     assert (low, high) == pytest.approx((10 / 8.2, 1.25 * 1.25 / (10 / 8.2)))
     assert steady.words() == "1.25x (1.22-1.28, 3 pairs)"
+    alone = EndToEnd(baseline_runs_s=[10.0], tuned_runs_s=[8.0])  # one pair has no spread to show
+    assert alone.words() == "1.25x (one pair: no interval)"
     assert steady.to_dict()["interval"] == pytest.approx([low, high])
     assert steady.faster(0.03) and not steady.undecided(0.03)
     # Twin: the same median, but one pair no faster: the lower end does not clear the gate.

@@ -167,7 +167,9 @@ class EndToEnd:
         return median / reach, median * reach
 
     def words(self) -> str:
-        """"1.22x (1.05-1.38, 3 pairs)"."""
+        """"1.22x (1.05-1.38, 3 pairs)"; "0.82x (one pair: no interval)"."""
+        if self.pairs == 1:
+            return f"{self.speedup or math.nan:.2f}x (one pair: no interval)"
         low, high = self.interval or (math.nan, math.nan)
         return f"{self.speedup or math.nan:.2f}x ({low:.2f}-{high:.2f}, {self.pairs} pairs)"
 
