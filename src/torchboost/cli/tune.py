@@ -48,8 +48,9 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
     parser.add_argument("--budget", type=float, default=600.0, metavar="SECONDS",
                         help="stop starting trials after this long, keeping the best so far (default 600)")
     parser.add_argument("--run-steps", type=int, default=None, metavar="N",
-                        help="steps the real run will take, to amortise compile time "
-                             "(default: one epoch of the script's DataLoader, when it has one)")
+                        help="steps the real run will take, to amortise compile time (default: what "
+                             "the script says: a Trainer's max_steps, --max_iters/--epochs typed or its "
+                             "defaults, a config's max_iters; else one epoch of its DataLoader)")
     parser.add_argument("--steps-per-trial", type=_steps_or_auto, default=None, metavar="N|auto",
                         help="measured steps per trial, after warm-up (default auto: about "
                              f"{TRIAL_WINDOW_S:g} s of the script's steps, at least {MIN_TRIAL_STEPS}, or "
