@@ -17,8 +17,10 @@ LOSSES = [2.0 - 0.01 * i for i in range(40)]
 class SlowScript:
     """Steps of ``step_ms`` x each setting's factor; a little deterministic noise per trial."""
 
-    def __init__(self, step_ms=4000.0, factors=None, steps=30, warmup=5, fixed_s=10.0, noise=0.02):
+    def __init__(self, step_ms=4000.0, factors=None, steps=30, warmup=5, fixed_s=10.0, noise=0.02, load_pct=0.0):
         self.step_ms, self.factors, self.steps, self.warmup, self.fixed_s = step_ms, factors or {}, steps, warmup, fixed_s
+        self.load_pct = load_pct
+        """Other processes' share of the machine each trial reports (percent)."""
         self.now = 0.0
         self.calls: list[tuple[dict, int, float]] = []
         """(settings, repeat, the clock when the trial started)."""
@@ -49,7 +51,7 @@ class SlowScript:
         self.now += wall_s
         losses = [x * 1.004 for x in LOSSES] if settings.get("precision.mode") == "bf16" else list(LOSSES)
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=steps, losses=losses[:self.warmup + len(steps)],
-                           samples_per_step=16, wall_s=wall_s, fixed_s=self.fixed_s,
+                           samples_per_step=16, wall_s=wall_s, fixed_s=self.fixed_s, load_pct=self.load_pct,
                            stopped_decided=decided(steps, *decide) if decide else None)
 
     def first_call(self, key: str) -> float | None:

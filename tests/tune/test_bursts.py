@@ -26,8 +26,8 @@ class BusyScript(SlowScript):
     """Trials minutes apart see loads ``noise`` apart; a burst trial's pairs, seconds apart,
     share their load, and differ by ``jitter`` only."""
 
-    def __init__(self, *args, jitter=0.02, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, jitter=0.02, load_pct=60.0, **kwargs):
+        super().__init__(*args, load_pct=load_pct, **kwargs)
         self.burst_trials: list[Bursts] = []
         self._load = itertools.cycle([1.0, 1.6, 0.8, 1.3, 1.1, 0.7])
         self._jitter = itertools.cycle([1.0, 1.0 + jitter, 1.0 - jitter])
@@ -47,7 +47,7 @@ class BusyScript(SlowScript):
             switched.append(switched_ms * load * next(self._jitter))
         self.now += self.fixed_s + (self.warmup * self.step_ms + sum(plain) + sum(switched)) / 1e3
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[self.step_ms] * 2, samples_per_step=16,
-                           bursts=dict(bursts.change), burst_plain_ms=plain, burst_switched_ms=switched)
+                           load_pct=self.load_pct, bursts=dict(bursts.change), burst_plain_ms=plain, burst_switched_ms=switched)
 
 
 def _search(script, measure):

@@ -1,29 +1,36 @@
-"""Too busy to tell: when the noise floor is wider than the top candidate could gain."""
+"""Too busy (or too noisy) to tell: when the noise floor is wider than the top candidate could gain."""
 
 from __future__ import annotations
 
+from torchboost.env import BUSY_PCT
 from torchboost.tune.decision import Decision, Status
 
 __all__ = ["too_busy", "top_unmeasured"]
 
 
 def too_busy(top: Decision | None, expected: float | None, noise: float, load_pct: float,
-             trial_s: float, pairs: int) -> str | None:
+             trial_s: float, pairs: int, busy_pct: float = BUSY_PCT) -> str | None:
     """A warning when the top candidate (its decision ``top``; ``expected``: the doctor's
     ratio for it, above 1 faster; None when the doctor measured none, and ``top`` is the
     first candidate left undecided) was left undecided by a noise floor (a fraction) wider
     than the gain it could show: the most load seen in a trial (percent of the machine), the candidate a
     quieter run would measure first, and how long that would take (baseline and ``pairs``
-    pairs of ``trial_s`` seconds each). None when the search could tell."""
+    pairs of ``trial_s`` seconds each). With no more load than ``busy_pct`` the variation is
+    the script's own: "too noisy to tell", and longer trials are what would tell. None when
+    the search could tell."""
     if top is None or (expected is not None and expected <= 1.0):
         return None
     gain = 1.0 - 1.0 / expected if expected is not None else 0.0
     if noise <= gain or top.status not in (Status.NOT_BEYOND_NOISE, Status.UNCONFIRMED):
         return None
-    quiet_s = (1 + 2 * pairs) * trial_s
     what = top.subject or top.title
     could = (f"more than the {gain:.0%} {what} could gain (x{expected:.2f} by the doctor)" if expected is not None
              else f"too much to tell {what} apart")
+    if load_pct <= busy_pct:  # nobody else was there: the script's own runs vary this much
+        return (f"too noisy to tell: the same settings measured twice varied by {noise:.0%} with other processes "
+                f"using at most {load_pct:.0f}% of the machine, {could}; the script's own runs vary this much: "
+                "longer trials (--steps-per-trial) would average it out")
+    quiet_s = (1 + 2 * pairs) * trial_s
     return (f"too busy to tell: other processes used up to {load_pct:.0f}% of the machine, and the same settings "
             f"measured twice varied by {noise:.0%}, {could}; on a quieter machine tune would measure it first "
             f"and decide in about {quiet_s:.0f} s")

@@ -70,14 +70,22 @@ class NoiseFloor:
         """How much an incumbent's time outside its steps varied between its runs, seconds."""
         return max(self.fixed_spreads, default=0.0)
 
-    def warnings(self, noisy: float, busy_pct: float, baseline_load_pct: float) -> list[str]:
-        """What makes every verdict less reliable: a floor above ``noisy``, other processes
-        above ``busy_pct`` percent of the machine while the baseline ran."""
+    def warnings(self, noisy: float, busy_pct: float, baseline_load_pct: float,
+                 max_load_pct: float | None = None) -> list[str]:
+        """What makes every verdict less reliable: a floor above ``noisy`` (said as the
+        machine's when a trial saw other processes above ``busy_pct`` percent of it,
+        ``max_load_pct``; else as the script's own), other processes above ``busy_pct``
+        while the baseline ran."""
         out = []
+        most = baseline_load_pct if max_load_pct is None else max(max_load_pct, baseline_load_pct)
         if self.noise > noisy:
-            out.append(f"the same settings measured twice in a row varied by {self.noise:.0%} (A/A ratios "
-                       f"{', '.join(f'{r:.3f}' for r in self.aa_ratios)}): the machine is too noisy for "
-                       "these verdicts to be reliable; tune again on a quieter machine")
+            said = (f"the same settings measured twice in a row varied by {self.noise:.0%} (A/A ratios "
+                    f"{', '.join(f'{r:.3f}' for r in self.aa_ratios)})")
+            out.append(f"{said}: the machine is too noisy for these verdicts to be reliable; tune again on a "
+                       "quieter machine" if most > busy_pct else
+                       f"{said} with other processes using at most {most:.0f}% of the machine: the script's own "
+                       "runs vary this much, too much for small gains to be told; longer trials "
+                       "(--steps-per-trial) would average it out")
         if baseline_load_pct > busy_pct:  # busy throughout: no pair stands out
             out.append(f"other processes used {baseline_load_pct:.0f}% of the machine while the "
                        "baseline ran: every figure here was measured beside them, and a setting's "

@@ -111,10 +111,11 @@ class SearchState:
         if top is None and self.floor.noise > options.noisy:  # the doctor measured none, and the floor is wide:
             first = next((d for d in self.decisions if d.status is Status.NOT_BEYOND_NOISE), None)  # first undecided
         busy = too_busy(first, top[1] if top else None, self.floor.noise, self.run.max_load_pct,
-                        self.baseline.wall_s, options.noise_repeats)
+                        self.baseline.wall_s, options.noise_repeats, options.busy_pct)
         if top is not None and first is None and self.stopped:
             busy = top_unmeasured(top[2], top[1], self.baseline.load_pct, self.baseline.wall_s, options.noise_repeats)
-        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct) + self.warnings + (
+        return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct,
+                                   self.run.max_load_pct) + self.warnings + (
             [busy] if busy else [])
 
     def record(self, lever: Lever, change: Settings, status: Status, reason: str, **measured: Any) -> None:
