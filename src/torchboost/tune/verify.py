@@ -73,8 +73,7 @@ class EndToEnd:
     """Why the check could not finish (a crash of the tuned configuration, say)."""
     out_of_time: bool = False
     """Fewer pairs than planned: the next would not have fitted in the check's time."""
-    planned_steps: int | None = None
-    """The user's planned run: capped runs are projected to it when it is longer."""
+    planned_steps: int | None = None  # the user's planned run: capped runs are projected to it when longer
     baseline_pace_ms: list[float] = field(default_factory=list)
     """Each capped baseline run's own pace: the mean step of its second half."""
     tuned_pace_ms: list[float] = field(default_factory=list)
@@ -94,9 +93,8 @@ class EndToEnd:
         planned, steps = self.planned_steps, self.steps
         complete = (len(self.baseline_pace_ms) == len(self.baseline_runs_s)
                     and len(self.tuned_pace_ms) == len(self.tuned_runs_s))
-        whole = self.whole_steps is not None
-        return planned if steps is not None and planned is not None and planned > steps and complete and not whole \
-            else None
+        ok = steps is not None and planned is not None and planned > steps and complete and self.whole_steps is None
+        return planned if ok else None
 
     @property
     def judged_runs_s(self) -> tuple[list[float], list[float]]:
