@@ -38,9 +38,13 @@ def _keys(entries: list[dict]) -> list[str]:
     return [json.dumps([e["settings"], e["repeat"], e.get("bursts") or {}], sort_keys=True) for e in entries]
 
 
+RESUMED = ("--run-steps", "20", "--verify-pairs", "1")
+"""One end-to-end pair: the replay still shows the check's runs reused, in a third of its time."""
+
+
 @pytest.mark.slow
 def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
-    proc = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", background=True)
+    proc = _tune(tmp_path, "tune_tiny.py", *RESUMED, background=True)
     try:
         deadline = time.monotonic() + 300
         while len(_journal(tmp_path)) < 2 and time.monotonic() < deadline and proc.poll() is None:
@@ -52,7 +56,7 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     before = _journal(tmp_path)
     assert len(before) >= 2
 
-    resumed = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", "--resume")
+    resumed = _tune(tmp_path, "tune_tiny.py", *RESUMED, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     after = _journal(tmp_path)
     assert len(set(_keys(after))) == len(after), "a finished trial ran twice"
@@ -61,13 +65,15 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     assert outcome["reused_trials"] == len(before)
     assert outcome["trials_run"] == len(after)
     resumed_toml = (tmp_path / "torchboost.toml").read_text()
+    checked = (tmp_path / "out" / "verify.jsonl").read_text()
 
     # An uninterrupted run over the same (now complete) journal picks the same winner
     # without running anything.
     (tmp_path / "torchboost.toml").unlink()
-    replay = _tune(tmp_path, "tune_tiny.py", "--run-steps", "20", "--resume")
+    replay = _tune(tmp_path, "tune_tiny.py", *RESUMED, "--resume")
     assert replay.returncode == 0, replay.stderr
     assert _journal(tmp_path) == after
+    assert (tmp_path / "out" / "verify.jsonl").read_text() == checked  # nor the end-to-end check's runs
     assert (tmp_path / "torchboost.toml").read_text() == resumed_toml
     assert json.loads((tmp_path / "out" / "outcome.json").read_text())["reused_trials"] == len(after)
 
