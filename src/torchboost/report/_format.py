@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping
 
+from torchboost.evidence.findings import Measured
 from torchboost.report.limits_text import flops_text
 
 PHASE_LABELS = {
@@ -42,9 +43,9 @@ def gain(finding: Mapping[str, Any]) -> str:
 
 
 def _disagree(m: Mapping[str, Any]) -> bool:
-    """A quick probe whose pairs fell on both sides of 1 (``Measured.agree`` false)."""
-    low, high = m.get("low"), m.get("high")
-    return low is not None and high is not None and low <= 1.0 <= high
+    """A quick probe (a report's ``measured``: a :class:`Measured` as a dict) whose pairs
+    measured nothing either way (``Measured.agree`` false)."""
+    return not Measured(**m).agree
 
 
 def measured(finding: Mapping[str, Any]) -> str:
