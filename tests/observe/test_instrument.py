@@ -93,7 +93,9 @@ def test_records_steps_phases_and_settings_of_an_optimizer_loop(tmp_path):
     assert all(s.data_ms > 0 and s.forward_ms > 0 and s.backward_ms > 0 and s.optimizer_ms > 0 for s in facts.steps)
     assert all(s.total_ms >= s.data_ms + s.forward_ms + s.backward_ms + s.optimizer_ms for s in facts.steps)
     assert len(facts.losses) == 5 and all(loss > 0 for loss in facts.losses)
-    assert facts.loader.batch_size == 4 and facts.loader.num_batches == 8 and facts.planned_steps == 8
+    assert facts.loader.batch_size == 4 and facts.loader.num_batches == 8
+    # the loop's own epochs=10, read from its frame: not the one epoch of the loader
+    assert (facts.planned_steps, facts.planned_from) == (80, "the script's epochs = 10 x 8 batches per epoch")
     assert facts.model.class_name == "Sequential" and facts.model.parameters == 4 * 8 + 8 + 8 + 1
     assert facts.optimizer.class_name == "SGD"
     assert facts.ended == "stopped" and facts.target_steps == 5
