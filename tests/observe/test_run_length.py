@@ -25,6 +25,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
     (["--epochs", "3"], 64, (192, "the script's --epochs=3 x 64 batches per epoch")),
     (["--num_train_epochs=2", "--steps=50"], 64, (50, "the script's --steps=50")),  # a step count wins
     (["--max_iters=100", "--max_iters=200"], None, (200, "the script's --max_iters=200")),  # the last one, as argparse
+    (["--max_train_steps", "300"], 64, (300, "the script's --max_train_steps=300")),  # HF's no_trainer examples
+    (["--train-iters=900"], None, (900, "the script's --train-iters=900")),  # Megatron's spelling
     # Twins: nothing that says the length.
     (["--epochs", "3"], None, None),  # epochs without the loader's length
     (["--lr", "3", "--max_iters=abc", "--steps", "-1"], 64, None),

@@ -29,12 +29,12 @@ __all__ = ["EPOCH_FLAGS", "SETTING_NAMES", "STEP_FLAGS", "Stated", "length_from_
            "stated_on_stack"]
 
 STEP_FLAGS = ("max_iters", "max_iter", "max_steps", "num_steps", "total_steps", "train_steps", "num_iterations",
-              "iterations", "iters", "steps")
+              "max_train_steps", "num_train_steps", "train_iters", "total_iters", "num_iters", "n_iters", "n_steps",
+              "max_iterations", "max_update", "iterations", "iters", "steps")
 """Argument names (without dashes; ``-`` and ``_`` alike) that give the run's steps."""
 EPOCH_FLAGS = ("epochs", "num_epochs", "max_epochs", "num_train_epochs", "n_epochs")
 """Argument names that give the run's epochs."""
-SETTING_NAMES = ("max_iters", "max_iter", "max_steps", "num_steps", "total_steps", "train_steps", "num_iterations",
-                 *EPOCH_FLAGS)
+SETTING_NAMES = (*STEP_FLAGS[:STEP_FLAGS.index("iterations")], *EPOCH_FLAGS)
 """A script's own variable names read as its length: the flags less the ones a loop's counter
 is often called (``steps``, ``iters``, ``iterations``)."""
 
