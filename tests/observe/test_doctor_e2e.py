@@ -145,7 +145,7 @@ def test_lightning_trainer_script_phases_sum_to_the_step(tmp_path):
     facts = report["facts"]
     assert facts["step_source"] == "optimizer" and facts["micro_steps_per_step"] == 1.0
     assert facts["frameworks"] == ["lightning"]
-    assert (facts["planned_steps"], facts["planned_from"]) == (60, "the script's trainer.max_steps = 60")
+    assert (facts["planned_steps"], facts["planned_from"]) == (60, "the Lightning Trainer's max_steps=60")
     _phases_fit_the_step(facts)
     # The closure's forward/backward are not the optimizer's: counted in both, the phases
     # overran the step (4.3 ms against 4.0), which _phases_fit_the_step refuses. The

@@ -66,26 +66,55 @@ def _labels(tmp_path, optimizers, roots=()) -> list[str]:
     return [optimizer_label(o) for o in rec.facts().optimizers]
 
 
-def test_each_optimizer_is_named_by_what_it_steps(tmp_path):
+# The scripts below are plain functions, as a user's main() is: a test function's own locals
+# are not read, since pytest's rewritten asserts call locals() in it (see frames.frame_locals).
+
+def _gan_script(tmp_path) -> list[str]:
     generator, discriminator = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
     g_opt, d_opt = torch.optim.Adam(generator.parameters()), torch.optim.Adam(discriminator.parameters())
-    assert _labels(tmp_path, [g_opt, d_opt]) == ["Adam (generator)", "Adam (discriminator)"]
+    return _labels(tmp_path, [g_opt, d_opt])
 
 
-def test_a_submodule_is_named_by_its_attribute_and_a_root_seen_only_by_the_loop_by_its_class(tmp_path):
+def test_each_optimizer_is_named_by_what_it_steps(tmp_path):
+    assert _gan_script(tmp_path) == ["Adam (generator)", "Adam (discriminator)"]
+
+
+def _submodule_script(tmp_path) -> tuple[list[str], list[str]]:
     gan = _Gan()
     optimizers = [torch.optim.Adam(gan.generator.parameters()), torch.optim.Adam(gan.discriminator.parameters()),
                   torch.optim.SGD(gan.parameters(), lr=0.1)]
-    assert _labels(tmp_path / "a", optimizers) == ["Adam (generator)", "Adam (discriminator)", "SGD (gan)"]
-    roots = [_Gan()]  # held in a list: no name of the test's is the module, only the loop's call
+    named = _labels(tmp_path / "a", optimizers)
+    roots = [_Gan()]  # held in a list: no name of the script's is the module, only the loop's call
     optimizers = [torch.optim.Adam(roots[0].generator.parameters()), torch.optim.SGD(roots[0].parameters(), lr=0.1)]
-    assert _labels(tmp_path / "b", optimizers, roots=roots) == ["Adam (generator)", "SGD (_Gan)"]
+    return named, _labels(tmp_path / "b", optimizers, roots=roots)
+
+
+def test_a_submodule_is_named_by_its_attribute_and_a_root_seen_only_by_the_loop_by_its_class(tmp_path):
+    named, by_the_loop = _submodule_script(tmp_path)
+    assert named == ["Adam (generator)", "Adam (discriminator)", "SGD (gan)"]
+    assert by_the_loop == ["Adam (generator)", "SGD (_Gan)"]
+
+
+def _one_model_script(tmp_path) -> list[str]:
+    model = torch.nn.Linear(2, 1)
+    return _labels(tmp_path, [torch.optim.Adam(model.parameters()), torch.optim.Adam(model.parameters())])
 
 
 def test_the_twin_two_optimizers_over_one_model_have_the_same_label(tmp_path):
-    model = torch.nn.Linear(2, 1)
-    labels = _labels(tmp_path, [torch.optim.Adam(model.parameters()), torch.optim.Adam(model.parameters())])
-    assert labels == ["Adam (model)", "Adam (model)"]  # nothing tells them apart: the report says so by the name
+    # nothing tells them apart: the report says so by the name
+    assert _one_model_script(tmp_path) == ["Adam (model)", "Adam (model)"]
+
+
+def _holding_locals(tmp_path) -> list[str]:
+    generator = torch.nn.Linear(8, 8)
+    hparams = locals()  # a script that logs its locals: they are not read, so this dict stays as it is
+    labels = _labels(tmp_path, [torch.optim.Adam(generator.parameters())])
+    assert list(hparams) == ["tmp_path", "generator"], hparams
+    return labels
+
+
+def test_twin_a_function_holding_its_locals_is_not_read(tmp_path):
+    assert _holding_locals(tmp_path) == ["Adam"]  # its class: the name was not read
 
 
 @pytest.mark.slow

@@ -20,12 +20,13 @@ SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 class _Counted(Dataset):
-    def __init__(self, fetch_s: float) -> None:
+    def __init__(self, fetch_s: float, samples: int = 10_000) -> None:
         self.fetched = 0
         self.fetch_s = fetch_s
+        self.samples = samples
 
     def __len__(self) -> int:
-        return 10_000
+        return self.samples
 
     def __getitem__(self, i: int) -> torch.Tensor:
         self.fetched += 1
@@ -33,12 +34,15 @@ class _Counted(Dataset):
         return torch.full((4,), float(i))
 
 
-def _run(tmp_path, fetch_s: float = 0.002, work_s: float = 0.0, **spec_kw) -> tuple[StepRecorder, list[int], int]:
-    """A loop of 40 steps under the loader patch, each sample taking ``fetch_s`` to load
-    and each step ``work_s`` of its own; the dataset's fetch count after each step."""
-    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1, **spec_kw)
-    rec = StepRecorder(spec)
-    dataset = _Counted(fetch_s)
+def _run(tmp_path, fetch_s: float = 0.002, work_s: float = 0.0, samples: int = 10_000,
+         **spec_kw) -> tuple[StepRecorder, list[int], int]:
+    """A loop of 40 steps under the loader patch (or the loader's ``samples`` / 2 batches,
+    when fewer), each sample taking ``fetch_s`` to load and each step ``work_s`` of its
+    own; the dataset's fetch count after each step."""
+    # the spec inline: a dataclass with steps=3 held in the loop's frame would read as the run's length
+    rec = StepRecorder(ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1,
+                                   **spec_kw))
+    dataset = _Counted(fetch_s, samples)
     fetched, steps = [], 0
     patch = timed_iteration(rec).install()
     try:
@@ -65,6 +69,15 @@ def test_the_replay_steps_fetch_nothing_and_are_timed(tmp_path):
     facts = rec.facts()
     assert len(facts.replay_step_ms) == REPLAY_STEPS and all(ms >= 0 for ms in facts.replay_step_ms)
     assert [s.index for s in facts.steps] == [1, 2, 3]  # replay steps are not recorded steps
+
+
+def test_a_run_too_short_for_the_replay_turns_its_loop_no_more_than_its_batches(tmp_path):
+    """One epoch of 16 batches, the script's whole run: re-served batches would be turns of
+    its loop past its end (a OneCycleLR sized to it raised "Tried to step 17 times"). No
+    replay then; the twin above, 5000 batches, replays."""
+    rec, fetched, steps = _run(tmp_path, samples=32)
+    assert rec.facts().replay_step_ms == [] and rec.facts().planned_steps == 16
+    assert fetched[-1] == 2 * steps and steps <= 16  # every turn of the loop fetched its own batch
 
 
 def test_twin_a_step_that_hardly_waits_for_data_is_not_replayed(tmp_path):

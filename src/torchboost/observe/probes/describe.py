@@ -14,6 +14,7 @@ import torch
 import torch.optim.optimizer as _optim
 
 from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
+from torchboost.observe.probes import frames
 from torchboost.techniques._model import has_conv2d
 from torchboost.techniques.registry import ProbeContext, techniques
 
@@ -148,13 +149,17 @@ def find_grad_scaler(max_depth: int = 12) -> Any | None:
 
 def self_on_stack(kind: type, max_depth: int) -> Any | None:
     """The first ``self`` that is a ``kind`` in the frames above the caller's caller (up
-    to ``max_depth`` of them), or None: the object whose method called down to here."""
+    to ``max_depth`` of them), or None: the object whose method called down to here. Only
+    the frames of ``kind``'s own methods are read (:func:`~torchboost.observe.probes.frames.self_of`):
+    the script's frames are left as they were."""
+    codes = frames.method_codes(kind)
     frame = sys._getframe(2)
     for _ in range(max_depth):
         if frame is None:
             return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, kind):
-            return candidate
+        if frame.f_code in codes:
+            candidate = frames.self_of(frame)
+            if isinstance(candidate, kind):
+                return candidate
         frame = frame.f_back
     return None

@@ -2,8 +2,9 @@
 
 A GAN's two ``Adam`` s are told apart by what they train: "Adam (generator)", "Adam
 (discriminator)". The module is looked for among the script's own objects: the modules
-bound to names in the frames on the call stack (the script's globals, its ``main()``'s
-locals) and the root modules the loop called. The smallest module holding every one of
+bound to names in the script's frames on the call stack (its globals; its ``main()``'s
+locals only where reading them changes nothing, see :mod:`~torchboost.observe.probes.frames`)
+and the root modules the loop called. The smallest module holding every one of
 the optimizer's parameters names it: its variable name when it is one the script named,
 else its attribute path inside one (``model.generator`` reads "generator"), else its
 class. Called once per optimizer, at its first step.
@@ -16,27 +17,29 @@ from typing import Iterable
 
 import torch
 
+from torchboost.observe.probes import frames
+
 __all__ = ["module_names", "stepped_modules"]
 
 _MAX_FRAMES = 32
-_OWN_PACKAGES = ("torch", "torchboost", "lightning", "pytorch_lightning", "accelerate", "transformers")
-"""Packages whose frames hold no name of the script's (a framework's ``self.model``)."""
 
 
 def _named_in_frames(max_depth: int = _MAX_FRAMES) -> list[tuple[str, torch.nn.Module]]:
-    """(name, module) for each module bound to a name in the frames above, nearest first;
-    frames of torch and torchboost themselves are skipped."""
+    """(name, module) for each module bound to a name in the script's frames above, nearest
+    first, as far as they can be read without changing them
+    (:func:`~torchboost.observe.probes.frames.script_names`: globals, and locals from Python 3.13)."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
     frame = sys._getframe(1)
     for _ in range(max_depth):
         if frame is None:
             break
-        if str(frame.f_globals.get("__name__", "")).split(".")[0] not in _OWN_PACKAGES:
-            for name, value in list(frame.f_locals.items()):
-                if isinstance(value, torch.nn.Module) and id(value) not in seen and not name.startswith("_"):
-                    seen.add(id(value))
-                    found.append((name, value))
+        if frames.is_script_frame(frame):
+            for scope in frames.script_names(frame):
+                for name, value in list(scope.items()):
+                    if isinstance(value, torch.nn.Module) and id(value) not in seen and not name.startswith("_"):
+                        seen.add(id(value))
+                        found.append((name, value))
         frame = frame.f_back
     return found
 

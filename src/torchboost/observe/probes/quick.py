@@ -37,7 +37,7 @@ import torch
 from torchboost.evidence.observed import Facts, QuickProbeFacts
 from torchboost.techniques.registry import ProbeContext, QuickSwitch, techniques
 
-__all__ = ["QuickProbes", "choose_switches", "switch_for", "QUICK_PAIRS", "QUICK_SHARE"]
+__all__ = ["QuickProbes", "max_quick_steps", "choose_switches", "switch_for", "QUICK_PAIRS", "QUICK_SHARE"]
 
 QUICK_PAIRS = 3
 """Pairs of a plain and a switched step per probe (after its one unmeasured switched step)."""
@@ -46,6 +46,12 @@ QUICK_SHARE = 0.25
 most a fifth of the whole run."""
 
 _WARM, _PLAIN, _SWITCHED = "warm", "plain", "switched"
+
+
+def max_quick_steps() -> int:
+    """The most steps the quick probes take: a first step and the pairs, for each technique
+    with a switch."""
+    return sum(1 for t in techniques() if t.quick_probe is not None) * (1 + 2 * QUICK_PAIRS)
 
 
 def choose_switches(facts: Facts, ctx: ProbeContext) -> tuple[list[QuickSwitch], list[str]]:

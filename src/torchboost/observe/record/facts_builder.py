@@ -23,7 +23,8 @@ import torch
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, TrainerFacts
 from torchboost.observe.probes import describe
-from torchboost.observe.probes.run_length import Stated, length_from_arguments, script_arguments
+from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
+from torchboost.observe.probes.stated_length import Stated
 from torchboost.observe.record.loss_capture import LossCapture
 from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.record.stages import RunStages
@@ -85,7 +86,7 @@ def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
                 command: Sequence[str] = (), micro_steps: float | None = None,
                 stated: Stated = Stated()) -> tuple[int | None, str | None]:
     """Optimizer steps the script would run in full, and what gave them in words: a Hugging
-    Face Trainer's own length (``max_steps``, or its epochs), else the script's arguments
+    Face Trainer's own length (``max_steps``, or its epochs) or a Lightning one's, else the script's arguments
     (``--max_iters=400``, ``--epochs 3`` with the loader's length), else what the script
     set itself (``stated``: an argparse default, a config's ``max_iters``), else one epoch of the
     loader. ``micro_steps``: backward passes per optimizer step (a script accumulating by
@@ -95,6 +96,8 @@ def planned_run(loader: LoaderFacts | None, trainer: TrainerFacts | None,
         steps, words = trainer.run_length(batches)
         if steps:
             return steps, words
+    if stated.trainer is not None:  # a Lightning Trainer's own plan
+        return stated.trainer[1], stated.trainer[0]
     per_step = round(micro_steps) if micro_steps and micro_steps >= 1.5 else 1
     given = length_from_arguments(script_arguments(command), batches, per_step, stated)
     if given is not None:

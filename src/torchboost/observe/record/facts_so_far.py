@@ -32,6 +32,7 @@ class FactsSoFar:
         self._described: Facts | None = None  # facts built while the script's objects lived
         self.bf16_speedup: float | None = None
         """The CPU's bf16 matmul speed over fp32, once measured at the run's end."""
+        parts.stages.planned = self.planned_steps  # the replay asks whether the run has room for it
 
     def uses_cuda(self) -> bool:
         """The script trains on CUDA (see :func:`uses_cuda`)."""
@@ -40,8 +41,12 @@ class FactsSoFar:
     def at_warmup_end(self, uses_booster: bool) -> None:
         """Probe the settings and describe the script's objects while they are set up and alive."""
         self._parts.seen.snapshot_settings()
-        self._guarded(self._parts.seen.read_stated_length)
+        self._guarded(lambda: self._parts.seen.read_stated_length(self._parts.timing.boundaries))
         self._described = build_facts(self._parts, uses_booster, self._described, fresh=True)
+
+    def planned_steps(self) -> int | None:
+        """The script's planned run in steps as the facts built at the end of warm-up give it."""
+        return self._described.planned_steps if self._described is not None else None
 
     def facts(self, uses_booster: bool) -> Facts:
         """Everything seen so far (converts pending losses: may sync)."""

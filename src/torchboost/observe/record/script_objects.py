@@ -16,7 +16,7 @@ from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
 from torchboost.observe.probes import describe, hf_trainer
 from torchboost.observe.probes.optimizer_owner import stepped_modules
-from torchboost.observe.probes.run_length import Stated, stated_on_stack
+from torchboost.observe.probes.stated_length import Stated, stated_on_stack
 from torchboost.observe.record.optimizer_steps import OptimizerSteps
 
 __all__ = ["ScriptObjects"]
@@ -101,10 +101,11 @@ class ScriptObjects:
         if trainer is not None:
             self.trainer = hf_trainer.describe_trainer(trainer)
 
-    def read_stated_length(self) -> None:
-        """Read the run's length from the script's frames on the stack (:func:`stated_on_stack`):
-        called from a hook inside the script's loop, at the end of warm-up."""
-        self.stated = stated_on_stack()
+    def read_stated_length(self, steps_run: int) -> None:
+        """Read the run's length from the script's frames on the stack (:func:`stated_on_stack`;
+        ``steps_run``: the steps so far, which no length is): called from a hook inside the
+        script's loop, at the end of warm-up."""
+        self.stated = stated_on_stack(after=steps_run)
 
     # -- read by the recorder and the facts ------------------------------------------------
     @property

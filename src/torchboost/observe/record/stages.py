@@ -20,7 +20,7 @@ from typing import Any, Callable
 from torchboost import env as _env
 from torchboost.observe.probes.flop_count import StepFlops
 from torchboost.observe.probes.profile import ProfileWindow
-from torchboost.observe.probes.quick import QuickProbes
+from torchboost.observe.probes.quick import QuickProbes, max_quick_steps
 from torchboost.observe.probes.replay import REPLAY_MIN_DATA_PCT, REPLAY_STEPS, ReplayBatches
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.record.step_timing import StepTiming
@@ -45,6 +45,9 @@ class RunStages:
         """The quick probes: each switchable finding's fix timed against plain steps, after the replay."""
         self.quick_start: Callable[[QuickProbes], bool] | None = None
         """Starts :attr:`quick` (chooses the switches from the facts so far); set by the recorder."""
+        self.planned: Callable[[], int | None] = lambda: None
+        """The script's planned run in steps (None: unknown), as the facts so far give it; set by
+        :class:`~torchboost.observe.record.facts_so_far.FactsSoFar`."""
 
     def warmup_ends(self, done: int) -> bool:
         """The ``done``-th boundary ends warm-up (the first one when there is none)."""
@@ -75,7 +78,8 @@ class RunStages:
             return False
         if _in_a_job():  # each rank would decide on its own figures, stop at another step and leave its peers hanging
             return True
-        if done == profiled_end and self._spec.profile_steps and self._waits_for_data() and replay.start():
+        if (done == profiled_end and self._spec.profile_steps and self._waits_for_data() and self._room(done)
+                and replay.start()):
             return False
         if replay.active and len(replay.step_ms) < REPLAY_STEPS:
             return False
@@ -94,6 +98,13 @@ class RunStages:
         if not self._spec.bursts and (not self._spec.profile_steps or not (first or self.replay.step_ms)):
             return True  # tune's trials (no profiler window) probe only as burst trials
         return not self.quick_start(quick)
+
+    def _room(self, done: int) -> bool:
+        """The script would run the replay's steps and the quick probes' after ``done`` anyway:
+        re-served batches are extra turns of its loop, and a loop sized to the run (a
+        ``OneCycleLR`` of ``total_steps``) must not turn more often than it would have."""
+        planned = self.planned()
+        return planned is None or done + REPLAY_STEPS + max_quick_steps() <= planned
 
     def _waits_for_data(self) -> bool:
         """The recorded steps waited for data long enough for the replay probe to matter."""
