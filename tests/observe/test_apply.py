@@ -153,8 +153,9 @@ class _Combined(nn.Module):
         return self.head(self.enc1(x) + self.enc2(x))
 
 
-@pytest.mark.parametrize("apart", [True, False])  # twin: the same maths inside one model
-def test_bf16_from_outside_says_which_modules_it_covers(apart):
+def _script(apart: bool) -> Applier:
+    """The script's body, in a function of its own as a user's main() (a test function's
+    names are not read: pytest's rewritten asserts call locals() in it)."""
     enc1, enc2, head = nn.Linear(4, 8), nn.Linear(4, 8), nn.Linear(8, 1)
     model = _Combined(enc1, enc2, head)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -167,6 +168,12 @@ def test_bf16_from_outside_says_which_modules_it_covers(apart):
             optimizer.step()
     finally:
         applier.uninstall()
+    return applier
+
+
+@pytest.mark.parametrize("apart", [True, False])  # twin: the same maths inside one model
+def test_bf16_from_outside_says_which_modules_it_covers(apart):
+    applier = _script(apart)
     [line] = [n for n in applier.effect if "bf16 autocast" in n]
     if apart:
         assert line == ("bf16 autocast around Linear.forward (covers enc1, 1 of the 3 modules the loop trains; "
