@@ -76,15 +76,19 @@ def script_names(frame: types.FrameType) -> list[Mapping[str, Any]]:
 
 
 def method_codes(kind: type) -> frozenset[types.CodeType]:
-    """The code of every function defined on ``kind`` and its bases."""
+    """The code of every function defined on ``kind`` and its bases, a decorator's wrapper
+    and what it wraps alike (a few ``__wrapped__`` deep); never raises."""
     codes = set()
     for cls in kind.__mro__:
         for value in vars(cls).values():
-            function = inspect.unwrap(getattr(value, "__func__", value)) if callable(value) or hasattr(
-                value, "__func__") else None
-            code = getattr(function, "__code__", None)
-            if isinstance(code, types.CodeType):
-                codes.add(code)
+            function = getattr(value, "__func__", value)  # a classmethod's or staticmethod's function
+            for _ in range(4):
+                code = getattr(function, "__code__", None)
+                if isinstance(code, types.CodeType):
+                    codes.add(code)
+                function = getattr(function, "__wrapped__", None)
+                if function is None:
+                    break
     return frozenset(codes)
 
 
