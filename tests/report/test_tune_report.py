@@ -274,7 +274,7 @@ def test_failed_baseline_still_writes_a_report(tmp_path):
 def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_path):
     import dataclasses
 
-    from torchboost.tune.verify import EndToEnd
+    from torchboost.tune.end_to_end import EndToEnd
 
     searched = mixed_run()  # the search kept 62 ms/step against 84
     e2e = EndToEnd(baseline_runs_s=[9.9, 9.8, 10.0], tuned_runs_s=[10.0, 9.9, 10.1])

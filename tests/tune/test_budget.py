@@ -10,7 +10,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.tune import tuner
 from torchboost.tune.decision import TuneOutcome
 from torchboost.tune.trial_result import TrialResult
-from torchboost.tune.verify import EndToEnd
+from torchboost.tune.end_to_end import EndToEnd
 
 
 def _outcome(step_ms: float = 10.0, wall_s: float = 10.0, fixed_s: float = 9.5) -> TuneOutcome:

@@ -73,11 +73,21 @@ def test_a_busy_machine_measures_the_top_candidate_in_bursts(takes_bursts):
         assert decision.status != "kept" and busy
 
 
-def test_a_quiet_machine_runs_no_bursts():
-    """Twin of the busy case: runs agree, the pairs decide, no burst trial is run."""
+@pytest.mark.parametrize("takes_bursts", [True, False])
+def test_a_switchable_candidate_is_confirmed_in_one_burst_trial(takes_bursts):
+    """On a quiet machine too, an in-process switch is confirmed by alternating it inside one
+    run: its screening run and one burst trial, not pairs of runs. Twin: a measure that
+    cannot run bursts confirms it in pairs (more runs of the candidate)."""
     script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.01)
-    outcome = _search(script, script.measure)
-    assert outcome.settings.get("precision.mode") == "bf16" and not script.burst_trials
+    outcome = _search(script, script.measure if takes_bursts else script)
+    decision = next(d for d in outcome.decisions if d.lever == "precision")
+    candidate_runs = sum("precision.mode" in settings for settings, _, _ in script.calls)
+    assert outcome.settings.get("precision.mode") == "bf16" and decision.status == "kept"
+    if takes_bursts:
+        assert len(script.burst_trials) == 1 and "alternating bursts in one run" in decision.reason
+        assert candidate_runs == 1  # its screening: the bursts ran on the incumbent's run
+    else:
+        assert not script.burst_trials and "pair(s)" in decision.reason and candidate_runs >= 2
 
 
 def test_bursts_that_cannot_tell_either_say_so():
@@ -201,4 +211,5 @@ def test_a_second_switchable_lever_on_the_same_busy_machine_is_measured_too():
     by_lever = {d.lever: d for d in outcome.decisions}
     assert by_lever["precision"].status == "kept"
     assert by_lever["fp32_math"].status != "unconfirmed" and not outcome.stopped_by_budget
-    assert sum("fp32_math.mode" in settings for settings, _, _ in script.calls) >= 2  # screened, then a pair
+    assert sum("fp32_math.mode" in settings for settings, _, _ in script.calls) >= 1  # screened, then bursts
+    assert any(b.change == {"fp32_math.mode": "bf16"} for b in script.burst_trials)

@@ -55,7 +55,7 @@ def test_a_budget_spent_before_the_top_candidate_says_so_and_what_it_would_take(
     candidate was never measured and how much more budget it needs, and its verdict is not
     'nothing was faster'. Twin: budget enough, the candidate is measured."""
     from torchboost.tune.decision import TuneOutcome
-    from torchboost.tune.tuner import _nothing_kept
+    from torchboost.tune.end_to_end import nothing_kept as _nothing_kept
 
     measured = {"precision.lower": Measured(1.8, 6, "bf16 autocast")}
     script = SlowScript(step_ms=4000.0, factors={("precision.mode", "bf16"): 0.6})

@@ -16,12 +16,18 @@ from torchboost.tune.search import SearchOptions, run_search
 BF16 = {"precision.lower": Measured(1.5, 6, "bf16 autocast")}
 
 
+def _pairs_only(levers):
+    """The precision lever as one no quick probe times: confirmed in pairs of runs, not in
+    alternating bursts (this file is about the pairs' runs)."""
+    return [dataclasses.replace(lv, probed_by="") for lv in levers if lv.id == "precision"]
+
+
 @pytest.mark.parametrize("sequential", [True, False])
 def test_a_clear_candidates_pairs_stop_once_decided(sequential):
     script = SlowScript(factors={("precision.mode", "bf16"): 0.66})
     measure = script.measure if sequential else script  # twin: a measure that cannot stop runs every step
     context = dataclasses.replace(CPU2, measured=BF16)
-    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    levers = _pairs_only(order_levers(default_levers(), {}, BF16))
     outcome = run_search(levers, context, measure, SearchOptions(budget_s=3000), clock=script.clock)
     decision = next(d for d in outcome.decisions if d.lever == "precision")
     assert decision.status == "kept" and decision.ratio == pytest.approx(0.66, rel=0.03)
@@ -43,7 +49,7 @@ def test_a_measure_wrapped_with_keywords_still_stops_decided_pairs(wrapped):
 
     measure = passed_on if wrapped == "keywords" else script.measure
     context = dataclasses.replace(CPU2, measured=BF16)
-    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    levers = _pairs_only(order_levers(default_levers(), {}, BF16))
     run_search(levers, context, measure, SearchOptions(budget_s=3000), clock=script.clock)
     assert script.now < 900  # the pairs' B's stopped once decided: 833 s against 1010 s in full
 
@@ -52,7 +58,7 @@ def test_a_measure_without_keywords_is_not_handed_them():
     """The twin of the wrapper: a measure taking only (settings, repeat) runs every trial in full."""
     script = SlowScript(factors={("precision.mode", "bf16"): 0.66})
     context = dataclasses.replace(CPU2, measured=BF16)
-    levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
+    levers = _pairs_only(order_levers(default_levers(), {}, BF16))
     run_search(levers, context, lambda settings, repeat: script(settings, repeat), SearchOptions(budget_s=3000),
                clock=script.clock)
     assert script.now > 900

@@ -62,7 +62,7 @@ def test_a_memory_lever_kept_to_fit_survives_a_slower_end_to_end_check_and_says_
 
     from torchboost.config import Overlay
     from torchboost.techniques.cpu import CpuConfig
-    from torchboost.tune.tuner import end_to_end_verdict
+    from torchboost.tune.end_to_end import end_to_end_verdict
 
     settings = Overlay.of(CpuConfig, threads=1)  # any kept setting; what matters is why it was kept
     slower = EndToEnd(baseline_runs_s=[30.0, 31.0, 30.5], tuned_runs_s=[36.0, 37.0, 36.5])
@@ -190,7 +190,7 @@ def test_twin_with_no_longer_planned_run_the_capped_runs_are_judged_as_measured(
 
 
 def test_the_verdict_on_projected_runs_says_they_are_projected():
-    from torchboost.tune.tuner import end_to_end_verdict
+    from torchboost.tune.end_to_end import end_to_end_verdict
 
     kept, why = end_to_end_verdict(Overlay({"compile.mode": "default"}), [], _capped(5000), 0.03)
     assert kept and why.startswith("verified end to end: 1.31x")
@@ -224,7 +224,7 @@ def test_capped_runs_the_script_ended_itself_before_the_cap_are_whole_runs(tmp_p
     # A 300-step script under a cap of 1387: every run was the whole script, so the report says
     # so and projects nothing (twin: runs the cap stopped are runs of 1387, projected).
     from torchboost.tune import verify as verify_module
-    from torchboost.tune.tuner import end_to_end_verdict
+    from torchboost.tune.end_to_end import end_to_end_verdict
 
     def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
         return (6.0, 20.0, ended_at) if config.compile.mode != "off" else (10.0, 33.0, ended_at)
@@ -261,7 +261,7 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
 
 
 def test_a_check_that_finished_no_pair_says_so_and_keeps_nothing():
-    from torchboost.tune.tuner import end_to_end_verdict
+    from torchboost.tune.end_to_end import end_to_end_verdict
 
     none = EndToEnd(baseline_runs_s=[10.0], steps=100, planned_steps=5000, baseline_pace_ms=[80.0], out_of_time=True)
     kept, why = end_to_end_verdict(Overlay({"cpu.threads": 1}), [], none, 0.03)

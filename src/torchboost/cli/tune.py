@@ -103,8 +103,9 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
 
 
 def tune_with_progress(command: list[str], options: TuneOptions, console: Console,
-                       facts: Any = None) -> TuneRun:
-    """Run tune_script with a live progress bar and one line per decision."""
+                       facts: Any = None, spent_s: float = 0.0) -> TuneRun:
+    """Run tune_script with a live progress bar and one line per decision; ``spent_s``: the
+    seconds the doctor run of ``facts`` took, counted in the budget."""
     with Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task("diagnosing the baseline", total=options.budget_s)
@@ -126,7 +127,7 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
             progress.update(task, description=f"end to end: {name} run, pair {pair + 1} of {options.verify_pairs}")
 
         return tune_script(command, options, on_trial=on_trial, on_decision=on_decision, on_verify=on_verify,
-                           facts=facts)
+                           facts=facts, spent_s=spent_s)
 
 
 def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:

@@ -17,6 +17,7 @@ STATUS_MEANINGS = {
     "not_beyond_noise": "faster, but by less than the noise floor or the least gain asked for",
     "not_repaid": "faster per step, but its fixed cost (compile, start-up) is not repaid over the planned run",
     "screened_out": "another candidate of the same technique was faster in screening",
+    "replaced": "kept, then replaced by another candidate of the same technique confirmed faster than it",
     "unconfirmed": "the budget ran out before a confirming pair",
     "incorrect": "faster or not, it changed the training loss beyond tolerance",
     "failed": "the script crashed or timed out with it",

@@ -19,7 +19,7 @@ from torchboost.report import _tune_text as words
 __all__ = ["print_tune"]
 
 _STATUS_STYLES = {"kept": "bold green", "slower": "bold yellow", "not_beyond_noise": "yellow",
-                  "not_repaid": "yellow", "screened_out": "dim", "unconfirmed": "yellow", "incorrect": "bold red",
+                  "not_repaid": "yellow", "screened_out": "dim", "replaced": "dim", "unconfirmed": "yellow", "incorrect": "bold red",
                   "failed": "bold red", "skipped": "dim", "over_memory": "bold red"}
 _TOP_FINDINGS = 3
 

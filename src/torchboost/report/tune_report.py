@@ -49,7 +49,8 @@ is baseline step time / this step time (above 1 is faster)::
                        lever: it brought the peak under the memory limit) | "slower" |
                        "not_beyond_noise" | "not_repaid" (its fixed cost is not repaid over
                        the planned run) | "screened_out" (another candidate of the lever was
-                       faster) | "unconfirmed" (the budget ran out) | "incorrect" (loss
+                       faster) | "replaced" (kept, then replaced by a candidate of the same
+                       lever confirmed faster) | "unconfirmed" (the budget ran out) | "incorrect" (loss
                        parity failed) | "failed" (crashed) | "skipped" (not worth trying;
                        a memory lever when nothing is over the memory limit) |
                        "over_memory" (its peak memory was over the memory limit);

@@ -63,6 +63,16 @@ class TuneContext:
     memory's, read by cudnn's lever too)."""
     file_system_sharing: bool = True
     """The platform offers torch's file_system sharing strategy for worker batches (the loader's)."""
+    batch_load_ms: float | None = None
+    """Milliseconds the doctor's run waited for a batch that its training process loaded
+    itself (no loader workers): what one worker takes to load it (the loader's); None: not
+    known (no loader, or workers already loading)."""
+    dataless_step_ms: float | None = None
+    """A step with no loader work at torch's own thread count (``dataless_threads``), ms:
+    the doctor's replay of batches already seen, else the step less its wait for data (the
+    loader's); None: not known."""
+    dataless_threads: int = 0
+    """The intra-op threads the doctor's run stepped with (0: not known)."""
     cpu_bf16_speedup: float | None = None
     """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown;
     precision's)."""
@@ -127,6 +137,12 @@ class Lever:
     """A memory lever: it trades time for memory; tried only when the incumbent's peak is
     over the memory limit, and kept when it brings the peak under the limit, whatever its
     time cost (which is shown)."""
+    floor: Callable[[Overlay, TuneContext], tuple[float, str] | None] | None = None
+    """The least step time a candidate change could reach by the doctor's measurements, ms,
+    and that bound in words ("loading a batch took 22.0 ms in the training process: 11.0 ms
+    over 2 workers"); None for a change it cannot bound. The search screens the
+    candidates lowest bound first, and one whose bound cannot beat the configuration kept
+    so far is not screened."""
 
     def propose(self, incumbent: Mapping[str, Any], ctx: TuneContext) -> list[Overlay]:
         """The candidate changes on top of ``incumbent`` (the settings kept so far)."""

@@ -79,17 +79,18 @@ def more_bursts(ratios: Sequence[float], min_gain: float, runs: int) -> bool:
     return verdict is None and median < 1.0 - min_gain and runs < MAX_BURST_RUNS
 
 
-def burst_decision(ratios: Sequence[float], min_gain: float, noise: float, *, runs: int = 1,
+def burst_decision(ratios: Sequence[float], min_gain: float, noise: float | None, *, runs: int = 1,
                    error: str | None = None) -> tuple[Status | None, str, float]:
     """The decision on a candidate from the pairs' ``ratios`` of its ``runs`` burst trials:
     (the status, or None when undecided; the reason in words; the median ratio). ``noise``:
-    the pairs' A/A noise floor it stood in for; ``error``: why a burst trial gave no ratio."""
+    the A/A noise floor of runs measured apart, when pairs of runs measured it (None: they
+    did not); ``error``: why a burst trial gave no ratio."""
     if not ratios:
         return None, f"alternating bursts in one run gave no ratio: {error}", math.nan
     verdict, ratio, half = burst_verdict(ratios, min_gain)
     where = "in one run" if runs == 1 else f"in {runs} runs"
-    said = (f"median ratio {ratio:.3f} ± {half:.3f} over {len(ratios)} pairs of alternating bursts {where} "
-            f"(runs measured apart varied by {noise:.0%})")
+    apart = f" (runs measured apart varied by {noise:.0%})" if noise is not None else ""
+    said = f"median ratio {ratio:.3f} ± {half:.3f} over {len(ratios)} pairs of alternating bursts {where}{apart}"
     if verdict is None:
         return None, f"{said}: not decided either way", ratio
     status = {FASTER: Status.KEPT, SLOWER: Status.SLOWER, NO_GAIN: Status.NOT_BEYOND_NOISE}[verdict]

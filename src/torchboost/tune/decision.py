@@ -30,6 +30,8 @@ class Status(str, enum.Enum):
     planned run; the decision gives the break-even."""
     SCREENED_OUT = "screened_out"
     """Another candidate of the same lever was faster in screening."""
+    REPLACED = "replaced"
+    """Kept, then replaced by a candidate of the same lever confirmed faster than it."""
     UNCONFIRMED = "unconfirmed"
     """The budget ran out (or the incumbent failed) before a confirming pair."""
     INCORRECT = "incorrect"
@@ -78,6 +80,8 @@ class Decision:
     """Compile seconds of its first run (an empty compile cache), for a compile lever."""
     compile_warm_s: float | None = None
     """Compile seconds of every later run (the cache warm): what the user pays each run."""
+    in_bursts: bool = False
+    """Decided in alternating bursts inside one run: ``ratios`` are the bursts' pairs."""
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -18,21 +20,42 @@ Measure = Callable[[Overlay, int], TrialResult]
 
 
 class Runner:
-    """Counts repeats per settings so each measurement has a stable (settings, repeat) key."""
+    """Counts repeats per settings so each measurement has a stable (settings, repeat) key,
+    and keeps the search within its budget: no trial starts after ``budget_s``, nor one that
+    would run into the time kept for what comes after the search (:meth:`keep_back`)."""
 
-    def __init__(self, measure: Measure, budget_s: float, clock: Callable[[], float]):
+    def __init__(self, measure: Measure, budget_s: float, clock: Callable[[], float],
+                 deadline_s: float | None = None):
         self._measure = measure
         self._counts: dict[str, int] = {}
         self._budget_s = budget_s
+        self._deadline_s = deadline_s
+        self._kept_back_s = 0.0
         self._takes = _keywords(measure, ("slower_than_ms", "decide", "bursts"))
         self._clock = clock
         self.start = clock()
         self.trials = 0
+        self.durations_s: list[float] = []
+        """Seconds each trial took, in order."""
         self.max_load_pct = 0.0
         """The most of the machine other processes took during any trial so far, percent."""
 
-    def out_of_budget(self) -> bool:
-        return self._clock() - self.start >= self._budget_s
+    def keep_back(self, seconds: float) -> None:
+        """Keep the last ``seconds`` before the deadline for after the search (the end-to-end
+        check): no trial that would run into them starts."""
+        self._kept_back_s = max(0.0, seconds)
+
+    @property
+    def search_end_s(self) -> float:
+        """Seconds from the start by which the search's trials must have ended (inf: none)."""
+        return math.inf if self._deadline_s is None else self._deadline_s - self._kept_back_s
+
+    def out_of_budget(self, trials: int = 1) -> bool:
+        """No further trial starts: the budget is spent, or ``trials`` trials as long as the
+        typical one so far (a pair: two) would run into the time kept back."""
+        elapsed = self._clock() - self.start
+        typical = statistics.median(self.durations_s) if self.durations_s else 0.0
+        return elapsed >= self._budget_s or elapsed + trials * typical > self.search_end_s
 
     def elapsed_s(self) -> float:
         return self._clock() - self.start
@@ -54,7 +77,9 @@ class Runner:
         self.trials += 1
         given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
+        began = self._clock()
         result = self._measure(Overlay(settings), repeat, **stops)
+        self.durations_s.append(max(0.0, self._clock() - began))
         self.max_load_pct = max(self.max_load_pct, result.load_pct)
         return result
 
@@ -76,7 +101,10 @@ class Screened(NamedTuple):
 
     ms: float
     change: Overlay
+    """What the candidate changes (its lever's knobs)."""
     result: TrialResult
+    settings: Overlay = Overlay()
+    """Everything it ran with: ``change`` on the settings kept before its lever."""
 
 
 @dataclass

@@ -6,14 +6,21 @@ resumed run that replays recorded measurements makes the same choices.
 
 For each lever, largest expected gain first:
 
-1. screen: measure each candidate once on top of the incumbent; drop those that fail or
-   break loss parity (held to the script's own spread when it is not reproducible);
-2. confirm: the fastest survivor against the incumbent, measured in turn (A B A B) until
-   ``clear_pairs`` consecutive ratios agree on the verdict or ``max_repeats`` run out; on a
-   machine whose A/A noise floor is wider than the gain an in-process switch could show,
-   after one pair, in alternating bursts inside one run instead (:mod:`.bursts`);
-3. keep it when the median ratio beats ``min_gain`` and the noise floor, and (for compile)
-   when the compile time pays for itself over the planned run; otherwise revert.
+1. screen its candidates one at a time, the one the doctor's measurements bound lowest
+   first (``Lever.floor``), each on the settings kept before the lever; drop those that
+   fail or break loss parity (held to the script's own spread when it is not reproducible);
+2. confirm at once a candidate that beats the configuration kept so far beyond the noise
+   floor, before any sibling is screened (:mod:`.confirm`): an in-process switch in
+   alternating bursts inside one run (:mod:`.bursts`), any other in A B A B pairs until
+   ``clear_pairs`` consecutive ratios agree or ``max_repeats`` run out; keep it when the
+   median ratio beats ``min_gain`` and the noise floor, and (for compile) when the compile
+   time pays for itself over the planned run;
+3. screen a sibling only while its bound leaves it room to beat what is kept; one confirmed
+   faster replaces it. When no candidate beat the incumbent in screening, the fastest is
+   confirmed the same way.
+
+The budget keeps the end-to-end check's time (``run_search``'s ``reserve``): no trial starts
+that would run into it.
 
 Memory levers come first, and only while the baseline peaks over the memory limit
 (:mod:`torchboost.tune.memory_limit`): the first that brings the peak under it is kept,
@@ -34,12 +41,11 @@ from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallSte
 from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.levers import Lever, TuneContext
 from torchboost.tune.probe_order import lever_measurement, why_not_tried
-from torchboost.tune.bursts import burst_decision, more_bursts, plan_bursts
-from torchboost.tune.pairs import Measure, Pairs, Screened
-from torchboost.tune.repaid import cannot_pay_off, repaid
-from torchboost.tune.parity import ParityVerdict, judge
+from torchboost.tune.pairs import Measure, Screened
+from torchboost.tune.repaid import cannot_pay_off
+from torchboost.tune.parity import ParityVerdict
 from torchboost.tune.search_options import SearchOptions
-from torchboost.tune.search_state import SearchState
+from torchboost.tune.confirm import Confirming
 from torchboost.tune.trial_result import TrialResult, describe_settings
 
 __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
@@ -48,8 +54,8 @@ __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep"
 Settings = Overlay
 
 
-class _Search(SearchState):
-    """One search: the levers pulled in turn on top of the incumbent (:class:`SearchState`)."""
+class _Search(Confirming):
+    """One search: the levers pulled in turn on top of the incumbent (:class:`Confirming`)."""
 
     def pull_levers(self, levers: list[Lever], context: TuneContext) -> None:
         """The memory levers, then each other lever in turn, then the interaction pass."""
@@ -122,64 +128,108 @@ class _Search(SearchState):
         return cannot is not None
 
     def _pull(self, lever: Lever, proposals: list[Settings]) -> None:
-        """Screen the proposals, confirm the fastest against the incumbent, keep or revert it."""
-        survivors = self._screen(lever, proposals)
-        if not survivors:
-            return
-        best = min(survivors, key=lambda s: s.ms)
-        for other in survivors:
-            if other.change is not best.change:
-                self.record(lever, other.change, Status.SCREENED_OUT,
-                            f"{other.ms:.1f} ms/step in screening, against {best.ms:.1f} ms for "
-                            f"{describe_settings(best.change)}",
-                            ratio=other.ms / self.incumbent_ms, ms_per_step=other.ms,
-                            peak_memory_bytes=other.result.peak_memory_bytes)
-        pairs = self._confirm(lever, best)
-        if pairs.failure is not None or pairs.count == 0:
-            status, why = pairs.failure or (Status.UNCONFIRMED, "the budget ran out before a confirming pair")
-            self.record(lever, best.change, status, why, ratio=pairs.ratios[0], ratios=pairs.ratios,
-                        ms_per_step=best.ms, peak_memory_bytes=pairs.peak_memory_bytes)
-            if pairs.failure is None:
+        """Screen the proposals one at a time, the lowest bound first (:meth:`_ordered`), each
+        on the settings kept before the lever. One that beats the configuration kept so far
+        beyond the noise floor in screening is confirmed at once, before any sibling is
+        screened; a sibling is then screened only where its bound leaves it room to beat
+        what is kept (:meth:`_no_room`), and one confirmed faster replaces the other. When
+        none beats it in screening, the fastest is confirmed."""
+        base, won, runners = self.incumbent, None, []
+        for change in self._ordered(lever, proposals):
+            if self.stopped or self.run.out_of_budget():
                 self.stopped = True
-            return
-        self._decide(lever, best, pairs)
+                break
+            no_room = self._no_room(lever, change)
+            if no_room is not None:
+                self.record(lever, change, Status.SKIPPED, no_room)
+                continue
+            screened = self._screen_one(lever, base, change)
+            if screened is None:
+                continue
+            self.screened.setdefault(lever.id, []).append((screened.ms, change))
+            if screened.ms >= self.incumbent_ms * self.threshold:
+                runners.append(screened)
+            elif self._settle(lever, screened, won):
+                won = screened
+        if won is not None:
+            self._screened_out(lever, runners, won, "kept")
+        elif runners:
+            best = min(runners, key=lambda s: s.ms)
+            self._screened_out(lever, [r for r in runners if r is not best], best, "in screening")
+            self._settle(lever, best, None)
+
+    def _ordered(self, lever: Lever, proposals: list[Settings]) -> list[Settings]:
+        """The proposals lowest bound first (``Lever.floor``: the doctor's measurements), the
+        lever's own order among equals and for those it cannot bound."""
+        if lever.floor is None:
+            return list(proposals)
+        floors = [lever.floor(change, self.context) for change in proposals]
+        return [change for _, _, change in sorted(
+            ((bound[0] if bound is not None else 0.0), i, change) for i, (change, bound) in enumerate(zip(proposals, floors)))]
+
+    def _no_room(self, lever: Lever, change: Settings) -> str | None:
+        """Why ``change`` is not screened: its bound (``Lever.floor``) cannot beat the
+        configuration kept so far beyond the noise floor; None when it can, or is unbounded."""
+        bound = lever.floor(change, self.context) if lever.floor is not None else None
+        if bound is None or bound[0] < self.incumbent_ms * self.threshold:
+            return None
+        kept = "the baseline's" if not self.incumbent else "the configuration kept so far's"
+        return (f"not screened: it cannot step in less than {bound[0]:.1f} ms ({bound[1]}), and "
+                f"{kept} {self.incumbent_ms:.1f} ms/step needs under {self.incumbent_ms * self.threshold:.1f} ms")
+
+    def _screened_out(self, lever: Lever, runners: list[Screened], best: Screened, how: str) -> None:
+        """Record the ``runners`` a faster candidate of the lever (``best``) left behind."""
+        for other in runners:
+            self.record(lever, other.change, Status.SCREENED_OUT,
+                        f"{other.ms:.1f} ms/step in screening, against {best.ms:.1f} ms for "
+                        f"{describe_settings(best.change)} ({how})",
+                        ratio=other.ms / self.incumbent_ms, ms_per_step=other.ms,
+                        peak_memory_bytes=other.result.peak_memory_bytes)
 
     def _screen(self, lever: Lever, proposals: list[Settings]) -> list[Screened]:
-        """Measure each proposal once on top of the incumbent; record those that fail, break
-        parity or peak over the memory limit, and return the rest. A memory lever runs in
-        full: its time cost is not a reason to stop it."""
+        """Each proposal screened once on top of the incumbent (:meth:`_screen_one`): the ones
+        that ran, kept parity and stayed under the memory limit."""
         survivors: list[Screened] = []
         for change in proposals:
             if self.run.out_of_budget():
                 self.stopped = True
                 break
-            slower_than_ms = None if lever.for_memory else self.options.early_stop * self.incumbent_ms
-            result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)
-            again = result.ok and result.stopped_early and self._busy(result) and not self.run.out_of_budget()
-            if again:
-                result = self.run(self.incumbent | change, slower_than_ms=slower_than_ms)
-            peak = result.peak_memory_bytes
-            if result.ok and result.stopped_early:
-                self.record(lever, change, Status.SLOWER, self._stopped_words(result, again),
-                            ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step,
-                            peak_memory_bytes=peak)
-                continue
-            if not result.ok:
-                self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
-                continue
-            verdict = self._judge(lever, result)
-            if not verdict.ok:  # incorrect, or too noisy to tell (an unseeded script's own spread)
-                self.record(lever, change, Status(verdict.rejected_as), verdict.detail, ms_per_step=result.ms_per_step,
-                            peak_memory_bytes=peak)
-                continue
-            over = self.memory.over(peak, lever.for_memory)
-            if over is not None:
-                self.record(lever, change, Status.OVER_MEMORY, over, ratio=result.ms_per_step / self.incumbent_ms,
-                            ms_per_step=result.ms_per_step, peak_memory_bytes=peak)
-                continue
-            survivors.append(Screened(result.ms_per_step, change, result))
+            screened = self._screen_one(lever, self.incumbent, change)
+            if screened is not None:
+                survivors.append(screened)
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
+
+    def _screen_one(self, lever: Lever, base: Settings, change: Settings) -> Screened | None:
+        """Measure ``change`` once on ``base`` (the settings kept before its lever); record it
+        when it fails, breaks parity or peaks over the memory limit (None), else return it. A
+        memory lever runs in full: its time cost is not a reason to stop it."""
+        slower_than_ms = None if lever.for_memory else self.options.early_stop * self.incumbent_ms
+        settings = base | change
+        result = self.run(settings, slower_than_ms=slower_than_ms)
+        again = result.ok and result.stopped_early and self._busy(result) and not self.run.out_of_budget()
+        if again:
+            result = self.run(settings, slower_than_ms=slower_than_ms)
+        peak = result.peak_memory_bytes
+        if result.ok and result.stopped_early:
+            self.record(lever, change, Status.SLOWER, self._stopped_words(result, again),
+                        ratio=result.ms_per_step / self.incumbent_ms, ms_per_step=result.ms_per_step,
+                        peak_memory_bytes=peak)
+            return None
+        if not result.ok:
+            self.record(lever, change, Status.FAILED, result.error or "the trial failed", peak_memory_bytes=peak)
+            return None
+        verdict = self._judge(lever, result)
+        if not verdict.ok:  # incorrect, or too noisy to tell (an unseeded script's own spread)
+            self.record(lever, change, Status(verdict.rejected_as), verdict.detail, ms_per_step=result.ms_per_step,
+                        peak_memory_bytes=peak)
+            return None
+        over = self.memory.over(peak, lever.for_memory)
+        if over is not None:
+            self.record(lever, change, Status.OVER_MEMORY, over, ratio=result.ms_per_step / self.incumbent_ms,
+                        ms_per_step=result.ms_per_step, peak_memory_bytes=peak)
+            return None
+        return Screened(result.ms_per_step, change, result, settings)
 
     def _stopped_words(self, result: TrialResult, again: bool) -> str:
         """Why a screening trial was stopped early (``again``: the second time, the first
@@ -203,117 +253,6 @@ class _Search(SearchState):
             verdict = self._parity(lever, result.losses)
         return verdict
 
-    def _parity(self, lever: Lever, losses: list[float]) -> ParityVerdict:
-        """``losses`` of one of ``lever``'s candidates judged against the incumbent's (:func:`judge`)."""
-        return judge(lever, losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced,
-                     random_ops=self.context.random_ops)
-
-    def _confirm(self, lever: Lever, best: Screened) -> Pairs:
-        """The screening ratio compares with an incumbent measured earlier; at least one
-        fresh pair, run back to back, must confirm it before anything is kept. A pair run
-        while other processes loaded the machine is measured once more."""
-        candidate = self.incumbent | best.change
-        pairs = Pairs([best.ms / self.incumbent_ms], [self.incumbent_ms], [best.ms],
-                       incumbent_fixed=[self.incumbent_fixed], candidate_fixed=[best.result.fixed_s],
-                       candidate_compile=[best.result.compile_s],
-                       peak_memory_bytes=best.result.peak_memory_bytes)
-        retried = False
-        while pairs.count < self.options.max_repeats and not self.run.out_of_budget():
-            if pairs.settled(self.options.clear_pairs, self.threshold) and self.floor.count >= self.options.noise_repeats:
-                break
-            if pairs.count and self._bursts_instead(lever, best):
-                break  # one fresh pair at least: the decision rests on a pair or on bursts
-            a = self._incumbent_again()
-            # Screening ran the candidate in full (its losses judged over every step): a pair's
-            # run may stop once its steps decide the ratio to the A just measured.
-            b = self.run(candidate, decide=(a.ms_per_step, 1.0 - self.threshold) if a.ok else None)
-            pairs.peak_memory_bytes = max(pairs.peak_memory_bytes, b.peak_memory_bytes)
-            pairs.failure = self._pair_failure(lever, a, b)
-            if pairs.failure is not None:
-                break
-            if self._busy(a, b) and not retried:
-                retried = True
-                continue
-            pairs.add(a.ms_per_step, b.ms_per_step, a.fixed_s, b.fixed_s, b.compile_s)
-        return pairs
-
-    def _pair_failure(self, lever: Lever, a: TrialResult, b: TrialResult) -> tuple[Status, str] | None:
-        """What went wrong with one pair (incumbent ``a``, candidate ``b``), if anything."""
-        if not b.ok:
-            return Status.FAILED, f"failed when measured again: {b.error}"
-        if not a.ok:
-            return Status.UNCONFIRMED, f"the incumbent failed when measured again: {a.error}"
-        verdict = self._parity(lever, b.losses)
-        if not verdict.ok:
-            return Status(verdict.rejected_as), f"{verdict.rejected_as.replace('_', ' ')} when measured again: {verdict.detail}"
-        over = self.memory.over(b.peak_memory_bytes, lever.for_memory)
-        if over is not None:
-            return Status.OVER_MEMORY, f"over the memory limit when measured again: {over}"
-        return None
-
-    def _decide(self, lever: Lever, best: Screened, pairs: Pairs) -> None:
-        """Keep a confirmed candidate when its median ratio clears the noise floor and the
-        least gain, and its fixed cost (start-up, compile) is repaid over the planned run."""
-        ratio = statistics.median(pairs.ratios)
-        candidate_ms = statistics.median(pairs.candidate_ms)
-        n = len(pairs.ratios)
-        status, reason, break_even = Status.KEPT, f"median ratio {ratio:.3f} over {n} pair(s)", None
-        if self.threshold > 0 and ratio > 1.0 / self.threshold:  # slower beyond the margin a gain must clear
-            status, reason = Status.SLOWER, f"median ratio {ratio:.3f} over {n} pair(s)"
-        elif ratio >= self.threshold:
-            status, reason = Status.NOT_BEYOND_NOISE, (
-                f"median ratio {ratio:.3f} over {n} pair(s); needs < {self.threshold:.3f} "
-                f"(the least gain {self.options.min_gain:.0%}, the noise floor {self.floor.noise:.1%})")
-        else:
-            status, reason, break_even = repaid(lever, pairs, self.options.run_steps, self.floor.fixed_noise_s)
-        if status is Status.NOT_BEYOND_NOISE and self._bursts_instead(lever, best):
-            decided, said = self._in_bursts(lever, best, pairs)
-            if decided:
-                return
-            reason += f"; {said}"
-        if status is Status.KEPT:
-            self._keep(lever, best, pairs, candidate_ms)
-        cold_s, warm_s = pairs.compile_costs() if lever.fixed_cost else (None, None)
-        self.record(lever, best.change, status, reason, ratio=ratio, ratios=pairs.ratios, ms_per_step=candidate_ms,
-                    break_even_steps=break_even, peak_memory_bytes=pairs.peak_memory_bytes,
-                    compile_cold_s=cold_s, compile_warm_s=warm_s)
-
-    def _bursts_instead(self, lever: Lever, best: Screened) -> bool:
-        """Pairs of runs cannot tell here: the noise floor (once measured) is wider than the
-        gain the candidate could show (the doctor's probe of it, else its screening), and it
-        is an in-process switch the measure can alternate in bursts (:mod:`.bursts`)."""
-        if not (lever.probed_by and not lever.fixed_cost and self.run.takes_bursts and self.floor.count):
-            return False
-        measured = lever_measurement(lever, self.context)
-        expected = measured.ratio if measured is not None else self.incumbent_ms / best.ms
-        return self.floor.noise > max(self.options.min_gain, 1.0 - 1.0 / max(expected, 1e-9))
-
-    def _in_bursts(self, lever: Lever, best: Screened, pairs: Pairs) -> tuple[bool, str]:
-        """The candidate alternated with the incumbent in bursts inside one run, more runs
-        pooled while the gain is hidden by the noise (:func:`more_bursts`); (True, "") once
-        that decided it (the decision recorded, a faster one kept), else (False, why)."""
-        plan = plan_bursts(best.change, self.incumbent_ms, self.options.trial_steps)
-        ratios: list[float] = []
-        runs, error = 0, None
-        while not self.run.out_of_budget() and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs)):
-            trial = self.run(self.incumbent, bursts=plan)
-            runs += 1
-            if not trial.ok or not trial.burst_ratios:
-                error = trial.burst_error or trial.error
-                break
-            ratios += trial.burst_ratios
-        if runs == 0:
-            return False, "no budget was left to measure it in alternating bursts"
-        status, said, ratio = burst_decision(ratios, self.options.min_gain, self.floor.noise, runs=runs, error=error)
-        if status is None:
-            return False, said
-        candidate_ms = self.incumbent_ms * ratio
-        if status is Status.KEPT:
-            self._keep(lever, best, Pairs(ratios, [], [], candidate_fixed=[best.result.fixed_s],
-                                          peak_memory_bytes=pairs.peak_memory_bytes), candidate_ms)
-        self.record(lever, best.change, status, said, ratio=ratio, ratios=ratios, ms_per_step=candidate_ms,
-                    peak_memory_bytes=pairs.peak_memory_bytes)
-        return True, ""
 
 
 def run_search(
@@ -324,10 +263,15 @@ def run_search(
     *,
     clock: Callable[[], float] = time.monotonic,
     on_decision: Callable[[Decision], None] | None = None,
+    reserve: Callable[[TrialResult], float] | None = None,
 ) -> TuneOutcome:
-    """Measure the baseline, then try each lever in order; see the module docstring."""
+    """Measure the baseline, then try each lever in order; see the module docstring.
+    ``reserve``: the seconds the end-to-end check will take, from the baseline's trial: kept
+    back before ``options.deadline_s``, never spent on a trial."""
     search = _Search(measure, options, clock, on_decision, context.memory_limit_bytes)
     error = search.baseline_error()
+    if error is None and reserve is not None:
+        search.run.keep_back(reserve(search.baseline))
     if error is None:
         search.measure_noise()
         search.pull_levers(levers, context)

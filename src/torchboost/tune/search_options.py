@@ -15,6 +15,10 @@ class SearchOptions:
 
     budget_s: float = 600.0
     """Stop starting new trials after this many seconds; keep the best so far."""
+    deadline_s: float | None = None
+    """Seconds from the search's start by which the whole tune ends, the end-to-end check
+    included: the check's reserve (``run_search``'s ``reserve``) is kept before it, and no
+    trial that would run into it starts. None: only ``budget_s`` bounds the search."""
     min_gain: float = 0.03
     """A lever is kept only when it makes the step at least this much faster."""
     max_repeats: int = 3

@@ -13,6 +13,7 @@ import statistics
 from typing import Any, Callable
 
 from torchboost.config import Overlay
+from torchboost.tune.bursts import burst_verdict
 from torchboost.tune.busy import too_busy, top_unmeasured
 from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep
 from torchboost.tune.levers import Lever, TuneContext
@@ -34,7 +35,7 @@ class SearchState:
     def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float],
                  on_decision: Callable[[Decision], None] | None, memory_limit: int | None = None):
         self.options = options
-        self.run = Runner(measure, options.budget_s, clock)
+        self.run = Runner(measure, options.budget_s, clock, options.deadline_s)
         self.on_decision = on_decision
         self.decisions: list[Decision] = []
         self.warnings: list[str] = []
@@ -60,6 +61,8 @@ class SearchState:
         self.screened: dict[str, list[tuple[float, Settings]]] = {}
         """Per lever: the correct candidates' screening times, for the interaction pass."""
         self.context = TuneContext()
+        self.bursted: set[tuple[str, str]] = set()
+        """(configuration kept, change) pairs already measured in alternating bursts."""
 
     def baseline_error(self) -> str | None:
         """Why the search cannot start (the baseline failed, or its loss is not finite)."""
@@ -110,8 +113,13 @@ class SearchState:
         first = next((d for d in self.decisions if top is not None and d.lever == top[0]), None)
         if top is None and self.floor.noise > options.noisy:  # the doctor measured none, and the floor is wide:
             first = next((d for d in self.decisions if d.status is Status.NOT_BEYOND_NOISE), None)  # first undecided
-        busy = too_busy(first, top[1] if top else None, self.floor.noise, self.run.max_load_pct,
-                        self.baseline.wall_s, options.noise_repeats, options.busy_pct)
+        noise, varied = self.floor.noise, None
+        if first is not None and first.in_bursts and first.ratios:  # the bursts' own spread left it open
+            _, median, half = burst_verdict(first.ratios, options.min_gain)
+            noise = max(noise, half)
+            varied = f"alternating bursts of it in one run put its ratio at {median:.3f} ± {half:.3f}"
+        busy = too_busy(first, top[1] if top else None, noise, self.run.max_load_pct,
+                        self.baseline.wall_s, options.noise_repeats, options.busy_pct, varied=varied)
         if top is not None and first is None and self.stopped:
             busy = top_unmeasured(top[2], top[1], self.baseline.load_pct, self.baseline.wall_s, options.noise_repeats)
         return self.floor.warnings(options.noisy, options.busy_pct, self.baseline.load_pct,
@@ -146,7 +154,7 @@ class SearchState:
     def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
         """The candidate becomes the incumbent, and the waterfall gains its bar."""
         ratios = pairs.ratios
-        self.incumbent = self.incumbent | best.change
+        self.incumbent = best.settings
         self.incumbent_ms = candidate_ms
         self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
         self.reference = best.result.losses

@@ -33,9 +33,10 @@ from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
-from torchboost.tune.trial_length import BURST_TRIAL_STEPS, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS, auto_trial_steps, least_capped_steps
+from torchboost.tune.trial_length import BURST_TRIAL_STEPS, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
 from torchboost.tune.trial_result import TrialResult, describe_settings
-from torchboost.tune.verify import EndToEnd, plan_verification, verify
+from torchboost.tune.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
+from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
 
 __all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header",
            "user_config", "write_config"]
@@ -289,12 +290,12 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     takes at most ``time_left_s`` (what --budget leaves), and is skipped, said so, when
     not even one pair of the baseline's runs fits."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
-        return outcome.settings, None, "" if outcome.settings else _nothing_kept(outcome)
+        return outcome.settings, None, "" if outcome.settings else nothing_kept(outcome)
     budget = options.verify_budget_s if options.verify_budget_s is not None else options.budget_s * BUDGET_SLACK
     budget = min(budget, time_left_s)
     baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the fewest steps
-    shortest_s = min(baseline.wall_s, baseline.fixed_s + least_capped_steps(
-        baseline.ms_per_step, options.steps_per_trial or MIN_TRIAL_STEPS, options.warmup) * baseline.ms_per_step / 1e3)
+    shortest_s = shortest_run_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
+                                trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup)
     if budget < 2 * max(shortest_s, 1.0):
         return outcome.settings, None, (f"not verified end to end: --budget left {max(budget, 0):.0f} s, not enough "
                                         "for one pair of runs; the figures are the search's per step")
@@ -309,36 +310,17 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     return settings, e2e, verdict
 
 
-def _nothing_kept(outcome: TuneOutcome) -> str:
-    """Why nothing was written: nothing measured beat the noise, or the budget ran out first."""
-    measured = any(d.status not in ("skipped", "unconfirmed") for d in outcome.decisions)
-    if outcome.stopped_by_budget and not measured:
-        return "nothing was measured: the budget ran out after the baseline"
-    return "nothing was faster beyond noise"
-
-
-def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEnd,
-                       min_gain: float) -> tuple[Overlay, str]:
-    """What to write after the end-to-end check, and why: the tuned settings when they are
-    faster by ``min_gain`` at the lower end of their interval (the runs' noise in it), or when a memory lever was kept to bring
-    the peak under the memory limit (the check then gives its cost); else nothing."""
-    how, took = e2e.how, "would take" if e2e.projected_to else "took"
-    if e2e.faster(min_gain):
-        return settings, (f"verified end to end: {e2e.words()} faster ({e2e.tuned_s:.1f} s against "
-                          f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how})")
-    if e2e.error is not None:
-        return Overlay(), f"not kept: {e2e.error}; your configuration is left as it was"
-    if not e2e.pairs:
-        return Overlay(), (f"not kept: the end-to-end check finished no pair of {how} within its time (a run "
-                           "took longer than the check had left); your configuration is left as it was")
-    if any(d.status == "kept" and d.memory_lever for d in decisions):
-        # Kept to fit under the memory limit, not for speed: the check gives its cost.
-        return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "
-                          f"against {e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), the time it costs")
-    return Overlay(), (f"not kept: end to end the tuned configuration {took} {e2e.tuned_s:.1f} s against "
-                       f"{e2e.baseline_s:.1f} s ({e2e.words()} of {how}); the interval's lower end (the "
-                       f"pairs' spread, and the runs' own noise, {e2e.noise:.1%}) is not {min_gain:.0%} faster; "
-                       "your configuration is left as it was")
+def _check_reserve(options: TuneOptions) -> Callable[[TrialResult], float] | None:
+    """The seconds the search keeps for the end-to-end check, from the baseline's trial (at
+    most half of the whole tune's time); None when there is no check."""
+    if options.verify_pairs < 1:
+        return None
+    most_s = options.budget_s * (1 + BUDGET_SLACK) / 2
+    if options.verify_budget_s is not None:
+        most_s = min(most_s, options.verify_budget_s)
+    return lambda baseline: reserve_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
+                                      trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS,
+                                      warmup=options.warmup, most_s=most_s)
 
 
 def _identity(command: Sequence[str]) -> dict[str, Any]:
@@ -354,14 +336,17 @@ def tune_script(
     on_decision: Callable[[Decision], None] | None = None,
     on_verify: Callable[[str, int], None] | None = None,
     facts: Facts | None = None,
+    spent_s: float = 0.0,
 ) -> TuneRun:
     """Diagnose (unless ``facts`` of a doctor run are given), search on top of the user's
-    own ``options.config_path`` (when there is one), write the winner there."""
+    own ``options.config_path`` (when there is one), write the winner there. ``spent_s``:
+    seconds already spent on this tune before the call (the doctor run of ``facts``),
+    counted in ``options.budget_s``."""
     base = user_config(options.config_path)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     if not options.resume:
         options.writes_ledger.unlink(missing_ok=True)  # an earlier tune's; --resume adds to it
-    start = time.monotonic()
+    start = time.monotonic() - max(spent_s, 0.0)
     deadline = start + options.budget_s * (1 + BUDGET_SLACK)
     if facts is None:
         facts, failed = _doctor_facts(command, options)
@@ -376,13 +361,15 @@ def tune_script(
     options = _trial_length(options, facts, run_steps)
     ident = _identity(command)
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume, ident=ident)
-    # The diagnosis spent part of the budget: the search has the rest.
-    search_options = SearchOptions(budget_s=max(options.budget_s - (time.monotonic() - start), 0.0),
+    # The diagnosis spent part of the budget: the search has the rest, and keeps the
+    # end-to-end check's time before the deadline.
+    spent = time.monotonic() - start
+    search_options = SearchOptions(budget_s=max(options.budget_s - spent, 0.0), deadline_s=deadline - start - spent,
                                    min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps,
                                    trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS)
     coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial, deadline)
     outcome = run_search(levers, context, lambda *a, **k: _noted(coverage, measure(*a, **k)), search_options,
-                         on_decision=on_decision)
+                         on_decision=on_decision, reserve=_check_reserve(options))
     coverage.annotate(outcome.decisions)  # what a change applied at the root covered
     if journal.restarted:
         outcome.warnings.append(f"--resume started afresh: {journal.restarted}")

@@ -27,7 +27,6 @@ import sys
 from typing import Any, Callable
 
 from torchboost.config import AUTO, KEEP, Overlay
-from torchboost.evidence.observed import Facts
 from torchboost.techniques._tensors import map_tensors
 from torchboost.techniques.loader.batches import DeviceLoader, move_to_device
 from torchboost.techniques.loader.host_threads import CpuConfig, apply_threads, auto_threads, resolve_threads
@@ -35,10 +34,13 @@ from torchboost.techniques.loader.loader_auto import auto_num_workers, resolve_h
 from torchboost.techniques.loader.loader_diagnosis import data_persistent_workers, data_pin_memory, data_workers
 from torchboost.techniques.loader.loader_settings import (LOADER_FIELDS, MAX_WORKERS, LoaderConfig, LoaderSettings,
                                                          more_workers_refused, rebuild_loader, shards_by_worker)
+from torchboost.techniques.loader.loader_tuning import (TRIED_WORKERS, host_candidates, host_floor,
+                                                       loader_tune_context, pin_candidates, prefetch_candidates,
+                                                       sharing_candidates)
 from torchboost.techniques.loader.resumable import ResumableLoader
-from torchboost.techniques.loader.worker_ipc import available as sharing_available, with_sharing
+from torchboost.techniques.loader.worker_ipc import with_sharing
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ResolveContext, Resolution, Rule, Technique,
 )
 
 __all__ = [
@@ -61,11 +63,6 @@ __all__ = [
     "resolve_threads",
     "shards_by_worker",
 ]
-
-TRIED_WORKERS = MAX_WORKERS // 2
-"""The most loader workers the tuner tries: each count is screened with two thread counts
-and two hand-overs, so half of ``auto``'s most keeps the screening to 16 trials."""
-
 
 # -- resolve and apply ------------------------------------------------------------------
 
@@ -146,59 +143,6 @@ def _loader_words(values: dict[str, Any], loader: Any) -> str:
     return ", ".join(words)
 
 
-# -- the tuner's levers -----------------------------------------------------------------
-
-def _workers(settings: Overlay) -> int:
-    return int(settings.value(LoaderConfig, "num_workers", 0) or 0)
-
-
-def _host(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    # Workers and intra-op threads share the cores: on a 2-core box, 2 workers with
-    # 2 threads gained nothing and 1 worker with 2 threads lost 50%, while 2 workers with
-    # 1 thread gained 1.35x. So each worker count is tried with threads = the cores left
-    # over, and with all cores.
-    # Fewer threads alone is a candidate too: on a busy or small box, intra-op threads
-    # that spin-wait for each other can cost more than they bring.
-    out = [Overlay.of(CpuConfig, threads=t) for t in sorted({1, ctx.cpu_cores // 2}) if 0 < t < ctx.cpu_cores]
-    if not ctx.has_loader or ctx.iterable_dataset:
-        return out
-    # How workers hand batches over is coupled to their number too: on 2 cores, 2 workers
-    # lost to 1 with torch's default hand-over and beat it with file_system.
-    sharings = [Overlay(), Overlay.of(LoaderConfig, sharing_strategy="file_system")] if ctx.file_system_sharing \
-        else [Overlay()]
-    for workers in range(1, min(TRIED_WORKERS, max(ctx.cpu_cores, 1)) + 1):
-        for threads in sorted({max(1, ctx.cpu_cores - workers), ctx.cpu_cores}):
-            for sharing in sharings:
-                out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
-                           | Overlay.of(CpuConfig, threads=threads) | sharing)
-    return out
-
-
-def _prefetch(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    return [Overlay.of(LoaderConfig, prefetch_factor=4)] if _workers(incumbent) else []
-
-
-def _sharing(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    # With busy CPU workers, torch's default hand-over (a file descriptor fetched over a
-    # socket from a worker thread that needs the worker's GIL) stalls the training loop;
-    # on 2 cores file_system measured 7-13% faster per step with 2 workers.
-    if not _workers(incumbent) or not ctx.file_system_sharing:
-        return []
-    if incumbent.value(LoaderConfig, "sharing_strategy") == "file_system":  # kept with the workers
-        return []
-    return [Overlay.of(LoaderConfig, sharing_strategy="file_system")]
-
-
-def _pin(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    return [Overlay.of(LoaderConfig, pin_memory=True)] if ctx.device == "cuda" and ctx.has_loader else []
-
-
-def _tune_context(facts: Facts) -> dict[str, Any]:
-    # The hand-over is the tuner's own platform's: trials run here.
-    return {"iterable_dataset": bool(facts.loader and facts.loader.iterable),
-            "file_system_sharing": sharing_available("file_system")}
-
-
 def _spell(section: LoaderConfig) -> FrameworkSpelling:
     args = [f"{key}={value!r}" for key, value in
             ((key, getattr(section, key)) for key in LOADER_FIELDS if key != "sharing_strategy")
@@ -224,17 +168,17 @@ TECHNIQUE = Technique(
     apply=_apply,
     nocode=NoCode(loader_arguments=_nocode_arguments, in_effect=_nocode_in_effect),
     levers=(
-        Lever("host", "loader workers + CPU threads", Parity.EXACT, _host,
+        Lever("host", "loader workers + CPU threads", Parity.EXACT, host_candidates,
               ("data.workers", "threads.oversubscribed", "data.persistent_workers"), priority=10,
-              coupled_with=("cpu",), fallback_parity=Parity.STATISTICAL),
-        Lever("sharing", "worker batch hand-over (file_system)", Parity.EXACT, _sharing, ("data.workers",),
-              priority=20, fallback_parity=Parity.STATISTICAL),
-        Lever("pin_memory", "pinned host memory", Parity.EXACT, _pin, ("data.pin_memory",), priority=70),
-        Lever("prefetch", "deeper prefetch", Parity.EXACT, _prefetch, (), priority=80,
+              coupled_with=("cpu",), fallback_parity=Parity.STATISTICAL, floor=host_floor),
+        Lever("sharing", "worker batch hand-over (file_system)", Parity.EXACT, sharing_candidates,
+              ("data.workers",), priority=20, fallback_parity=Parity.STATISTICAL),
+        Lever("pin_memory", "pinned host memory", Parity.EXACT, pin_candidates, ("data.pin_memory",), priority=70),
+        Lever("prefetch", "deeper prefetch", Parity.EXACT, prefetch_candidates, (), priority=80,
               fallback_parity=Parity.STATISTICAL),
     ),
     spell=_spell,
-    tune_context=_tune_context,
+    tune_context=loader_tune_context,
     rules=(Rule("data.workers", data_workers), Rule("data.pin_memory", data_pin_memory),
            Rule("data.persistent_workers", data_persistent_workers)),
 )

@@ -1,0 +1,119 @@
+"""The tuner's loader levers: what they propose, the doctor's facts they read, and the bound
+the doctor's measurements put on each candidate.
+
+Workers and intra-op threads share the cores, so the host lever moves them together. Its
+candidates are screened lowest bound first (:func:`host_floor`): a step with ``w`` workers
+cannot take less than one batch's load time over ``w`` (the doctor timed that load in the
+training process), nor, at torch's own thread count, less than a step with no loader work
+at all (the doctor's replay of batches already seen). The search screens a sibling only
+while that bound leaves it room to beat the configuration kept so far.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from torchboost.config import Overlay
+from torchboost.evidence.observed import Facts
+from torchboost.evidence.steps import measured_steps, typical_steps
+from torchboost.techniques.loader.host_threads import CpuConfig
+from torchboost.techniques.loader.loader_settings import MAX_WORKERS, LoaderConfig
+from torchboost.techniques.loader.worker_ipc import available as sharing_available
+from torchboost.techniques.registry import TuneContext
+
+__all__ = ["TRIED_WORKERS", "host_candidates", "host_floor", "loader_tune_context", "pin_candidates",
+           "prefetch_candidates", "sharing_candidates", "workers_of"]
+
+TRIED_WORKERS = MAX_WORKERS // 2
+"""The most loader workers the tuner tries: each count is screened with two thread counts
+and two hand-overs at most, and the bound of each (:func:`host_floor`) screens the likeliest
+first."""
+
+
+def workers_of(settings: Overlay) -> int:
+    """Loader workers a candidate (or the settings kept) asks for; 0: none, or not set."""
+    return int(settings.value(LoaderConfig, "num_workers", 0) or 0)
+
+
+def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    """Fewer intra-op threads alone, then each worker count with threads = the cores left
+    over and with all cores, each with torch's hand-over, then file_system's (with busy
+    workers it measured 7-13% faster; torch's own first, as it leaves no shared-memory
+    file behind a killed run)."""
+    # Workers and intra-op threads share the cores: on a 2-core box, 2 workers with
+    # 2 threads gained nothing and 1 worker with 2 threads lost 50%, while 2 workers with
+    # 1 thread gained 1.35x. Fewer threads alone is a candidate too: on a busy or small box,
+    # intra-op threads that spin-wait for each other can cost more than they bring.
+    out = [Overlay.of(CpuConfig, threads=t) for t in sorted({1, ctx.cpu_cores // 2}) if 0 < t < ctx.cpu_cores]
+    if not ctx.has_loader or ctx.iterable_dataset:
+        return out
+    file_system = Overlay.of(LoaderConfig, sharing_strategy="file_system")
+    for workers in range(1, min(TRIED_WORKERS, max(ctx.cpu_cores, 1)) + 1):
+        sharings = [Overlay()] + ([file_system] if ctx.file_system_sharing else [])
+        for threads in sorted({max(1, ctx.cpu_cores - workers), ctx.cpu_cores}):
+            for sharing in sharings:
+                out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
+                           | Overlay.of(CpuConfig, threads=threads) | sharing)
+    return out
+
+
+def host_floor(change: Overlay, ctx: TuneContext) -> tuple[float, str] | None:
+    """The least step time ``change`` could reach, ms, and why, from the doctor's run (None
+    when it did not measure what bounds it: workers already loading, no loader)."""
+    load = ctx.batch_load_ms
+    if load is None:
+        return None
+    workers = workers_of(change)
+    threads = change.value(CpuConfig, "threads", None)
+    dataless = ctx.dataless_step_ms
+    # Fewer threads than the doctor's may step faster (threads that spin-wait on a busy
+    # box): only a step at its own thread count or more is bound by its dataless step.
+    same_threads = dataless is not None and isinstance(threads, int) and threads >= ctx.dataless_threads > 0
+    loading = load / workers if workers else load
+    said = (f"loading a batch took {load:.1f} ms in the training process" +
+            (f": {loading:.1f} ms over {workers} worker{'s' if workers > 1 else ''}" if workers else
+             ", before each step, with no worker"))
+    if workers and same_threads and dataless > loading:  # type: ignore[operator]
+        return dataless, f"{said}, and a step with no loader work took {dataless:.1f} ms at {threads} threads"
+    return loading, said
+
+
+def prefetch_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    """A deeper prefetch queue, once workers are kept."""
+    return [Overlay.of(LoaderConfig, prefetch_factor=4)] if workers_of(incumbent) else []
+
+
+def sharing_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    """file_system hand-over, once workers are kept without it."""
+    # With busy CPU workers, torch's default hand-over (a file descriptor fetched over a
+    # socket from a worker thread that needs the worker's GIL) stalls the training loop;
+    # on 2 cores file_system measured 7-13% faster per step with 2 workers.
+    if not workers_of(incumbent) or not ctx.file_system_sharing:
+        return []
+    if incumbent.value(LoaderConfig, "sharing_strategy") == "file_system":  # kept with the workers
+        return []
+    return [Overlay.of(LoaderConfig, sharing_strategy="file_system")]
+
+
+def pin_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    """Pinned host memory, for batches that go to a GPU."""
+    return [Overlay.of(LoaderConfig, pin_memory=True)] if ctx.device == "cuda" and ctx.has_loader else []
+
+
+def loader_tune_context(facts: Facts) -> dict[str, Any]:
+    """The loader's :class:`TuneContext` fields from the doctor's facts: the hand-over this
+    platform offers (trials run here), the kind of dataset, and what bounds the host lever's
+    candidates (a batch's load time when the training process loaded it, the dataless step)."""
+    fields: dict[str, Any] = {"iterable_dataset": bool(facts.loader and facts.loader.iterable),
+                              "file_system_sharing": sharing_available("file_system")}
+    steps = typical_steps(measured_steps(facts)) if facts.steps else []
+    if facts.loader is None or facts.loader.num_workers or not steps:
+        return fields
+    load = statistics.median(s.data_ms for s in steps)
+    step = statistics.median(s.total_ms for s in steps)
+    replay = [ms for ms in facts.replay_step_ms if ms > 0 and math.isfinite(ms)]
+    dataless = statistics.median(replay) if replay else max(step - load, 0.0)
+    return {**fields, "batch_load_ms": load, "dataless_step_ms": dataless or None,
+            "dataless_threads": int(facts.cpu_threads or 0)}
