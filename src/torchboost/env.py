@@ -18,12 +18,12 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import psutil
 import torch
 
-__all__ = ["BUSY_PCT", "Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
+__all__ = ["BUSY_PCT", "tree_cpu_s", "Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
            "world_size", "is_torchrun_rank", "job_place"]
 
 DIST_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -276,21 +276,55 @@ BUSY_PCT = 25.0
 have shared it: tune's trials and the doctor's run (see :class:`LoadMeter`)."""
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds of this process and of every live process under it (a loader's workers):
+    what a script's own process tree has used so far, measured from inside it."""
+    own = psutil.Process()
+    total = sum(own.cpu_times()[:2])
+    for child in own.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:  # it ended meanwhile
+            continue
+    return total
+
+
 class LoadMeter:
     """Other processes' CPU use over a span, as a percent of the whole machine.
 
     ``with LoadMeter() as load: run_trial(...)``, then ``load.pct``: the machine's busy CPU
     time minus this process's and its finished children's, over the span's wall time times
-    the cores. What a neighbour on a shared machine takes from a measurement.
+    the cores. What a neighbour on a shared machine takes from a measurement. Inside the
+    measured process itself, ``LoadMeter(own=tree_cpu_s)`` with :meth:`start` and
+    :meth:`stop` around the span.
     """
 
-    def __enter__(self) -> "LoadMeter":
-        self._start = (time.monotonic(), _busy_s(), _own_cpu_s())
+    def __init__(self, own: Callable[[], float] | None = None) -> None:
+        self._own = own or _own_cpu_s
+        self._start: tuple[float, float, float] | None = None
         self.pct = 0.0
-        return self
+        self.measured = False
+        """A span has ended: ``pct`` is its figure."""
 
-    def __exit__(self, *exc: Any) -> None:
-        wall, busy, own = (time.monotonic(), _busy_s(), _own_cpu_s())
+    def start(self) -> None:
+        """The span begins now."""
+        self._start = (time.monotonic(), _busy_s(), self._own())
+        self.pct = 0.0
+
+    def stop(self) -> float:
+        """The span ends now; returns (and keeps in ``pct``) the others' share, percent."""
+        if self._start is None:
+            return self.pct
+        wall, busy, own = (time.monotonic(), _busy_s(), self._own())
         span = (wall - self._start[0]) * (psutil.cpu_count() or 1)
         others = (busy - self._start[1]) - (own - self._start[2])
         self.pct = max(0.0, 100.0 * others / span) if span > 0 else 0.0
+        self.measured = True
+        return self.pct
+
+    def __enter__(self) -> "LoadMeter":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

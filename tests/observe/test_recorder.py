@@ -200,3 +200,22 @@ def test_the_first_steps_loss_stays_step_0_when_the_optimizer_is_adopted(tmp_pat
     facts = rec.facts()
     assert [*facts.warmup_losses, *facts.losses] == [float(steps_before_adoption - 1), 10.0, 20.0, 30.0, 40.0]
     assert facts.loss_steps == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("record_s, recorded", [(0.5, 6), (None, 20)])
+def test_a_time_bound_ends_recording_once_its_steps_fill_it(tmp_path, record_s, recorded):
+    """Steps of 100 ms and a bound of 0.5 s: recording ends after the six steps it takes at
+    least (0.6 s), and the run stops there, its target the steps it recorded. Twin: no bound,
+    all twenty steps."""
+    rec, clock = _recorder(tmp_path, steps=20, warmup=1, record_s=record_s)
+    with pytest.raises(StopObserving):
+        for _ in range(30):
+            _step(rec, clock, data_ms=10.0, fwd_ms=40.0, bwd_ms=40.0, extra_ms=10.0)
+    facts = rec.facts()
+    assert len(facts.steps) == recorded and facts.target_steps == recorded
+    assert facts.other_load_pct is not None and 0.0 <= facts.other_load_pct <= 100.0
+
+
+def test_a_time_bound_is_none_or_positive(tmp_path):
+    with pytest.raises(ValueError, match="record_s"):
+        ObserveSpec(out_dir=str(tmp_path), record_s=0.0)

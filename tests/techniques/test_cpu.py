@@ -53,3 +53,21 @@ def test_apply_threads(restore_threads):
     assert torch.get_num_threads() == 1
     with pytest.raises(ValueError, match=">= 1"):
         apply_threads(0)
+
+
+@pytest.mark.parametrize("load, threads, fires", [(49.0, 2, True), (10.0, 2, False), (49.0, 1, False),
+                                                  (None, 2, False)])
+def test_threads_contended_fires_when_others_leave_fewer_cores_than_torch_threads(load, threads, fires):
+    """Half of 2 cores taken by others, 2 threads: use 1, about 1.7x by the estimate. Twins: a
+    quiet machine, one thread already, no load measured."""
+    import dataclasses
+
+    from torchboost.techniques.cpu import TECHNIQUE, threads_contended
+
+    example = next(rule.example for rule in TECHNIQUE.rules if rule.id == "threads.contended")
+    facts = dataclasses.replace(example(), other_load_pct=load, cpu_threads=threads)
+    finding = threads_contended(facts)
+    assert (finding is not None) is fires
+    if fires:
+        assert finding.fix == {"cpu.threads": 1} and 1.5 < finding.expected_speedup < 2.0
+        assert "49% of the machine" in finding.title

@@ -402,3 +402,29 @@ def test_device_loader_moves_transforms_and_passes_through():
     for original, moved in zip(loader, on_cpu):
         assert torch.equal(original, moved)
         assert moved.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_the_host_levers_bound_comes_from_the_doctors_load_time_and_dataless_step():
+    """A script that loads its batches itself (22 ms of a 34 ms step, replayed at 12.8 ms):
+    one worker cannot step under 22 ms, two under 11 (12.8 at torch's own 2 threads). Twin:
+    a loader with workers already gives no bound (its wait is not a load time)."""
+    import dataclasses
+
+    from torchboost.config import Overlay
+    from torchboost.evidence.observed import Facts, LoaderFacts, StepRecord
+    from torchboost.techniques.loader.loader_tuning import host_floor, loader_tune_context
+    from torchboost.techniques.registry import TuneContext
+
+    steps = [StepRecord(i, 34.0, data_ms=22.0, forward_ms=5.0, backward_ms=7.0) for i in range(10)]
+    facts = Facts(env={"device": "cpu", "cpu_cores": 2}, steps=steps, loader=LoaderFacts(num_workers=0),
+                  replay_step_ms=[12.8, 12.9, 12.7], cpu_threads=2)
+    ctx = dataclasses.replace(TuneContext(cpu_cores=2), **loader_tune_context(facts))
+    assert (ctx.batch_load_ms, ctx.dataless_step_ms, ctx.dataless_threads) == (22.0, 12.8, 2)
+
+    def bound(workers, threads):
+        change = Overlay({"cpu.threads": threads} | ({"loader.num_workers": workers} if workers else {}))
+        return host_floor(change, ctx)[0]
+
+    assert bound(1, 1) == 22.0 and bound(2, 1) == 11.0 and bound(2, 2) == 12.8 and bound(0, 1) == 22.0
+    busy = dataclasses.replace(facts, loader=LoaderFacts(num_workers=2))
+    assert "batch_load_ms" not in loader_tune_context(busy)

@@ -44,7 +44,7 @@ def _plain(fused: bool, n: int = 4) -> torch.Tensor:
 
 
 def test_the_switches_are_declared_by_their_techniques():
-    assert {t.name for t in techniques() if t.quick_probe} == {"fp32_math", "precision", "optimizer"}
+    assert {t.name for t in techniques() if t.quick_probe} == {"fp32_math", "precision", "optimizer", "cpu"}
 
 
 def test_the_fused_switch_steps_as_plain_pytorchs_fused_adamw():
@@ -143,3 +143,46 @@ def test_no_fp32_math_switch_when_the_script_set_its_own(torchs_default_fp32_mat
     finally:
         holder.fp32_precision = before
     assert fp32_math.quick_switch(_ctx(device="cpu")) is not None  # the twin
+
+
+def test_the_threads_switch_sizes_itself_by_the_load_and_puts_torchs_count_back():
+    """Others took 90% of the machine: the switch gives torch the cores they left (one), and
+    off puts back its own count. Twins: a quiet machine (10%) and no load measured give none."""
+    from torchboost.techniques import cpu
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        switch = cpu.quick_switch(_ctx(other_load_pct=90.0))
+        target = cpu.contended_threads(cpu.probe().cpu_cores, 90.0)
+        assert switch.finding_id == "threads.contended" and switch.setting == {"cpu.threads": target}
+        switch.on()
+        assert torch.get_num_threads() == target
+        switch.off()
+        assert torch.get_num_threads() == 4
+        torch.set_num_threads(cpu.probe().cpu_cores)
+        assert cpu.quick_switch(_ctx(other_load_pct=10.0)) is None
+        assert cpu.quick_switch(_ctx()) is None
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_threads_switch_makes_exactly_a_trials_candidate():
+    """A burst trial's candidate (``ctx.wanted``) is the count the switch sets, whatever the load.
+    Twin: the count torch already runs with is no switch."""
+    from torchboost.techniques import cpu
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cpu.quick_switch(_ctx(wanted={"cpu.threads": 1})).setting == {"cpu.threads": 1}
+        assert cpu.quick_switch(_ctx(wanted={"cpu.threads": 2})) is None
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_contended_threads_are_the_cores_others_leave():
+    from torchboost.techniques.cpu import contended_threads
+
+    assert contended_threads(2, 49.0) == 1 and contended_threads(16, 30.0) == 11
+    assert contended_threads(2, 100.0) == 1  # at least one

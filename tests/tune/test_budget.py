@@ -86,3 +86,13 @@ def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words)
     assert result.error.startswith(words)
     if left_s is not None:
         assert result.error.endswith("give tune a larger --budget")
+
+
+@pytest.mark.parametrize("run_s, kept", [(10.0, 40.0), (30.0, 60.0), (100.0, 0.0)])
+def test_the_checks_reserve_is_two_pairs_else_one_else_none(run_s, kept):
+    """Runs of 10 s: two pairs (40 s) fit the 75 s the check may have. 30 s: one pair (60 s).
+    100 s: not even a pair fits, so nothing is kept back from the search (the check is
+    skipped and says so)."""
+    from torchboost.tune.verify import reserve_s
+
+    assert reserve_s(run_s, run_s, 10.0, trial_steps=30, warmup=5, most_s=75.0) == kept

@@ -163,7 +163,8 @@ def test_bursts_group_fast_steps_and_fill_a_trial():
     assert plan_bursts({}, math.inf, 30).steps == 1 and plan_bursts({}, 1000.0, 4).pairs == 6
 
 
-@pytest.mark.parametrize("change, ratios", [({"precision.mode": "bf16"}, True), ({"cpu.threads": 1}, False)])
+@pytest.mark.parametrize("change, ratios", [({"precision.mode": "bf16"}, True), ({"cpu.threads": 1}, True),
+                                            ({"optimizer.implementation": "foreach"}, False)])
 def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, ratios):
     """The whole path: tune's trial asks for bursts, the script's process alternates bf16
     autocast, the result carries each pair. Twin: a change no switch makes gives no ratio."""
@@ -180,7 +181,7 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
         assert result.burst_error is None and len(result.burst_ratios) == 8
         assert all(r > 0 for r in result.burst_ratios)
     else:
-        assert "no switch makes cpu.threads=1" in result.burst_error and result.burst_ratios == []
+        assert "no switch makes optimizer.implementation=foreach" in result.burst_error and result.burst_ratios == []
 
 
 def test_the_journal_keeps_a_burst_trial_apart_from_the_incumbents_own_run(tmp_path):

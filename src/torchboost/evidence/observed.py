@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
+from torchboost.evidence.quick_probe import QuickProbeFacts
+
 T = TypeVar("T")
 
 __all__ = ["Facts", "LoaderFacts", "ModelFacts", "OptimizerFacts", "ProfileFacts", "QuickProbeFacts", "StepRecord",
@@ -184,45 +186,6 @@ class ProfileFacts:
 
 
 @dataclass
-class QuickProbeFacts:
-    """One quick probe: steps timed with a technique's switch on against plain steps,
-    interleaved (plain, switched, plain, switched...), after the profiler window."""
-
-    finding_id: str
-    """The finding whose fix was switched on."""
-    label: str
-    """What was switched on, in words ("bf16 autocast")."""
-    plain_ms: list[float] = field(default_factory=list)
-    """Total time of each plain step, milliseconds, in order."""
-    switched_ms: list[float] = field(default_factory=list)
-    """Total time of each switched step, milliseconds, each after the plain step of its pair."""
-    warmup_ms: float | None = None
-    """The first step with the switch on (first calls, kernel choice): in no figure."""
-    error: str | None = None
-    """Why the probe gave no ratio (an exception, a non-finite loss, no time left), or None."""
-
-    @property
-    def pair_ratios(self) -> list[float]:
-        """Each pair's plain step time / switched step time, smallest first; [] after an error."""
-        return [] if self.error else sorted(p / s for p, s in zip(self.plain_ms, self.switched_ms) if s > 0)
-
-    @property
-    def ratio(self) -> float | None:
-        """The median of :attr:`pair_ratios` (above 1: the switch is faster); None without one."""
-        pairs = self.pair_ratios
-        if not pairs:
-            return None
-        mid = len(pairs) // 2
-        return pairs[mid] if len(pairs) % 2 else (pairs[mid - 1] + pairs[mid]) / 2
-
-    @property
-    def steps(self) -> int:
-        """The timed steps the ratio rests on, plain and switched."""
-        pairs = min(len(self.plain_ms), len(self.switched_ms))
-        return 2 * pairs
-
-
-@dataclass
 class Facts:
     """Everything observed in one run. ``to_dict``/``from_dict`` round-trip through JSON."""
 
@@ -249,6 +212,8 @@ class Facts:
     is the primary. :func:`optimizer_label` names one."""
     cpu_threads: int = 1
     """torch.get_num_threads() in the training process."""
+    other_load_pct: float | None = None
+    """Other processes' CPU use during the recorded steps, % of the machine; None: not measured."""
     peak_memory_bytes: int = 0
     device_memory_total_bytes: int = 0
     """Accelerator memory (CUDA), or 0 on CPU."""

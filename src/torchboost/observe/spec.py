@@ -39,7 +39,7 @@ from typing import Any
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "Bursts", "FACTS_FILE", "TRACE_FILE", "TREE_ENV", "INJECT_DIR", "HELLO_DIR", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+__all__ = ["ObserveSpec", "Bursts", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "TREE_ENV", "INJECT_DIR", "HELLO_DIR", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
            "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
@@ -90,6 +90,11 @@ class Bursts:
         return {"bursts": dict(self.change), "burst_steps": max(1, self.steps), "burst_pairs": max(1, self.pairs)}
 
 
+MIN_TIMED_STEPS = 6
+"""Fewest steps a run bounded by ``ObserveSpec.record_s`` records: a median of six ignores
+two long ones."""
+
+
 @dataclass(frozen=True)
 class ObserveSpec:
     """Step counts and output locations for one observed run.
@@ -105,6 +110,11 @@ class ObserveSpec:
     """Recorded training steps after warm-up."""
     warmup: int = 5
     """Steps run before recording starts (first-call costs, compile, caches)."""
+    record_s: float | None = None
+    """A time bound on recording: once at least ``MIN_TIMED_STEPS`` steps are recorded and
+    they took this many seconds, recording ends there (the profiler window and the probes
+    follow as after ``steps``); None: ``steps`` steps. Seconds-long steps then cost the run
+    seconds, not minutes."""
     full: bool = False
     """Let the script run to its own end, recording every step after warm-up."""
     profile_warmup: int = 1
@@ -165,6 +175,8 @@ class ObserveSpec:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
+        if self.record_s is not None and not self.record_s > 0:
+            raise ValueError(f"record_s must be positive, got {self.record_s}")
         if self.profile_active < 0 or self.profile_warmup < 0:
             raise ValueError("profile_warmup and profile_active must be 0 or more")
 
@@ -217,14 +229,15 @@ class ObserveSpec:
 
 # -- the progress line: the child writes it, the parent shows it -------------------------
 
-def stage_of(done: int, spec: Any) -> dict[str, Any]:
+def stage_of(done: int, spec: Any, recorded_end: int | None = None) -> dict[str, Any]:
     """``{"stage", "step", "of"}`` after ``done`` step boundaries of a run of ``spec``
-    (an :class:`~torchboost.observe.spec.ObserveSpec`)."""
-    recorded_end = spec.warmup + spec.steps
+    (an :class:`~torchboost.observe.spec.ObserveSpec`); ``recorded_end``: the boundary that
+    ends recording when ``spec.record_s`` ended it early (None: after ``spec.steps``)."""
+    recorded_end = spec.warmup + spec.steps if recorded_end is None else recorded_end
     if done < spec.warmup:
         return {"stage": "warm-up", "step": done, "of": spec.warmup}
     if done <= recorded_end:
-        return {"stage": "observing", "step": done - spec.warmup, "of": spec.steps}
+        return {"stage": "observing", "step": done - spec.warmup, "of": recorded_end - spec.warmup}
     if done <= recorded_end + spec.profile_steps:
         return {"stage": "profiling", "step": done - recorded_end, "of": spec.profile_steps}
     if not spec.full and spec.profile_steps:  # the replay probe's steps (torchboost.observe.probes.replay)

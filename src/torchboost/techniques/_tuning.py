@@ -137,12 +137,19 @@ class Lever:
     """A memory lever: it trades time for memory; tried only when the incumbent's peak is
     over the memory limit, and kept when it brings the peak under the limit, whatever its
     time cost (which is shown)."""
+    switchable: Callable[[Overlay], bool] | None = None
+    """Which of its candidates a quick probe's switch makes in the running script (a burst
+    trial can alternate it); None: every candidate when ``probed_by`` is set, else none."""
     floor: Callable[[Overlay, TuneContext], tuple[float, str] | None] | None = None
     """The least step time a candidate change could reach by the doctor's measurements, ms,
     and that bound in words ("loading a batch took 22.0 ms in the training process: 11.0 ms
     over 2 workers"); None for a change it cannot bound. The search screens the
     candidates lowest bound first, and one whose bound cannot beat the configuration kept
     so far is not screened."""
+
+    def switches(self, change: Overlay) -> bool:
+        """``change`` is an in-process switch (see :attr:`switchable`)."""
+        return self.switchable(change) if self.switchable is not None else bool(self.probed_by)
 
     def propose(self, incumbent: Mapping[str, Any], ctx: TuneContext) -> list[Overlay]:
         """The candidate changes on top of ``incumbent`` (the settings kept so far)."""

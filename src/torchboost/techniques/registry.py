@@ -168,6 +168,12 @@ class ProbeContext:
     """"bfloat16" / "float16" when the forward ran under autocast, else None."""
     grad_scaler: bool = False
     """A GradScaler drove the optimizer step."""
+    other_load_pct: float | None = None
+    """Other processes' CPU use while the steps were recorded, percent of the machine (None:
+    not measured yet): a quick probe's switch may size itself by it."""
+    wanted: Mapping[str, Any] = field(default_factory=dict)
+    """A tuning trial's candidate change, dotted names, when its bursts ask for one: a switch
+    with a size of its own (a thread count) makes exactly that one."""
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class Confirming(SearchState):
         in-process switch (a lever the doctor's quick probes time, no fixed cost) on the
         configuration kept so far, which the measure can alternate."""
         compiled = any(d.status is Status.KEPT and d.amortised for d in self.decisions)  # no switch on a compiled model
-        return (bool(lever.probed_by) and not lever.fixed_cost and self.run.takes_bursts and not compiled
+        return (lever.switches(best.change) and not lever.fixed_cost and self.run.takes_bursts and not compiled
                 and best.settings == self.incumbent | best.change)
 
     def _confirm(self, lever: Lever, best: Screened) -> Pairs:
@@ -151,7 +151,7 @@ class Confirming(SearchState):
         """Pairs of runs cannot tell here: the noise floor (once measured) is wider than the
         gain the candidate could show (the doctor's probe of it, else its screening), and it
         is an in-process switch the measure can alternate in bursts (:mod:`.bursts`)."""
-        if not (lever.probed_by and not lever.fixed_cost and self.run.takes_bursts and self.floor.count):
+        if not (lever.switches(best.change) and not lever.fixed_cost and self.run.takes_bursts and self.floor.count):
             return False
         if (describe_settings(self.incumbent), describe_settings(best.change)) in self.bursted:
             return False  # measured in bursts on this configuration already

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["MIN_TRIAL_STEPS", "MIN_SLOW_TRIAL_STEPS", "SLOW_STEP_MS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S", "BURST_TRIAL_STEPS", "auto_trial_steps",
-           "least_capped_steps", "CAPPED_HALF_MIN_STEPS", "CAPPED_HALF_MIN_MS"]
+           "least_capped_steps", "CAPPED_HALF_MIN_STEPS", "CAPPED_HALF_MIN_MS", "DIAGNOSIS_RECORD_S"]
 
 MIN_TRIAL_STEPS = 30
 """Fewest measured steps per trial: many more than a loader's prefetch queue, whose
@@ -49,6 +49,10 @@ DIAGNOSIS_STEPS = 20
 """Steps tune's diagnosis records, as ``torchboost doctor`` does by default: its figures
 order the search and size the trials; the baseline is a trial of its own (30 steps of 1.5 s
 were 45 s of a 300 s budget)."""
+DIAGNOSIS_RECORD_S = 30.0
+"""Seconds of steps tune's diagnosis records at most (at least ``MIN_TIMED_STEPS`` of them):
+its figures order the search and size the trials, and 20 steps of 6.5 s (nanoGPT's shape
+beside a busy loop) were 130 s of a 300 s budget."""
 BURST_TRIAL_STEPS = 2
 """Steps a burst trial records before its bursts (:mod:`torchboost.tune.bursts`): its figures
 are the bursts'."""

@@ -33,7 +33,8 @@ from torchboost.tune.probe_order import measured_from_facts
 from torchboost.tune.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trial import failure_words, last_traceback, run_trial
-from torchboost.tune.trial_length import BURST_TRIAL_STEPS, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
+from torchboost.tune.trial_length import (BURST_TRIAL_STEPS, DIAGNOSIS_RECORD_S, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS,
+                                          auto_trial_steps)
 from torchboost.tune.trial_result import TrialResult, describe_settings
 from torchboost.tune.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
 from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
@@ -214,6 +215,7 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
     # --budget bounds the diagnosis too: a script too slow to show its steps within it
     # leaves the search nothing to start from.
     observed = run_observed(command, steps=options.steps_per_trial or DIAGNOSIS_STEPS, warmup=options.warmup,
+                            record_s=None if options.steps_per_trial else DIAGNOSIS_RECORD_S,
                             out_dir=doctor_dir, echo=False, timeout_s=options.budget_s,
                             stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger)
     facts = observed.facts

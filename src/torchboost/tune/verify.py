@@ -95,9 +95,11 @@ def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps
 def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
               most_s: float) -> float:
     """Seconds to keep for the end-to-end check, from the baseline's trial: :data:`RESERVED_PAIRS`
-    pairs of its shortest runs (:func:`shortest_run_s`), at most ``most_s``."""
-    run_s = shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup)
-    return min(2 * RESERVED_PAIRS * max(run_s, 1.0), most_s)
+    pairs of its shortest runs (:func:`shortest_run_s`), else one pair, whichever fits in
+    ``most_s``; 0 when not even one pair does (the check is then skipped and says so, and
+    the search has the time)."""
+    pair_s = 2 * max(shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup), 1.0)
+    return next((pairs * pair_s for pairs in (RESERVED_PAIRS, 1) if pairs * pair_s <= most_s), 0.0)
 
 
 def users_own_command(command: Sequence[str]) -> list[str]:

@@ -107,7 +107,7 @@ def run_observed(
     stop_slower_than_ms: float | None = None,
     stall_timeout_s: float | None = 60.0,
     writes_ledger: Path | None = None,
-    stop_decided: tuple[float, float] | None = None, bursts: Bursts | None = None,
+    stop_decided: tuple[float, float] | None = None, bursts: Bursts | None = None, record_s: float | None = None,
 ) -> ObservedRun:
     """Run ``command`` in an observed child process and return what was seen.
 
@@ -121,7 +121,8 @@ def run_observed(
     once, through :mod:`torchboost.handover`), ``profile=False`` skips the profiler window,
     ``echo=False`` keeps the child's output off the terminal (stderr's tail is still
     kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set; ``stop_decided``
-    (the incumbent's ms/step, the margin) stops it once decided; ``bursts``: a burst trial.
+    (the incumbent's ms/step, the margin) stops it once decided; ``bursts``: a burst trial;
+    ``record_s``: recording ends once its steps took that long (``ObserveSpec.record_s``).
 
     No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
     Unless ``full``, the user's folders are guarded (:mod:`.run_guard`; ``writes_ledger``
@@ -134,7 +135,7 @@ def run_observed(
     out.mkdir(parents=True, exist_ok=True)
     guard = None if full else _guard(out, launch.script, apply is not None, writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
-        window = _trial_window(profile, stop_decided, bursts)
+        window = {**_trial_window(profile, stop_decided, bursts), "record_s": record_s}
         spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
                            stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
                            progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
@@ -147,8 +148,7 @@ def run_observed(
                                             timeout_s=timeout_s)
         finally:  # a stop too: the user's folders are put back before anything is said
             writes = guard.settle() if guard is not None else None
-        boundaries = _child_boundaries(spec)
-        run = _collect(out, proc, tail, waited, boundaries, Path(tmp))
+        run = _collect(out, proc, tail, waited, _child_boundaries(spec), Path(tmp))
         run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
 

@@ -114,9 +114,11 @@ def probe_context(parts: RecordedParts, device: str) -> ProbeContext:
     """The script's live objects as a technique's probe (or quick probe) gets them; ``device``:
     the model's ("cuda:0")."""
     seen = parts.seen
+    load = parts.timing.window.load
     return ProbeContext(model=seen.model(), optimizer=seen.primary_optimizer(), loader=None,
                         device=device.split(":")[0], autocast_dtype=seen.autocast_dtype(device),
-                        grad_scaler=parts.losses.scaler is not None)
+                        grad_scaler=parts.losses.scaler is not None,
+                        other_load_pct=load.pct if load.measured else None, wanted=dict(parts.spec.bursts or {}))
 
 
 def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:
@@ -176,11 +178,12 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         optimizers=seen.optimizer_steps.facts(),
         techniques=by_technique,
         cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
+        other_load_pct=round(timing.window.load.pct, 1) if timing.window.load.measured else None,
         # What was measured.
         steps=list(timing.steps), warmup_steps=spec.warmup, step_source=run.step_source,
         warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
         planned_steps=planned_steps, planned_from=planned_from,
-        target_steps=None if spec.full else spec.steps,
+        target_steps=None if spec.full else timing.window.end - spec.warmup,
         micro_steps_per_step=micro,
         losses=parts.losses.values(), warmup_losses=parts.losses.warmup_values(),
         loss_steps=list(parts.losses.steps),

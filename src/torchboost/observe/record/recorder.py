@@ -68,7 +68,7 @@ class StepRecorder:
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
         self.stages = RunStages(spec, self.timing, self.losses)
-        self.output = RunOutput(spec, clock)
+        self.output = RunOutput(spec, clock, self.timing.window)
         self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
         self.errors: list[str] = []  # the observer's own failures: recorded, never raised into the script

@@ -17,6 +17,7 @@ from typing import Callable
 
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
+from torchboost.observe.record.recording_window import RecordingWindow
 from torchboost.observe.spec import ObserveSpec, ProgressFile, StepCounter, stage_of
 
 __all__ = ["RunOutput"]
@@ -27,9 +28,10 @@ _PROGRESS_INTERVAL_S = 0.2
 class RunOutput:
     """Writes the facts of one observed run, its step count and its progress line."""
 
-    def __init__(self, spec: ObserveSpec, clock: Callable[[], float]) -> None:
+    def __init__(self, spec: ObserveSpec, clock: Callable[[], float], window: RecordingWindow | None = None) -> None:
         self._spec = spec
         self._clock = clock
+        self._window = window  # where recording ends (None: after spec.steps)
         self._progress: ProgressFile | None = None
         self._counter: StepCounter | None = None
         self._count_path = spec.count_path  # None once it could not be made
@@ -68,13 +70,13 @@ class RunOutput:
         if counter is not None:  # every boundary: the parent's count survives an os._exit
             counter.set(done)
         now = self._clock()
-        recorded_end = spec.warmup + spec.steps
+        recorded_end = self._window.end if self._window is not None else spec.warmup + spec.steps
         profiled_end = recorded_end + spec.profile_steps
         transition = done in (spec.warmup, recorded_end, profiled_end)
         if spec.progress_path and (transition or now - self._last_progress >= _PROGRESS_INTERVAL_S):
             if self._progress is None:
                 self._progress = ProgressFile(spec.progress_path)
-            self._progress.write(stage_of(done, spec))
+            self._progress.write(stage_of(done, spec, recorded_end))
             self._last_progress = now
         if has_steps and not profiling and (done == recorded_end or now - self._last_flush >= spec.flush_interval_s):
             write_facts()
@@ -86,5 +88,5 @@ class RunOutput:
             return
         if self._progress is None:
             self._progress = ProgressFile(self._spec.progress_path)
-        line = stage_of(done, self._spec)
+        line = stage_of(done, self._spec, self._window.end if self._window is not None else None)
         self._progress.write(line if seconds is None else {**line, "compiling_s": round(seconds)})

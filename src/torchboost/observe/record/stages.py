@@ -56,7 +56,7 @@ class RunStages:
     def advance(self, done: int, uses_cuda: Callable[[], bool]) -> bool:
         """Drive the profiler after the ``done``-th boundary; True when observation is over."""
         spec = self._spec
-        recorded_end = spec.warmup + spec.steps
+        recorded_end = self._timing.window.end if self._timing is not None else spec.warmup + spec.steps
         self.flops.stop()  # the counted step, if any, ends at this boundary
         if done == recorded_end and spec.profile_steps:
             self.profile.cuda = uses_cuda()

@@ -18,6 +18,7 @@ from torchboost.observe.record.cuda_phases import CudaPhases
 from torchboost.observe.record.sequential_stop import decided
 from torchboost.observe.record.evaluation import EvaluationSpan
 from torchboost.observe.record.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
+from torchboost.observe.record.recording_window import RecordingWindow
 from torchboost.observe.spec import ObserveSpec
 
 __all__ = ["StepTiming"]
@@ -37,6 +38,8 @@ class StepTiming:
         """Total milliseconds of each warm-up step."""
         self.boundaries = 0
         """Steps completed since counting (re)started."""
+        self.window = RecordingWindow(spec)
+        """Which steps are recorded, and the load meanwhile."""
         self.last_boundary = clock()
         """Clock at the last step boundary (or the start), or at the end of torchboost's own
         bookkeeping after it: the stall watchdog reads it."""
@@ -103,14 +106,14 @@ class StepTiming:
         index = self.boundaries
         self.boundaries += 1
         spec = self._spec
-        recorded_end = spec.warmup + spec.steps
-        recording = spec.warmup <= index < recorded_end or (spec.full and index >= recorded_end + spec.profile_steps)
+        recording = self.window.records(index)
         kind = None
         self.last_ms = max(0.0, (now - self._step_start) * 1000.0 - eval_ms)
         if recording and not self._discard_next:
             self.steps.append(StepRecord(index, self.last_ms, *self.acc, eval_ms=eval_ms))
             self.micro_counts.append(self._micro)
             kind = RECORDED
+            self.window.recorded(index, self.steps)
         elif index < spec.warmup and not self._discard_next:
             # Warm-up is kept apart: its extra time is the first-call (compile) cost.
             self.warmup_ms.append(self.last_ms)
@@ -140,6 +143,7 @@ class StepTiming:
 
     def next_step(self, cuda: bool) -> None:
         """The next step starts now (after the boundary's bookkeeping, which is no step's)."""
+        self.window.begins(self.boundaries)
         self.cuda = CudaPhases(OPTIMIZER) if cuda else None
         self._step_start = self.last_boundary = self._clock()
         self.bookkeeping = False
@@ -150,6 +154,7 @@ class StepTiming:
         ``first_ms``: the time of the first step so far, kept as the one warm-up step.
         """
         self.boundaries = 0
+        self.window.restart()
         self.steps.clear()
         self.micro_counts.clear()
         self.warmup_ms[:] = [first_ms] if first_ms > 0 else []

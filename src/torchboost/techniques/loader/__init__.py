@@ -36,7 +36,7 @@ from torchboost.techniques.loader.loader_settings import (LOADER_FIELDS, MAX_WOR
                                                          more_workers_refused, rebuild_loader, shards_by_worker)
 from torchboost.techniques.loader.loader_tuning import (TRIED_WORKERS, host_candidates, host_floor,
                                                        loader_tune_context, pin_candidates, prefetch_candidates,
-                                                       sharing_candidates)
+                                                       sharing_candidates, threads_alone)
 from torchboost.techniques.loader.resumable import ResumableLoader
 from torchboost.techniques.loader.worker_ipc import with_sharing
 from torchboost.techniques.registry import (
@@ -169,8 +169,9 @@ TECHNIQUE = Technique(
     nocode=NoCode(loader_arguments=_nocode_arguments, in_effect=_nocode_in_effect),
     levers=(
         Lever("host", "loader workers + CPU threads", Parity.EXACT, host_candidates,
-              ("data.workers", "threads.oversubscribed", "data.persistent_workers"), priority=10,
-              coupled_with=("cpu",), fallback_parity=Parity.STATISTICAL, floor=host_floor),
+              ("data.workers", "threads.oversubscribed", "threads.contended", "data.persistent_workers"),
+              priority=10, coupled_with=("cpu",), fallback_parity=Parity.STATISTICAL, floor=host_floor,
+              switchable=threads_alone),
         Lever("sharing", "worker batch hand-over (file_system)", Parity.EXACT, sharing_candidates,
               ("data.workers",), priority=20, fallback_parity=Parity.STATISTICAL),
         Lever("pin_memory", "pinned host memory", Parity.EXACT, pin_candidates, ("data.pin_memory",), priority=70),

@@ -24,7 +24,7 @@ from torchboost.techniques.loader.worker_ipc import available as sharing_availab
 from torchboost.techniques.registry import TuneContext
 
 __all__ = ["TRIED_WORKERS", "host_candidates", "host_floor", "loader_tune_context", "pin_candidates",
-           "prefetch_candidates", "sharing_candidates", "workers_of"]
+           "prefetch_candidates", "sharing_candidates", "threads_alone", "workers_of"]
 
 TRIED_WORKERS = MAX_WORKERS // 2
 """The most loader workers the tuner tries: each count is screened with two thread counts
@@ -57,6 +57,12 @@ def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
                 out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
                            | Overlay.of(CpuConfig, threads=threads) | sharing)
     return out
+
+
+def threads_alone(change: Overlay) -> bool:
+    """``change`` sets the intra-op threads and nothing else: a switch between two steps
+    (the cpu technique's quick probe), where workers need a new loader."""
+    return set(change) == {f"{CpuConfig.section}.threads"}
 
 
 def host_floor(change: Overlay, ctx: TuneContext) -> tuple[float, str] | None:
