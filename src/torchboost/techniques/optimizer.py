@@ -292,6 +292,11 @@ def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(OptimizerConfig, implementation="fused"), Overlay.of(OptimizerConfig, implementation="foreach")]
 
 
+def _fused_alone(change: Overlay) -> bool:
+    # The fused kernel is the quick switch's (group flags read at every step); foreach has none.
+    return change == Overlay.of(OptimizerConfig, implementation="fused")
+
+
 def _spell(section: OptimizerConfig) -> FrameworkSpelling:
     if section.implementation not in ("fused", "foreach"):
         return FrameworkSpelling()
@@ -377,7 +382,7 @@ TECHNIQUE = Technique(
     apply=_apply,
     nocode=NoCode(at_first_step=_nocode_first_step),
     levers=(Lever("optimizer", "fused/foreach optimizer", Parity.EXACT, _propose, ("optimizer.fused",),
-                  priority=60),),
+                  priority=60, switchable=_fused_alone),),
     spell=_spell,
     rules=(Rule("optimizer.fused", optimizer_fused),),
     quick_probe=quick_switch,
