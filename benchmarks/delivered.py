@@ -71,9 +71,9 @@ TARGETS = {
     "image": Target(["python", str(HERE / "scripts" / "image_loader.py"), "--epochs", "3"], 192, 300.0,
                     loader=True, compile=False),
     "gpt": Target(["python", str(HERE / "shapes" / "gpt_char_full.py"), "--steps", "2000"], 2000, 300.0,
-                  loader=False, compile=True, measure_steps=40),
+                  loader=False, compile=True, measure_steps=30),
     "gpt-busy": Target(["python", str(HERE / "shapes" / "gpt_char_full.py"), "--steps", "2000"], 2000, 300.0,
-                       loader=False, compile=False, busy=True, measure_steps=40),
+                       loader=False, compile=False, busy=True, measure_steps=20),
 }
 
 

@@ -10,11 +10,11 @@ doctor, read them from there. ``--refresh`` measures again.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
 
+from torchboost import _json as strict_json
 from torchboost.limits import machine_limits
 from torchboost.report.limits_text import limits_lines
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     limits, cached = machine_limits(device, args.threads, refresh=args.refresh)
     if args.json:
-        sys.stdout.write(json.dumps({**limits.to_dict(), "cached": cached}, indent=1) + "\n")
+        sys.stdout.write(strict_json.dumps({**limits.to_dict(), "cached": cached}, indent=1) + "\n")
         return 0
     how = "from the cache (--refresh measures again)" if cached else f"measured in {limits.seconds:.1f} s"
     print(f"torchboost probe: {limits.name or limits.device}, {limits.threads} threads, "

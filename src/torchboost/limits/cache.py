@@ -12,12 +12,12 @@ and the cached one: a machine's limit is the best it has shown.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
 import torch
 
+from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.limits.cpu_peak import cpu_info
 from torchboost.limits.machine import MachineLimits
@@ -46,7 +46,7 @@ def _path(folder: Path, key: str) -> Path:
 
 def _cached(path: Path, key: str) -> MachineLimits | None:
     try:
-        found = MachineLimits.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        found = MachineLimits.from_dict(strict_json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, KeyError):
         return None  # absent or from an older layout: measure again
     return found if found.key == key else None
@@ -68,7 +68,7 @@ def machine_limits(device: str = "cpu", threads: int | None = None, *, refresh: 
     if cached is not None:
         limits = limits.best_of(cached)
     try:
-        atomic_write_bytes(path, (json.dumps(limits.to_dict(), indent=1) + "\n").encode("utf-8"))
+        atomic_write_bytes(path, (strict_json.dumps(limits.to_dict(), indent=1) + "\n").encode("utf-8"))
     except OSError:
         pass  # a read-only home still gets its figures, measured again next time
     return limits, False

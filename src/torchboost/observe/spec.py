@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
@@ -217,12 +218,12 @@ class ObserveSpec:
 
     def write(self, path: Path) -> None:
         """Write the spec as JSON to ``path``."""
-        atomic_write_bytes(Path(path), json.dumps(self.to_dict(), indent=2).encode())
+        atomic_write_bytes(Path(path), strict_json.dumps(self.to_dict(), indent=2).encode())
 
     @classmethod
     def read(cls, path: Path) -> "ObserveSpec":
         """Read a spec written by :meth:`write`."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = strict_json.loads(Path(path).read_text(encoding="utf-8"))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 

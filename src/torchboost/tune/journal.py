@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from torchboost import _json as strict_json
 from torchboost.tune.trial_result import TrialResult, trial_key
 
 __all__ = ["Journal", "RunJournal", "identity", "script_digest"]
@@ -58,7 +59,7 @@ class _Lines:
 
     def _write(self, entry: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, sort_keys=True) + "\n")
+            fh.write(strict_json.dumps(entry, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -74,7 +75,7 @@ def _parse(path: Path) -> list[dict[str, Any]]:
     entries = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            entry = json.loads(line)
+            entry = strict_json.loads(line)
         except json.JSONDecodeError:
             continue
         if isinstance(entry, dict):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
@@ -211,7 +212,7 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
     doctor_dir = options.out_dir / "doctor"
     facts_path = doctor_dir / "facts.json"
     if options.resume and facts_path.is_file():
-        return Facts.from_dict(json.loads(facts_path.read_text(encoding="utf-8"))), None
+        return Facts.from_dict(strict_json.loads(facts_path.read_text(encoding="utf-8"))), None
     # --budget bounds the diagnosis too: a script too slow to show its steps within it
     # leaves the search nothing to start from.
     observed = run_observed(command, steps=options.steps_per_trial or DIAGNOSIS_STEPS, warmup=options.warmup,
@@ -275,7 +276,7 @@ def _write_outcome(path: Path, command: Sequence[str], outcome: TuneOutcome, run
         "decisions": [{**dataclasses.asdict(d), "settings": d.settings.to_dict()} for d in outcome.decisions],
         "waterfall": [{**dataclasses.asdict(w), "settings": w.settings.to_dict()} for w in outcome.waterfall],
     }
-    atomic_write_bytes(path, json.dumps(summary, indent=2, default=str).encode())
+    atomic_write_bytes(path, strict_json.dumps(summary, indent=2, default=str).encode())
 
 
 def _whole_run_estimate(outcome: TuneOutcome, run_steps: int | None) -> float | None:

@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from torchboost import _json as strict_json
 from torchboost.observe.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt, read_held
 from torchboost.observe.parent.folder_snapshot import FolderSnapshot, entry_of
 from torchboost.observe.parent.user_files import UserWrites, settle
@@ -124,7 +125,7 @@ class RunGuard:
             self.writes_dir.rmdir()
         if self.ledger is not None:
             with open(self.ledger, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(writes.to_dict()) + "\n")
+                fh.write(strict_json.dumps(writes.to_dict()) + "\n")
         return writes
 
 

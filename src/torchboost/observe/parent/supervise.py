@@ -9,7 +9,6 @@ kept); its stdout passes through to ``stdout`` (ours unless told otherwise).
 from __future__ import annotations
 
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Sequence
 
+from torchboost import _json as strict_json
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
@@ -290,7 +290,7 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], wa
         waited = Waited(timed_out=waited)
     timed_out = waited.timed_out
     facts_path = out / "facts.json"
-    raw = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
+    raw = strict_json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else None
     ranks = _rank_facts(out, Facts.from_dict(raw) if raw is not None else None)
     code = proc.returncode
     if not any(f.steps_seen for f in ranks):  # the training ran in processes the command started itself
@@ -302,7 +302,7 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], wa
         for facts in ranks:
             facts.ended, facts.exit_code, facts.signal = "killed", code, signal_name(-proc.returncode)
     if ranks and reconcile(ranks[0], code, count):  # the child's last write missed its end
-        atomic_write_bytes(facts_path, json.dumps(ranks[0].to_dict(), indent=1).encode())
+        atomic_write_bytes(facts_path, strict_json.dumps(ranks[0].to_dict(), indent=1).encode())
     return ObservedRun(
         facts=job_facts(ranks) if ranks else None,
         ranks=ranks,
@@ -335,7 +335,7 @@ def _rank_facts(out: Path, rank0: Facts | None) -> list[Facts]:
     for rank in range(1, rank0.world_size):
         path = out / rank_file("facts.json", rank)
         if path.is_file():
-            ranks.append(Facts.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+            ranks.append(Facts.from_dict(strict_json.loads(path.read_text(encoding="utf-8"))))
     return ranks
 
 

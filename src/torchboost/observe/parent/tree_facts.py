@@ -19,6 +19,7 @@ from typing import Callable
 
 import psutil
 
+from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.spec import FACTS_FILE, HELLO_DIR, INJECT_DIR, TRACE_FILE, TREE_ENV, ChildCount, rank_file, \
@@ -80,7 +81,7 @@ def adopt_trainers(out: Path, scratch: Path) -> list[Facts]:
     found = []
     for path in out.glob(_tagged(FACTS_FILE)):
         pid = int(path.name.split(".")[1][3:])
-        facts = Facts.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        facts = Facts.from_dict(strict_json.loads(path.read_text(encoding="utf-8")))
         found.append((facts.rank if facts.world_size > 1 else 0, pid, facts, path))
     found.sort(key=lambda item: item[:2])
     trainers = []
@@ -92,7 +93,7 @@ def adopt_trainers(out: Path, scratch: Path) -> list[Facts]:
             os.replace(trace, out / rank_file(TRACE_FILE, rank))
             if facts.profile is not None:
                 facts.profile.trace_path = rank_file(TRACE_FILE, rank)
-        atomic_write_bytes(out / rank_file(FACTS_FILE, rank), json.dumps(facts.to_dict(), indent=1).encode())
+        atomic_write_bytes(out / rank_file(FACTS_FILE, rank), strict_json.dumps(facts.to_dict(), indent=1).encode())
         path.unlink()
         trainers.append(facts)
     return trainers

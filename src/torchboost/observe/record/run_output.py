@@ -12,9 +12,9 @@ recorded steps, so a run that crashes later keeps what was seen.
 from __future__ import annotations
 
 import errno
-import json
 from typing import Callable
 
+from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.observe.record.recording_window import RecordingWindow
@@ -42,7 +42,7 @@ class RunOutput:
         """Rewrite facts.json atomically with ``facts``; the parent learns of a failed write
         (a full disk) through the step count."""
         try:
-            atomic_write_bytes(self._spec.facts_path, json.dumps(facts.to_dict(), indent=1).encode())
+            atomic_write_bytes(self._spec.facts_path, strict_json.dumps(facts.to_dict(), indent=1).encode())
         except OSError as exc:
             self._tell_parent(exc.errno or errno.EIO)  # a full disk: the parent says so
             raise
