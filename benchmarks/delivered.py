@@ -42,10 +42,10 @@ from typing import Any, Iterator
 from rich.console import Console
 from rich.table import Table
 
-from torchboost.tune.journal import Journal
-from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
-from torchboost.tune.trial import run_trial
-from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.trials.journal import Journal
+from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
+from torchboost.tune.trials.trial import run_trial
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 HERE = Path(__file__).resolve().parent
 BUSY_LOOP = "import torch\ntorch.set_num_threads(1)\na = torch.randn(768, 768)\nwhile True:\n    a = torch.tanh(a @ a)\n"

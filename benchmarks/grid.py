@@ -34,10 +34,10 @@ from rich.table import Table
 from torchboost.env import probe
 from torchboost.nocode import changed_settings, settings_from_config
 from torchboost.config import BoostConfig
-from torchboost.tune.parity import EXACT, REDUCED, STATISTICAL, check_parity
-from torchboost.tune.journal import Journal
-from torchboost.tune.trial import run_trial
-from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
+from torchboost.tune.trials.journal import Journal
+from torchboost.tune.trials.trial import run_trial
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.techniques.memory import has_conv2d
 from torchboost.workloads import REGISTRY
 

@@ -104,7 +104,7 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
 
 def grid(script: Path, run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
     """Each configuration of :data:`GRID`, one trial each with tune's runner, quiet."""
-    from torchboost.tune.trial import run_trial
+    from torchboost.tune.trials.trial import run_trial
 
     rows = []
     for name, overlay in GRID.items():

@@ -333,6 +333,62 @@ def test_the_circle_check_fails_on_a_circle_hidden_by_lazy_imports():
     assert _circles(_import_graph(modules)) == []
 
 
+# -- folders import one way: at every level, no folder imports one that imports it back ------
+
+def _children_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """``package``'s children (its folders and modules, by name) and the children each imports."""
+    prefix = package + "."
+    out: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        if not source.startswith(prefix):
+            continue
+        child = source[len(prefix):].split(".")[0]
+        out.setdefault(child, set())
+        out[child] |= {t[len(prefix):].split(".")[0] for t in targets if t.startswith(prefix)} - {child}
+    return out
+
+
+def _folder_circles(graph: dict[str, set[str]]) -> dict[str, list[list[str]]]:
+    """For every package, the circles among its children (two folders importing each other,
+    at any depth of their modules)."""
+    packages = {".".join(name.split(".")[:depth]) for name in graph for depth in range(1, name.count(".") + 1)}
+    found = {package: _circles(_children_graph(graph, package)) for package in sorted(packages)}
+    return {package: circles for package, circles in found.items() if circles}
+
+
+def test_no_folder_imports_one_that_imports_it_back():
+    assert _folder_circles(_import_graph(_modules())) == {}
+
+
+_FOLDERS = {
+    "observe/__init__.py": "",
+    "observe/child/boot.py": "from torchboost.nocode import apply\n",
+    "nocode.py": "from torchboost.reach.patch import Patch\n",
+    "reach/patch.py": "",
+    "tune/search/run.py": "from torchboost.tune.trials.trial import run\n",
+    "tune/trials/trial.py": "",
+}
+
+
+def test_twin_a_folder_that_imports_one_importing_it_back_is_found():
+    """The made-up tree flows one way; a hook module in reach/ that imports the applier back
+    makes a circle of reach and nocode, and a trial that imports the search one of tune's rooms."""
+    modules = {path: ast.parse(text) for path, text in _FOLDERS.items()}
+    assert _folder_circles(_import_graph(modules)) == {}
+    modules["reach/patch.py"] = ast.parse("from torchboost.nocode import apply\n")
+    modules["tune/trials/trial.py"] = ast.parse("def f():\n    from torchboost.tune.search.run import x\n")
+    assert _folder_circles(_import_graph(modules)) == {"torchboost": [["nocode", "reach"]],
+                                                       "torchboost.tune": [["search", "trials"]]}
+
+
+MAX_TUNE_MODULES = 8
+
+
+def test_tune_holds_at_most_8_modules_directly():
+    direct = [p for p in _modules() if p.startswith("tune/") and len(Path(p).parts) == 2]
+    assert 0 < len(direct) <= MAX_TUNE_MODULES, direct
+
+
 # -- rooms: observe/ holds few modules directly; a technique's parts live in its package ----
 
 MAX_OBSERVE_MODULES = 12

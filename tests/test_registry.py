@@ -19,7 +19,7 @@ from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader import LoaderConfig
 from torchboost.techniques.precision import PrecisionConfig
 from torchboost.techniques.registry import Parity, techniques
-from torchboost.tune.levers import default_levers
+from torchboost.tune.search.levers import default_levers
 
 
 def test_overlay_is_built_from_sections_and_validated():
@@ -123,7 +123,7 @@ def test_framework_spellings():
 
 def _proposals(ctx) -> dict[str, list[dict]]:
     from torchboost.config import Overlay
-    from torchboost.tune.levers import default_levers
+    from torchboost.tune.search.levers import default_levers
 
     return {lever.id: [c.to_dict() for c in lever.propose(Overlay(), ctx)] for lever in default_levers()}
 

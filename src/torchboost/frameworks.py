@@ -24,7 +24,7 @@ from torchboost.config import AUTO, BoostConfig, Overlay, section_classes
 from torchboost.techniques.registry import FrameworkSpelling, techniques
 
 
-__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "fix_words", "lightning_text", "spell", "training_arguments",
+__all__ = ["FRAMEWORKS", "Spelled", "accelerate_yaml", "finding_words", "fix_toml", "fix_torch", "fix_words", "lightning_text", "spell", "training_arguments",
            "transformers_text"]
 
 FRAMEWORKS = ("lightning", "accelerate", "transformers")
@@ -150,6 +150,23 @@ def toml_lines(settings: Overlay) -> str:
         if settings.section(cls):
             tables[name] = settings.section(cls)
     return tomli_w.dumps(tables).strip()
+
+
+def finding_words(finding: Any) -> dict[str, str]:
+    """A :class:`~torchboost.evidence.findings.Finding`'s fix in every spelling (:func:`fix_words`):
+    the finding holds its fix as settings; rendering them is the techniques' (here), not the
+    evidence's."""
+    return fix_words(finding.fix, finding.advice, finding.advice_code)
+
+
+def fix_toml(finding: Any) -> str:
+    """A finding's fix as a ``torchboost.toml`` fragment (comments only when no key applies it)."""
+    return finding_words(finding)["toml"]
+
+
+def fix_torch(finding: Any) -> str:
+    """A finding's fix written in plain PyTorch."""
+    return finding_words(finding)["torch"]
 
 
 def fix_words(fix: Overlay, advice: str = "", advice_code: str = "") -> dict[str, str]:

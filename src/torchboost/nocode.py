@@ -6,7 +6,7 @@ descriptor's :class:`~torchboost.techniques.registry.NoCode` hooks, and this mod
 the patching that reaches them, restored by :meth:`Applier.uninstall`:
 
 * process-wide switches (threads, TF32) are set at install;
-* ``DataLoader.__init__`` is wrapped (by :mod:`torchboost.observe.hooks.loader_patch`, the one
+* ``DataLoader.__init__`` is wrapped (by :mod:`torchboost.reach.loader_patch`, the one
   module that patches the DataLoader) so loaders are built with the new arguments (workers
   are not raised for an IterableDataset that does not shard by worker: each would yield
   the whole stream; the loader technique says so on stderr);
@@ -25,7 +25,7 @@ When the script itself prepares a :class:`torchboost.Booster`, the Booster appli
 configuration and claims its techniques in the :class:`~torchboost.handover.Claims` the
 applier is given; the model and optimizer hooks here then stand down, so nothing is
 applied twice. A filter a technique attaches to a library's logger meanwhile is taken
-off at ``uninstall`` (:mod:`torchboost.observe.hooks.log_filters`).
+off at ``uninstall`` (:mod:`torchboost.reach.log_filters`).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from torch.nn.modules import module as _nn_module
 from torchboost.config import BoostConfig, Overlay
 from torchboost.frameworks import fix_words
 from torchboost.handover import Claims
-from torchboost.observe.hooks.loader_patch import LoaderPatch, rewritten_arguments
-from torchboost.observe.hooks.log_filters import LoggerFilters
-from torchboost.observe.probes.optimizer_owner import module_names
+from torchboost.reach.loader_patch import LoaderPatch, rewritten_arguments
+from torchboost.reach.log_filters import LoggerFilters
+from torchboost.reach.optimizer_owner import module_names
 from torchboost.techniques.registry import NoCode, Technique, techniques
 
 __all__ = ["Applier", "changed_settings", "nocode_settings", "settings_from_config"]

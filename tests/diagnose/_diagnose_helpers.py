@@ -6,6 +6,7 @@ import sys
 from dataclasses import fields, replace
 from types import SimpleNamespace
 
+from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.config import BoostConfig
 from torchboost.diagnose.rules import RULES
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, OptimizerFacts, ProfileFacts, StepRecord
@@ -92,10 +93,10 @@ def check_finding(finding, rule_id):
     assert finding is not None, f"{rule_id} did not fire"
     assert finding.id == rule_id
     assert finding.expected_speedup > 1.0
-    assert finding.title and finding.formula and finding.fix_torch
+    assert finding.title and finding.formula and fix_torch(finding)
     assert finding.evidence and all(isinstance(v, (int, float, str)) for v in finding.evidence.values())
     # Every fragment is valid torchboost.toml (comment-only fragments are the empty table).
-    BoostConfig.from_dict(tomllib.loads(finding.fix_toml))
+    BoostConfig.from_dict(tomllib.loads(fix_toml(finding)))
     assert f"= {finding.expected_speedup:.3f}" in finding.formula  # the formula shows its result
     return finding
 

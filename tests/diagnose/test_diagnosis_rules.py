@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from _diagnose_helpers import GIB, check_finding, make_facts, profile, steps, with_
+from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.diagnose import diagnose
 from _diagnose_helpers import R
 
@@ -26,7 +27,7 @@ def test_data_workers_fires_on_data_bound_main_process_loading():
     assert f.expected_speedup == pytest.approx(2.5)
     assert f.evidence["num_workers"] == 0 and f.evidence["suggested_num_workers"] == 2
     assert f.evidence["data_wait_pct"] == pytest.approx(60.0)
-    assert "num_workers = 2" in f.fix_toml and "num_workers=2" in f.fix_torch
+    assert "num_workers = 2" in fix_toml(f) and "num_workers=2" in fix_torch(f)
 
 
 def test_data_workers_on_cuda_raises_existing_workers_towards_the_cores():
@@ -64,7 +65,7 @@ def test_pin_memory_fires_on_profiled_pageable_copies():
     f = check_finding(R.data_pin_memory(facts), "data.pin_memory")
     assert f.evidence["h2d_copy_ms_per_step"] == pytest.approx(10.0)
     assert f.expected_speedup == pytest.approx(1 / (1 - 0.1 + 0.1 / 2))
-    assert "pin_memory=True" in f.fix_torch and "non_blocking=True" in f.fix_torch
+    assert "pin_memory=True" in fix_torch(f) and "non_blocking=True" in fix_torch(f)
 
 
 def test_pin_memory_without_profile_falls_back_on_the_data_wait():
@@ -119,7 +120,7 @@ def _fp32(facts):
 def test_precision_lower_on_cpu_with_bf16_instructions_assumed_factor():
     f = check_finding(R.precision_lower(_fp32(make_facts(cpu_bf16=True))), "precision.lower")
     assert f.expected_speedup == pytest.approx(1 / (0.2 + 0.8 / 1.3))
-    assert 'mode = "bf16"' in f.fix_toml and "torch.bfloat16" in f.fix_torch
+    assert 'mode = "bf16"' in fix_toml(f) and "torch.bfloat16" in fix_torch(f)
     assert any("not measured" in n for n in f.notes)
 
 
@@ -151,7 +152,7 @@ def test_precision_lower_not_on_cpu_without_bf16_when_on_or_below_threshold():
 
 def test_precision_lower_on_cuda_picks_fp16_with_scaler_without_bf16():
     f = check_finding(R.precision_lower(_fp32(make_facts("cuda", cuda_bf16=False))), "precision.lower")
-    assert 'mode = "fp16"' in f.fix_toml and "GradScaler" in f.fix_torch
+    assert 'mode = "fp16"' in fix_toml(f) and "GradScaler" in fix_torch(f)
     tf32 = R.precision_lower(with_(_fp32(make_facts("cuda")), precision={"tf32_matmul": True}))
     assert tf32.expected_speedup == pytest.approx(1 / (0.2 + 0.8 / 1.3))
     assert f.expected_speedup > tf32.expected_speedup
@@ -163,7 +164,7 @@ def test_bf16_on_cpu_without_bf16_is_slower_and_not_lowered():
     assert "precision.slower_on_cpu" in ids and "precision.lower" not in ids
     f = check_finding(R.precision_slower_on_cpu(facts), "precision.slower_on_cpu")
     assert f.expected_speedup == pytest.approx(1 / (0.2 + 0.8 * 0.5))
-    assert 'mode = "fp32"' in f.fix_toml
+    assert 'mode = "fp32"' in fix_toml(f)
 
 
 def test_precision_slower_on_cpu_measurement_decides():
@@ -192,9 +193,9 @@ def test_compile_fires_when_compute_dominates_and_mentions_cost():
     assert f.expected_speedup == pytest.approx(1 / (0.2 + 0.8 / 1.15))
     assert f.evidence["break_even_steps"] > 0
     assert any("compile costs" in n for n in f.notes)
-    assert f.fix_torch == "model = torch.compile(model)"
+    assert fix_torch(f) == "model = torch.compile(model)"
     big = R.compile_enable(_eager(make_facts(), parameters=300_000_000))
-    assert 'scope = "regional"' in big.fix_toml
+    assert 'scope = "regional"' in fix_toml(big)
 
 
 def test_compile_not_when_compiled_impossible_short_or_light():
@@ -234,7 +235,7 @@ def test_fused_optimizer_fires_against_for_loop_on_cpu_and_foreach_on_cuda():
     slow_opt = dict(optimizer=20.0, forward=25.0)
     f = check_finding(R.optimizer_fused(with_(make_facts(**slow_opt), optimizer={"fused": None})), "optimizer.fused")
     assert f.expected_speedup == pytest.approx(1 / (0.8 + 0.2 / 3.0))
-    assert f.evidence["implementation"] == "for-loop" and "fused=True" in f.fix_torch
+    assert f.evidence["implementation"] == "for-loop" and "fused=True" in fix_torch(f)
     g = R.optimizer_fused(with_(make_facts("cuda", **slow_opt), optimizer={"fused": False}))
     assert g.expected_speedup == pytest.approx(1 / (0.8 + 0.2 / 1.5))
 
@@ -253,7 +254,7 @@ def test_headroom_on_cuda_suggests_a_larger_batch():
     facts = with_(make_facts("cuda"), peak_memory_bytes=10 * GIB)
     f = check_finding(R.memory_headroom(facts), "memory.headroom")
     # k=4 (40 GiB <= 80% of 80 GiB); fixed 10 ms of 100 spread over 4x the samples.
-    assert f.evidence["batch_factor"] == 4 and "batch_size=128" in f.fix_torch
+    assert f.evidence["batch_factor"] == 4 and "batch_size=128" in fix_torch(f)
     assert f.expected_speedup == pytest.approx(100 / (90 + 10 / 4))
 
 
@@ -268,7 +269,7 @@ def test_headroom_under_accumulation_proposes_the_neutral_form():
     facts = with_(make_facts("cuda"), peak_memory_bytes=10 * GIB, micro_steps_per_step=8.0, uses_booster=True)
     f = check_finding(R.memory_headroom(facts), "memory.headroom")
     assert f.changes_training is False and f.unit == "step"
-    assert "steps = 2" in f.fix_toml and "batch_size=128" in f.fix_toml
+    assert "steps = 2" in fix_toml(f) and "batch_size=128" in fix_toml(f)
     other = f.evidence["other_ms_per_step"]
     assert f.expected_speedup == pytest.approx(100 / (100 - other + other / 4), rel=1e-3)
 
@@ -294,14 +295,14 @@ def test_headroom_not_when_memory_used_or_unknown():
 def test_threads_oversubscribed_on_cpu():
     facts = with_(make_facts(cores=8), cpu_threads=8)  # 8 threads + 2 workers on 8 cores
     f = check_finding(R.threads_oversubscribed(facts), "threads.oversubscribed")
-    assert "threads = 6" in f.fix_toml and f.evidence["oversubscription_ratio"] == 1.25
+    assert "threads = 6" in fix_toml(f) and f.evidence["oversubscription_ratio"] == 1.25
     assert f.expected_speedup == pytest.approx(1 / (0.15 + 0.85 / 1.25))
 
 
 def test_threads_oversubscribed_trims_workers_when_they_alone_fill_the_cores():
     facts = with_(make_facts(cores=2), cpu_threads=2)  # 2 threads + 2 workers on 2 cores
     f = check_finding(R.threads_oversubscribed(facts), "threads.oversubscribed")
-    assert "num_workers = 1" in f.fix_toml and "threads = 1" in f.fix_toml
+    assert "num_workers = 1" in fix_toml(f) and "threads = 1" in fix_toml(f)
 
 
 def test_threads_not_when_balanced_or_on_cuda():
@@ -315,7 +316,7 @@ def test_threads_not_when_balanced_or_on_cuda():
 def test_cudnn_benchmark_on_cuda_conv():
     facts = with_(make_facts("cuda"), model=CONV, precision={"cudnn_benchmark": False})
     f = check_finding(R.cudnn_benchmark(facts), "cudnn.benchmark")
-    assert f.fix_torch == "torch.backends.cudnn.benchmark = True"
+    assert fix_torch(f) == "torch.backends.cudnn.benchmark = True"
     assert R.cudnn_benchmark(with_(make_facts("cuda"), model=CONV)) is None  # already on
     assert R.cudnn_benchmark(with_(make_facts("cpu"), model=CONV, precision={"cudnn_benchmark": False})) is None
     assert R.cudnn_benchmark(with_(make_facts("cuda"), precision={"cudnn_benchmark": False})) is None  # no conv
@@ -326,7 +327,7 @@ def test_cudnn_benchmark_on_cuda_conv():
 
 def test_channels_last_on_cuda_conv_in_reduced_precision():
     f = check_finding(R.memory_channels_last(with_(make_facts("cuda"), model=CONV)), "memory.channels_last")
-    assert "channels_last = true" in f.fix_toml
+    assert "channels_last = true" in fix_toml(f)
     assert R.memory_channels_last(with_(make_facts("cuda"), model={**CONV, "channels_last": True})) is None
     assert R.memory_channels_last(_fp32(with_(make_facts("cuda"), model=CONV))) is None  # fp32: no tensor cores
     assert R.memory_channels_last(with_(make_facts("cpu"), model=CONV)) is None
@@ -337,4 +338,4 @@ def test_channels_last_on_cuda_conv_in_reduced_precision():
 def test_headroom_without_a_loader_says_where_to_change_the_batch():
     facts = with_(make_facts("cuda"), peak_memory_bytes=10 * GIB, loader=None)
     f = check_finding(R.memory_headroom(facts), "memory.headroom")
-    assert "batch_size" not in f.evidence and "4x larger" in f.fix_torch
+    assert "batch_size" not in f.evidence and "4x larger" in fix_torch(f)

@@ -17,6 +17,7 @@ import pytest
 
 import torchboost
 from _diagnose_helpers import GIB, make_facts, profile, steps, with_
+from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.config import Overlay
 from torchboost.diagnose import Facts, StepRecord
 from torchboost.diagnose.gpu import GpuFacts
@@ -84,8 +85,8 @@ def test_every_rule_has_an_example_that_fires_it():
     assert set(EXAMPLES) == set(RULES)
 
 
-def _settings(fix_toml: str) -> Overlay:
-    tables = tomllib.loads(fix_toml)
+def _settings(toml_text: str) -> Overlay:
+    tables = tomllib.loads(toml_text)
     return Overlay({f"{section}.{key}": value for section, values in tables.items() for key, value in values.items()})
 
 
@@ -93,20 +94,20 @@ def _settings(fix_toml: str) -> Overlay:
 def test_the_fix_renders_from_its_overlay_and_round_trips(rule_id):
     finding = RULES[rule_id](EXAMPLES[rule_id]())
     assert finding is not None and finding.id == rule_id
-    assert _settings(finding.fix_toml) == finding.fix  # the TOML says exactly the settings it carries
-    torch_lines = finding.fix_torch.splitlines()
+    assert _settings(fix_toml(finding)) == finding.fix  # the TOML says exactly the settings it carries
+    torch_lines = fix_torch(finding).splitlines()
     spelled = [line for code in spell(finding.fix).torch_code for line in code.splitlines()]
     assert torch_lines[:len(spelled)] == spelled  # the technique's own plain-PyTorch spelling, first
     assert finding.fix or finding.advice  # a fix says what to change, as a setting or in the script
-    assert finding.fix_torch.strip()
+    assert fix_torch(finding).strip()
     if not finding.fix:
-        assert finding.fix_toml.startswith("# no torchboost.toml key:")
+        assert fix_toml(finding).startswith("# no torchboost.toml key:")
 
 
 def test_the_rendered_fix_is_in_the_finding_s_json_and_comes_back():
     finding = RULES["data.workers"](TRIGGERS["data.workers"]())
     data = finding.to_dict()
-    assert data["fix"] == {"loader.num_workers": 2} and data["fix_toml"] == finding.fix_toml
+    assert data["fix"] == {"loader.num_workers": 2} and "fix_toml" not in data  # spelled by frameworks, not stored
     assert type(finding).from_dict(data) == finding
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from torchboost.frameworks import fix_toml
 from torchboost.diagnose import Facts, StepRecord
 from torchboost.diagnose import _gpu_rules as R
 from torchboost.diagnose.gpu import GpuFacts
@@ -18,13 +19,13 @@ def _facts(data_ms: float = 0.0, **gpu) -> Facts:
 
 def test_idle_gpu_with_a_slow_loader_is_told_to_load_in_workers():
     f = R.gpu_idle(_facts(data_ms=10.0))  # 40% of the step waiting for data
-    assert f.id == "gpu.idle" and "waiting for data" in f.title and "num_workers" in f.fix_toml
+    assert f.id == "gpu.idle" and "waiting for data" in f.title and "num_workers" in fix_toml(f)
     assert f.expected_speedup == pytest.approx(1 / (1 - 0.5 * 0.40))
 
 
 def test_idle_gpu_with_a_fast_loader_is_launch_bound():
     f = R.gpu_idle(_facts(data_ms=1.0))
-    assert "launch-bound" in f.title and "compile" in f.fix_toml
+    assert "launch-bound" in f.title and "compile" in fix_toml(f)
 
 
 def test_a_busy_gpu_gets_no_idle_finding():
@@ -41,7 +42,7 @@ def test_syncs_per_step():
 
 def test_pageable_copies():
     f = R.gpu_pageable_copies(_facts(h2d_pageable_count=8, h2d_pageable_bytes=8 << 20, memcpy_ms=10.0))
-    assert "pin_memory = true" in f.fix_toml and f.expected_speedup == pytest.approx(1 / 0.9)
+    assert "pin_memory = true" in fix_toml(f) and f.expected_speedup == pytest.approx(1 / 0.9)
     assert R.gpu_pageable_copies(_facts(h2d_pageable_count=2)) is None
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from torchboost.frameworks import fix_toml
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 
@@ -64,7 +65,7 @@ def test_a_launch_bound_trace_gets_the_small_kernels_finding():
     facts = _ranks("negative_queue_rank0.json.gz")[0]
     assert facts.gpu["small_kernel_pct"] > 50 and facts.gpu["idle_pct"] > 60
     findings = {f.id: f for f in diagnose(facts)}
-    assert "gpu.small_kernels" in findings and "compile" in findings["gpu.small_kernels"].fix_toml
+    assert "gpu.small_kernels" in findings and "compile" in fix_toml(findings["gpu.small_kernels"])
     assert "launch-bound" in findings["gpu.idle"].title  # idle without waiting for data
 
 

@@ -13,7 +13,7 @@ import weakref
 import pytest
 import torch
 
-from torchboost.observe.probes import frames
+from torchboost.reach import frames
 from torchboost.observe.probes.describe import self_on_stack
 
 OLD_LOCALS = not frames.LOCALS_ARE_A_VIEW

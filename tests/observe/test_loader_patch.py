@@ -7,7 +7,7 @@ import torch
 import torch.utils.data.dataloader as dl
 from torch.utils.data import DataLoader, TensorDataset
 
-from torchboost.observe.hooks.loader_patch import (
+from torchboost.reach.loader_patch import (
     INIT_ATTRIBUTES, ITERATION_ATTRIBUTES, LoaderPatch, rewritten_arguments, timed_iteration,
 )
 

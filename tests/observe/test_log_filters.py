@@ -9,7 +9,7 @@ from torch import nn
 
 from torchboost.observe import Instrumentation, ObserveSpec, StepRecorder
 from torchboost.nocode import Applier
-from torchboost.observe.hooks.log_filters import LoggerFilters, torchboost_filters
+from torchboost.reach.log_filters import LoggerFilters, torchboost_filters
 from torchboost.techniques.compile import apply_compile
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.observe.parent.no_stdin import stdin_words
-from torchboost.tune.trial import failure_words
+from torchboost.tune.trials.trial import failure_words
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 INPUT_AT_EOF = ('Traceback (most recent call last):\n  File "train.py", line 5, in <module>\n'

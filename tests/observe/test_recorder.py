@@ -122,7 +122,7 @@ def test_first_step_time_stays_in_the_warmup_when_the_optimizer_is_adopted(tmp_p
     # record the tuner weighs compile against, not vanish with the cut-in-two first step.
     import torch
 
-    from torchboost.tune.trial import result_from_facts
+    from torchboost.tune.trials.trial import result_from_facts
 
     rec, clock = _recorder(tmp_path, steps=3, warmup=2)
     model = torch.nn.Linear(2, 1)

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchboost.cli import main
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
-from torchboost.observe.hooks.loader_patch import timed_iteration
+from torchboost.reach.loader_patch import timed_iteration
 from torchboost.observe.probes.replay import REPLAY_STEPS
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from _report_helpers import HOSTILE, data_bound_facts, findings_for
+from torchboost.frameworks import fix_toml
 from torchboost.diagnose import Facts, StepRecord
 from torchboost.report import SCHEMA_VERSION, build_report, print_doctor_report, write_doctor_report
 
@@ -186,7 +187,7 @@ def test_doctor_terminal_fits_its_width_and_keeps_ids_and_fixes_whole(tmp_path, 
     assert max(len(line) for line in lines) <= width
     for f in findings:
         assert any(f.id in line for line in lines), f.id
-    for fix_line in findings[0].fix_toml.splitlines():  # the top finding's TOML, line by line
+    for fix_line in fix_toml(findings[0]).splitlines():  # the top finding's TOML, line by line
         assert any(fix_line.strip() in line for line in lines), fix_line
 
 

@@ -15,11 +15,11 @@ from rich.console import Console
 from _report_helpers import CHROMIUM, loaded_images, overflowing
 from torchboost.diagnose import Facts, Finding, LoaderFacts, StepRecord
 from torchboost.report.tune_report import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
-from torchboost.tune.levers import TuneContext, default_levers
+from torchboost.tune.search.levers import TuneContext, default_levers
 from torchboost.tune.tuner import TuneRun, settings_to_config
 from torchboost.tune.search import SearchOptions, run_search
 from torchboost.tune.report_data import tune_summary
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
 """User text that must stay text in every format."""
@@ -274,7 +274,7 @@ def test_failed_baseline_still_writes_a_report(tmp_path):
 def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_path):
     import dataclasses
 
-    from torchboost.tune.end_to_end import EndToEnd
+    from torchboost.tune.verify.end_to_end import EndToEnd
 
     searched = mixed_run()  # the search kept 62 ms/step against 84
     e2e = EndToEnd(baseline_runs_s=[9.9, 9.8, 10.0], tuned_runs_s=[10.0, 9.9, 10.1])

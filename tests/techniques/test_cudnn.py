@@ -12,7 +12,7 @@ import torchboost
 from torchboost import BoostConfig, ConfigError, Overlay
 from torchboost.nocode import Applier, nocode_settings
 from torchboost.techniques.cudnn import CudnnConfig, fixed_shapes, resolve_benchmark
-from torchboost.tune.levers import TuneContext, default_levers
+from torchboost.tune.search.levers import TuneContext, default_levers
 
 CONV = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(2))
 MLP = nn.Sequential(nn.Linear(8, 2))

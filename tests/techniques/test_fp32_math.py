@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import torchboost
+from torchboost.frameworks import fix_torch
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.env import probe
 from torchboost.evidence.observed import Facts, StepRecord
@@ -136,7 +137,7 @@ def test_the_rule_fires_on_fp32_compute_with_a_measured_gain_and_moves_the_step_
     finding = fp32_math_lower(_fp32_cpu_facts(2.0))
     assert finding is not None and finding.dtype == "bf16" and finding.fix == Overlay.of(Fp32MathConfig, mode="bf16")
     assert finding.expected_speedup == pytest.approx(1 / (0.2 + 0.8 / 2.0))  # 80% of the step twice as fast
-    assert 'torch.backends.mkldnn.matmul.fp32_precision = "bf16"' in finding.fix_torch
+    assert 'torch.backends.mkldnn.matmul.fp32_precision = "bf16"' in fix_torch(finding)
 
 
 @pytest.mark.parametrize("measured, precision", [(1.02, "none"), (None, "none"), (2.0, "bf16")])

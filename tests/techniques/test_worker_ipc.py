@@ -15,7 +15,7 @@ from torchboost.env import probe
 from torchboost.nocode import Applier
 from torchboost.techniques.loader import LoaderSettings, rebuild_loader, resolve_host
 from torchboost.techniques.loader.worker_ipc import WorkerSharing, sharing_of, with_sharing
-from torchboost.tune.levers import TuneContext, default_levers
+from torchboost.tune.search.levers import TuneContext, default_levers
 
 needs_file_system = pytest.mark.skipif(
     "file_system" not in mp.get_all_sharing_strategies(), reason="no file_system sharing on this platform"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 from torchboost.observe.record.sequential_stop import decided
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 LOSSES = [2.0 - 0.01 * i for i in range(40)]
 

@@ -8,14 +8,14 @@ import pytest
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.tune import tuner
-from torchboost.tune.decision import TuneOutcome
-from torchboost.tune.trial_result import TrialResult
-from torchboost.tune.end_to_end import EndToEnd
+from torchboost.tune.search.decision import TuneOutcome
+from torchboost.tune.trials.trial_result import TrialResult
+from torchboost.tune.verify.end_to_end import EndToEnd
 
 
 def _outcome(step_ms: float = 10.0, wall_s: float = 10.0, fixed_s: float = 9.5) -> TuneOutcome:
     baseline = TrialResult(settings=Overlay(), step_ms=[step_ms] * 5, wall_s=wall_s, fixed_s=fixed_s)
-    from torchboost.tune.decision import WaterfallStep
+    from torchboost.tune.search.decision import WaterfallStep
     return TuneOutcome(baseline=baseline, settings=Overlay({"cpu.threads": 1}),
                        waterfall=[WaterfallStep("baseline", Overlay(), step_ms, 1.0, 0.0)], decisions=[], trials_run=3,
                        elapsed_s=50.0)
@@ -71,7 +71,7 @@ def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words)
     import math
     import time
 
-    from torchboost.tune.journal import Journal
+    from torchboost.tune.trials.journal import Journal
 
     def timed_out(command, settings, repeat, *, timeout_s, **kwargs):
         return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"timed out after {timeout_s:.0f} s")

@@ -14,10 +14,10 @@ from test_search import CPU2
 
 from torchboost.evidence.findings import Measured
 from torchboost.observe.spec import Bursts
-from torchboost.tune.bursts import FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_verdict, more_bursts, plan_bursts
-from torchboost.tune.levers import default_levers, order_levers
+from torchboost.tune.search.bursts import FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_verdict, more_bursts, plan_bursts
+from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 MEASURED = {"precision.lower": Measured(1.33, 6, "bf16 autocast")}
 
@@ -123,7 +123,7 @@ def test_bursts_run_again_while_the_noise_hides_a_gain(pooled, monkeypatch):
     """bf16 at 0.85 with pairs scattering 30%: one run's 15 pairs cannot tell, more runs
     pooled keep it. Twin: one run only (no pooling) leaves it too busy to tell."""
     if not pooled:
-        monkeypatch.setattr("torchboost.tune.bursts.MAX_BURST_RUNS", 1)
+        monkeypatch.setattr("torchboost.tune.search.bursts.MAX_BURST_RUNS", 1)
     script = ShakyBursts(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.85}, noise=0.4, spread=0.3)
     outcome = _search(script, script.measure)
     decision = next(d for d in outcome.decisions if d.lever == "precision")
@@ -170,7 +170,7 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
     autocast, the result carries each pair. Twin: a change no switch makes gives no ratio."""
     from pathlib import Path
 
-    from torchboost.tune.trial import run_trial
+    from torchboost.tune.trials.trial import run_trial
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "tune_tiny.py"
     result = run_trial(["python", str(script), "--steps", "200"], {}, 0, steps=2, warmup=1, out_dir=tmp_path,
@@ -187,7 +187,7 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
 def test_the_journal_keeps_a_burst_trial_apart_from_the_incumbents_own_run(tmp_path):
     """--resume replays a burst trial as a burst trial: its key has its change. Twin: the
     incumbent's ordinary run of the same repeat is its own entry."""
-    from torchboost.tune.journal import Journal
+    from torchboost.tune.trials.journal import Journal
 
     journal = Journal(tmp_path / "journal.jsonl")
     journal.append(TrialResult(settings={}, repeat=0, step_ms=[10.0]))

@@ -10,9 +10,9 @@ from slow_script import SlowScript
 from test_search import CPU2
 
 from torchboost.evidence.findings import Measured
-from torchboost.tune.levers import default_levers, order_levers
+from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 
 @pytest.mark.parametrize("noise, busy", [(0.4, True), (0.01, False)])
@@ -54,8 +54,8 @@ def test_a_budget_spent_before_the_top_candidate_says_so_and_what_it_would_take(
     """The baseline alone outlasts the budget (a busy machine, slow steps): tune says the top
     candidate was never measured and how much more budget it needs, and its verdict is not
     'nothing was faster'. Twin: budget enough, the candidate is measured."""
-    from torchboost.tune.decision import TuneOutcome
-    from torchboost.tune.end_to_end import nothing_kept as _nothing_kept
+    from torchboost.tune.search.decision import TuneOutcome
+    from torchboost.tune.verify.end_to_end import nothing_kept as _nothing_kept
 
     measured = {"precision.lower": Measured(1.8, 6, "bf16 autocast")}
     script = SlowScript(step_ms=4000.0, factors={("precision.mode", "bf16"): 0.6})
@@ -118,7 +118,7 @@ def test_the_load_said_is_the_most_any_trial_saw_not_the_baselines():
     """Too busy to tell said "other processes used 1% of the machine" (the baseline's, before
     the neighbour started) beside a warning of 67%: the runner keeps the most any trial saw."""
     from torchboost.config import Overlay
-    from torchboost.tune.pairs import Runner
+    from torchboost.tune.search.pairs import Runner
 
     loads = iter([1.0, 67.0, 20.0])
     runner = Runner(lambda settings, repeat: TrialResult(settings=dict(settings), repeat=repeat, step_ms=[1.0],

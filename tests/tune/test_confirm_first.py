@@ -10,9 +10,9 @@ import pytest
 
 from test_search import BASE_LOSSES, CPU2
 
-from torchboost.tune.levers import default_levers
+from torchboost.tune.search.levers import default_levers
 from torchboost.tune.search import SearchOptions, run_search
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 # The demo's shape on 2 cores: 84 ms a step, 70 of them waiting for a batch the training
 # process loads itself; 14 ms with no loader work.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torchboost.config import Overlay
 from torchboost.techniques.cpu import CpuConfig
-from torchboost.tune.journal import Journal, RunJournal, identity
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.journal import Journal, RunJournal, identity
+from torchboost.tune.trials.trial_result import TrialResult
 
 THREADS = Overlay.of(CpuConfig, threads=1)
 

@@ -11,11 +11,11 @@ from test_search import CPU2, FakeScript
 
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Measured
-from torchboost.tune.levers import default_levers, order_levers
-from torchboost.tune.noise import NoiseFloor
-from torchboost.tune.parity import judge
+from torchboost.tune.search.levers import default_levers, order_levers
+from torchboost.tune.search.noise import NoiseFloor
+from torchboost.tune.search.parity import judge
 from torchboost.tune.search import SearchOptions, run_search
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 BF16 = {"precision.lower": Measured(1.5, 6, "bf16 autocast")}
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from torchboost.techniques.registry import Lever, Parity
-from torchboost.tune.parity import judge, reproducible, run_to_run_spread
+from torchboost.tune.search.parity import judge, reproducible, run_to_run_spread
 
 EXACT_LEVER = Lever("optimizer", "fused optimizer", Parity.EXACT, lambda incumbent, ctx: [])
 REDUCED_LEVER = Lever("precision", "bf16", Parity.REDUCED, lambda incumbent, ctx: [])
@@ -78,9 +78,9 @@ def test_on_top_of_bf16_a_real_divergence_still_fails():
 
 
 def _search_unseeded():
-    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search.levers import TuneContext, default_levers
     from torchboost.tune.search import SearchOptions, run_search
-    from torchboost.tune.trial_result import TrialResult
+    from torchboost.tune.trials.trial_result import TrialResult
 
     seeds = iter(range(100))
 
@@ -100,7 +100,7 @@ def test_the_search_holds_an_unseeded_scripts_exact_change_to_its_own_spread():
 
 
 def test_twin_a_search_that_ignores_the_repeats_calls_it_incorrect(monkeypatch):
-    monkeypatch.setattr("torchboost.tune.parity.reproducible", lambda baseline, repeats, **kw: True)
+    monkeypatch.setattr("torchboost.tune.search.parity.reproducible", lambda baseline, repeats, **kw: True)
     fused = _search_unseeded()
     assert any(d.status == "incorrect" for d in fused), [(d.status, d.reason) for d in fused]
 
@@ -132,9 +132,9 @@ def test_a_nan_on_an_unseeded_script_is_incorrect_however_wide_the_spread():
 
 
 def _search_wide_spread(candidate_offset: float):
-    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search.levers import TuneContext, default_levers
     from torchboost.tune.search import SearchOptions, run_search
-    from torchboost.tune.trial_result import TrialResult
+    from torchboost.tune.trials.trial_result import TrialResult
 
     # Every run but fused AdamW's ends 4% of the loss scale either side, whatever order the
     # search runs them in: the script's own spread is about 8%.
@@ -168,10 +168,10 @@ def test_the_report_says_too_noisy_to_tell_in_words():
 
 
 def _search_partial_bf16(note: str):
-    from torchboost.tune.coverage import CoverageNotes
-    from torchboost.tune.levers import TuneContext, default_levers
+    from torchboost.tune.search.coverage import CoverageNotes
+    from torchboost.tune.search.levers import TuneContext, default_levers
     from torchboost.tune.search import SearchOptions, run_search
-    from torchboost.tune.trial_result import TrialResult
+    from torchboost.tune.trials.trial_result import TrialResult
 
     def run(settings, repeat, **_):  # bf16 30% faster; the applier says what it covered (no early stop)
         bf16 = settings.get("precision.mode") == "bf16"

@@ -9,7 +9,7 @@ import pytest
 from test_search import CPU2, FakeScript
 
 from torchboost.evidence.findings import Measured
-from torchboost.tune.levers import default_levers, order_levers
+from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
 
 # bf16 where the CPU has it: fp32_math's lever is proposed too.

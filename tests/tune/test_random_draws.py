@@ -9,7 +9,7 @@ from torch import nn
 
 from torchboost.observe.probes.flop_count import StepFlops
 from torchboost.techniques.registry import Lever, Parity, techniques
-from torchboost.tune.parity import check_parity, judge
+from torchboost.tune.search.parity import check_parity, judge
 
 COMPILE = next(lever for t in techniques() for lever in t.levers if lever.id == "compile")
 FUSED = Lever("optimizer", "fused optimizer", Parity.EXACT, lambda incumbent, ctx: [])

@@ -8,10 +8,10 @@ import statistics
 
 import pytest
 
-from torchboost.tune.levers import TuneContext, default_levers, order_levers
-from torchboost.tune.parity import EXACT, REDUCED, check_parity
+from torchboost.tune.search.levers import TuneContext, default_levers, order_levers
+from torchboost.tune.search.parity import EXACT, REDUCED, check_parity
 from torchboost.tune.search import SearchOptions, compile_break_even, run_search
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 CPU2 = TuneContext(device="cpu", cpu_cores=2, cpu_bf16=False, can_compile=True)
 BASE_LOSSES = [2.0 - 0.05 * i for i in range(20)]
@@ -199,7 +199,7 @@ def test_loader_change_that_diverges_is_still_rejected():
     [([2.06, 1.84, 1.85, 1.65, 1.64, 1.46], True), ([2.0, 1.9, 1.9, 1.9, 1.9, 1.9], False)],
 )
 def test_statistical_parity(candidate, ok):
-    from torchboost.tune.parity import STATISTICAL
+    from torchboost.tune.search.parity import STATISTICAL
 
     assert check_parity([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], candidate, kind=STATISTICAL).ok is ok
 
@@ -300,7 +300,7 @@ def test_without_the_interaction_pass_one_lever_at_a_time_stays_at_one_worker():
 
 
 def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
-    from torchboost.tune.trial_length import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, TRIAL_WINDOW_S, auto_trial_steps
+    from torchboost.tune.trials.trial_length import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, TRIAL_WINDOW_S, auto_trial_steps
 
     assert auto_trial_steps(2.0) == math.ceil(TRIAL_WINDOW_S * 1e3 / 2.0)  # 2 ms steps: 750 of them
     assert auto_trial_steps(0.01) == MAX_TRIAL_STEPS
@@ -313,7 +313,7 @@ def test_auto_trial_steps_aim_at_a_measured_window_within_bounds():
 def test_slow_steps_that_wait_for_no_data_take_fewer_steps_a_trial():
     """1.5 s steps, compute-bound: 12 steps (18 s), not 30 (45 s). Twins: the same steps with
     a loader that waits (a queue that drains), and 100 ms steps, keep 30."""
-    from torchboost.tune.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
+    from torchboost.tune.trials.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
 
     assert auto_trial_steps(1500.0, data_wait_pct=0.5) == MIN_SLOW_TRIAL_STEPS == 12
     assert auto_trial_steps(1500.0, data_wait_pct=20.0) == MIN_TRIAL_STEPS
@@ -477,14 +477,14 @@ _PERSISTENT = _ZERO_WORKERS[:31] + [0.22, 0.25, 0.22, 0.18, 0.27, 0.1, 0.11, 0.4
 
 
 def test_other_batches_after_the_first_epoch_are_not_a_divergence():
-    from torchboost.tune.parity import STATISTICAL
+    from torchboost.tune.search.parity import STATISTICAL
 
     verdict = check_parity(_ZERO_WORKERS, _PERSISTENT, kind=STATISTICAL)
     assert verdict.ok, verdict.detail
 
 
 def test_twin_a_run_that_stops_learning_after_the_first_epoch_still_diverges():
-    from torchboost.tune.parity import STATISTICAL
+    from torchboost.tune.search.parity import STATISTICAL
 
     stalled = _ZERO_WORKERS[:31] + [0.36] * 12  # flat where the baseline kept falling
     verdict = check_parity(_ZERO_WORKERS, stalled, kind=STATISTICAL)
@@ -492,7 +492,7 @@ def test_twin_a_run_that_stops_learning_after_the_first_epoch_still_diverges():
 
 
 def test_the_saving_a_fixed_cost_is_weighed_against_follows_the_paired_ratio():
-    from torchboost.tune.decision import paired_step_ms
+    from torchboost.tune.search.decision import paired_step_ms
 
     # The machine slowed down at the third pair: the candidate is 4% faster in two pairs of
     # three, yet the median of its steps (86.4) is far above the incumbent's (60).

@@ -10,7 +10,7 @@ from slow_script import SlowScript
 from test_search import CPU2
 
 from torchboost.evidence.findings import Measured
-from torchboost.tune.levers import default_levers, order_levers
+from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
 
 BF16 = {"precision.lower": Measured(1.5, 6, "bf16 autocast")}

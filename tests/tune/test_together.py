@@ -6,8 +6,8 @@ import pytest
 
 from test_search import CPU2, FakeScript
 
-from torchboost.tune.interaction import TOGETHER
-from torchboost.tune.levers import default_levers
+from torchboost.tune.search.interaction import TOGETHER
+from torchboost.tune.search.levers import default_levers
 from torchboost.tune.search import SearchOptions, run_search
 
 BF16_LOSSES = [2.0 - 0.05 * i * 1.001 for i in range(20)]

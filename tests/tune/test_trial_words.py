@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchboost.evidence.observed import Facts
-from torchboost.tune.trial import result_from_facts
+from torchboost.tune.trials.trial import result_from_facts
 
 
 @pytest.mark.parametrize("ended, code, words", [

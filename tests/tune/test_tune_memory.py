@@ -7,11 +7,11 @@ import itertools
 import pytest
 
 from torchboost.diagnose import Facts, StepRecord
-from torchboost.tune.levers import Lever, TuneContext, default_levers
-from torchboost.tune.memory_limit import MEMORY_MARGIN, PEAK_SLACK, default_memory_limit, limit_source, size
-from torchboost.tune.parity import EXACT
+from torchboost.tune.search.levers import Lever, TuneContext, default_levers
+from torchboost.tune.search.memory_limit import MEMORY_MARGIN, PEAK_SLACK, default_memory_limit, limit_source, size
+from torchboost.tune.search.parity import EXACT
 from torchboost.tune.search import SearchOptions, run_search
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 from torchboost.tune.tuner import context_from_facts
 
 GiB = 2**30

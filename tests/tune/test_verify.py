@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from torchboost.config import BoostConfig, Overlay
-from torchboost.tune.verify import (
+from torchboost.tune.verify.check import (
     EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, users_own_command, verify,
 )
 
@@ -62,7 +62,7 @@ def test_a_memory_lever_kept_to_fit_survives_a_slower_end_to_end_check_and_says_
 
     from torchboost.config import Overlay
     from torchboost.techniques.cpu import CpuConfig
-    from torchboost.tune.end_to_end import end_to_end_verdict
+    from torchboost.tune.verify.end_to_end import end_to_end_verdict
 
     settings = Overlay.of(CpuConfig, threads=1)  # any kept setting; what matters is why it was kept
     slower = EndToEnd(baseline_runs_s=[30.0, 31.0, 30.5], tuned_runs_s=[36.0, 37.0, 36.5])
@@ -190,7 +190,7 @@ def test_twin_with_no_longer_planned_run_the_capped_runs_are_judged_as_measured(
 
 
 def test_the_verdict_on_projected_runs_says_they_are_projected():
-    from torchboost.tune.end_to_end import end_to_end_verdict
+    from torchboost.tune.verify.end_to_end import end_to_end_verdict
 
     kept, why = end_to_end_verdict(Overlay({"compile.mode": "default"}), [], _capped(5000), 0.03)
     assert kept and why.startswith("verified end to end: 1.31x")
@@ -206,7 +206,7 @@ def test_a_run_without_its_pace_is_not_projected():
 
 
 def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypatch):
-    from torchboost.tune import verify as verify_module
+    from torchboost.tune.verify import check as verify_module
 
     def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
         return (12.0, 60.0, None) if config.compile.mode != "off" else (10.0, 80.0, None)
@@ -223,8 +223,8 @@ def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypat
 def test_capped_runs_the_script_ended_itself_before_the_cap_are_whole_runs(tmp_path, monkeypatch, ended_at, how):
     # A 300-step script under a cap of 1387: every run was the whole script, so the report says
     # so and projects nothing (twin: runs the cap stopped are runs of 1387, projected).
-    from torchboost.tune import verify as verify_module
-    from torchboost.tune.end_to_end import end_to_end_verdict
+    from torchboost.tune.verify import check as verify_module
+    from torchboost.tune.verify.end_to_end import end_to_end_verdict
 
     def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
         return (6.0, 20.0, ended_at) if config.compile.mode != "off" else (10.0, 33.0, ended_at)
@@ -240,7 +240,7 @@ def test_capped_runs_the_script_ended_itself_before_the_cap_are_whole_runs(tmp_p
 
 
 def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed(tmp_path, monkeypatch):
-    from torchboost.tune import verify as verify_module
+    from torchboost.tune.verify import check as verify_module
 
     limits = []
 
@@ -261,7 +261,7 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
 
 
 def test_a_check_that_finished_no_pair_says_so_and_keeps_nothing():
-    from torchboost.tune.end_to_end import end_to_end_verdict
+    from torchboost.tune.verify.end_to_end import end_to_end_verdict
 
     none = EndToEnd(baseline_runs_s=[10.0], steps=100, planned_steps=5000, baseline_pace_ms=[80.0], out_of_time=True)
     kept, why = end_to_end_verdict(Overlay({"cpu.threads": 1}), [], none, 0.03)
@@ -294,7 +294,7 @@ def test_pairs_that_agree_on_a_noisy_machine_still_get_an_interval_as_wide_as_th
 def test_slow_steps_verify_in_shorter_capped_runs_than_a_trial():
     """1.5 s steps: a second half of 8 steps (12 s, over the 2 s floor) after warm-up, 21 steps,
     not a trial's 35, so a pair fits what --budget leaves. Twin: 10 ms steps keep a trial's count."""
-    from torchboost.tune.trial_length import least_capped_steps
+    from torchboost.tune.trials.trial_length import least_capped_steps
 
     slow = plan_verification(pairs=3, budget_s=110, step_ms=1500.0, fixed_s=10.0, trial_steps=30, warmup=5,
                              whole_run_s=3000.0)

@@ -14,7 +14,7 @@ import pytest
 
 from torchboost.config import BoostConfig
 from torchboost.observe.parent.run_guard import INSURED_FILE_BYTES
-from torchboost.tune.verify import _config_files, _whole_run
+from torchboost.tune.verify.check import _config_files, _whole_run
 
 SCRIPT = """\
 import torch

@@ -22,12 +22,12 @@ from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
 from torchboost.observe.parent.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
-from torchboost.tune.memory_limit import MEMORY_MARGIN
-from torchboost.tune.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, SLOW_STEP_MS, TRIAL_WINDOW_S
+from torchboost.tune.search.memory_limit import MEMORY_MARGIN
+from torchboost.tune.trials.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, SLOW_STEP_MS, TRIAL_WINDOW_S
 from torchboost.tune.tuner import TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
-from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.cli._console import console as make_console
 
 __all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]

@@ -19,7 +19,7 @@ from typing import Any
 from torchboost._intervals import covered
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.diagnose.gpu import gpu_facts
-from torchboost.observe.parent.launch import UsageError
+from torchboost.usage import UsageError
 
 __all__ = ["facts_from_trace", "load_traces"]
 

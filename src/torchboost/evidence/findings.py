@@ -141,29 +141,11 @@ class Finding:
         """What the finding is ranked by: the measured ratio where its pairs agree, else the estimate."""
         return self.measured.ratio if self.measured is not None and self.measured.agree else self.expected_speedup
 
-    @property
-    def fix_toml(self) -> str:
-        """The fix as a ``torchboost.toml`` fragment (comments only when no key applies it)."""
-        return self.words()["toml"]
-
-    @property
-    def fix_torch(self) -> str:
-        """The same change written in plain PyTorch."""
-        return self.words()["torch"]
-
-    def words(self) -> dict[str, str]:
-        """The fix in every spelling: "toml", "torch" and, where the frameworks have one,
-        "lightning", "accelerate", "transformers"."""
-        from torchboost.frameworks import fix_words  # the spellings live with the techniques
-
-        return fix_words(self.fix, self.advice, self.advice_code)
-
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict: the fields as named here (``fix`` by dotted names) and the
-        rendered ``fix_toml`` and ``fix_torch``."""
+        """JSON-able dict: the fields as named here (``fix`` by dotted names; its spellings are
+        :func:`torchboost.frameworks.finding_words`')."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(evidence=dict(self.evidence), notes=list(self.notes), fix=self.fix.to_dict(),
-                    fix_toml=self.fix_toml, fix_torch=self.fix_torch,
                     measured=dataclasses.asdict(self.measured) if self.measured is not None else None)
         return data
 

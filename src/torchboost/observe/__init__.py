@@ -19,18 +19,19 @@ Rooms, and the one way their imports flow::
        |
     child/    bootstrap, watchdog, compiling                   (the observed process)
        v
-    hooks/    instrument, loader_patch, log_filters            (patched in, taken off again)
+    hooks/    instrument, guard_keeper, write_guard            (patched in, taken off again)
        v
     record/   recorder and its parts, facts_builder, run_output
        v
-    probes/   profile, flop_count, byte_count, replay, quick, describe, hf_trainer, run_length,
-              optimizer_owner
+    probes/   profile, flop_count, byte_count, replay, quick, describe, hf_trainer, run_length
 
 Each room imports only the rooms below it and the spec (the child uses the hooks and the
 recorder; the hooks call into the recorder; the recorder drives the probes); the parent
-imports none of the child's rooms, only the spec. The no-code applier
-(:mod:`torchboost.nocode`) uses the hooks; the recorded-trace reader is
-:mod:`torchboost.diagnose.trace_file`.
+imports none of the child's rooms, only the spec. What reaches into the script (the
+DataLoader's construction, loggers' filters, its frames, an optimizer's owner) lives below
+both this package and the no-code applier (:mod:`torchboost.nocode`), in
+:mod:`torchboost.reach`; the child imports the applier, never the other way. The
+recorded-trace reader is :mod:`torchboost.diagnose.trace_file`.
 """
 
 from torchboost.observe.hooks.instrument import Instrumentation

@@ -79,6 +79,7 @@ from typing import Any
 
 from rich.console import Console
 
+from torchboost.frameworks import finding_words
 from torchboost._version import __version__
 from torchboost.report.compile_section import compile_section
 from torchboost._io import atomic_write_bytes
@@ -212,7 +213,7 @@ def _finding_entry(finding: Finding) -> dict[str, Any]:
         "title": finding.title,
         "severity": finding.severity,
         "evidence": dict(finding.evidence),
-        "fix": finding.words(),
+        "fix": finding_words(finding),
         "expected_speedup": finding.expected_speedup,
         "unit": finding.unit,
         "changes_training": finding.changes_training,

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.observe.parent.launch import UsageError, parse_launch, without_interpreter
-from torchboost.tune.journal import script_digest
+from torchboost.tune.trials.journal import script_digest
 
 __all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "settings_to_config", "tuned_for", "user_config",
            "write_config",
@@ -54,7 +54,7 @@ class TunedFor:
     script: str | None = None
     """The file the command runs (``-m``: the module's file), as named then; None: unknown."""
     script_sha256: str | None = None
-    """Its content hash (:func:`~torchboost.tune.journal.script_digest`)."""
+    """Its content hash (:func:`~torchboost.tune.trials.journal.script_digest`)."""
 
     @classmethod
     def of(cls, command: Sequence[str]) -> "TunedFor":

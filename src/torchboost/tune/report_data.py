@@ -30,10 +30,10 @@ from typing import Any
 
 from torchboost.config import BoostConfig
 from torchboost.frameworks import spell, training_arguments
-from torchboost.tune.memory_limit import limit_source
+from torchboost.tune.search.memory_limit import limit_source
 from torchboost.tune.tuner import TuneRun, toml_header
 from torchboost.tune.search import Decision, Status, WaterfallStep
-from torchboost.tune.trial_result import describe_settings
+from torchboost.tune.trials.trial_result import describe_settings
 
 __all__ = ["tune_summary"]
 

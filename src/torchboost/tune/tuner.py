@@ -26,18 +26,18 @@ from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.run_guard import summed_writes
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts
-from torchboost.tune.coverage import CoverageNotes
+from torchboost.tune.search.coverage import CoverageNotes
 from torchboost.tune.config_file import TunedFor, settings_to_config, user_config, write_config
-from torchboost.tune.journal import Journal, RunJournal, identity
-from torchboost.tune.levers import TuneContext, default_levers, order_levers, techniques_context
-from torchboost.tune.probe_order import measured_from_facts
-from torchboost.tune.memory_limit import default_memory_limit
+from torchboost.tune.trials.journal import Journal, RunJournal, identity
+from torchboost.tune.search.levers import TuneContext, default_levers, order_levers, techniques_context
+from torchboost.tune.search.probe_order import measured_from_facts
+from torchboost.tune.search.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
-from torchboost.tune.trial import failure_words, last_traceback, run_trial
-from torchboost.tune.trial_length import (BURST_TRIAL_STEPS, DIAGNOSIS_RECORD_S, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS,
+from torchboost.tune.trials.trial import failure_words, last_traceback, run_trial
+from torchboost.tune.trials.trial_length import (BURST_TRIAL_STEPS, DIAGNOSIS_RECORD_S, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS,
                                           auto_trial_steps)
-from torchboost.tune.trial_result import TrialResult, describe_settings
-from torchboost.tune.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
+from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
 from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
 
 __all__ = ["TuneOptions", "TuneRun", "tune_script", "context_from_facts", "settings_to_config", "toml_header",
@@ -69,7 +69,7 @@ class TuneOptions:
     """Seconds the end-to-end check may take; None: half the budget, at least 60."""
     memory_limit_bytes: int | None = None
     """Peak memory a kept configuration must stay under, bytes; None: 90% of the device's
-    memory, as the doctor saw it (:func:`torchboost.tune.memory_limit.default_memory_limit`)."""
+    memory, as the doctor saw it (:func:`torchboost.tune.search.memory_limit.default_memory_limit`)."""
 
     @property
     def writes_ledger(self) -> Path:

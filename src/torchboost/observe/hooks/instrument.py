@@ -6,7 +6,7 @@ What is touched, and why each is the least invasive way to see that phase:
   settings (once per epoch);
 * ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` - time spent waiting
   for each batch (both single- and multi-process iterators inherit it); these two are
-  patched through :mod:`torchboost.observe.hooks.loader_patch`, the one module that patches
+  patched through :mod:`torchboost.reach.loader_patch`, the one module that patches
   the DataLoader;
 * ``torch.autograd.backward`` - backward time and the loss (``Tensor.backward`` calls
   it through the module attribute, so one patch covers both spellings);
@@ -25,7 +25,7 @@ Hooks only read ``time.perf_counter`` and add to the recorder; they never synchr
 the device. Inside code being compiled by ``torch.compile`` they do nothing, so they do
 not break graphs. A filter torchboost attaches to a library's logger while recording
 (compile's on dynamo's) is removed on ``uninstall``
-(:class:`~torchboost.observe.hooks.log_filters.LoggerFilters`).
+(:class:`~torchboost.reach.log_filters.LoggerFilters`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import torch
 import torch.optim.optimizer as _optim
 from torch.nn.modules import module as _nn_module
 
-from torchboost.observe.hooks.loader_patch import ITERATION_ATTRIBUTES, LoaderPatch, timed_iteration
-from torchboost.observe.hooks.log_filters import LoggerFilters
+from torchboost.reach.loader_patch import ITERATION_ATTRIBUTES, LoaderPatch, timed_iteration
+from torchboost.reach.log_filters import LoggerFilters
 from torchboost.observe.record.phases import BACKWARD, FORWARD, OPTIMIZER
 from torchboost.observe.record.recorder import StepRecorder
 

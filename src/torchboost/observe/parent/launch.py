@@ -25,15 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from torchboost.usage import UsageError
+
 __all__ = ["Launch", "UsageError", "parse_command", "parse_launch", "script_file", "without_interpreter"]
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 _RUN_MODULES = ("torch.distributed.run",)
 _MODULE_FLAGS = ("-m", "--module")
-
-
-class UsageError(ValueError):
-    """The command cannot be run as given; the message says what to type instead."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch
 import torch.optim.optimizer as _optim
 
 from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
-from torchboost.observe.probes import frames
+from torchboost.reach import frames
 from torchboost.techniques._model import has_conv2d
 from torchboost.techniques.registry import ProbeContext, techniques
 
@@ -150,7 +150,7 @@ def find_grad_scaler(max_depth: int = 12) -> Any | None:
 def self_on_stack(kind: type, max_depth: int) -> Any | None:
     """The first ``self`` that is a ``kind`` in the frames above the caller's caller (up
     to ``max_depth`` of them), or None: the object whose method called down to here. Only
-    the frames of ``kind``'s own methods are read (:func:`~torchboost.observe.probes.frames.self_of`):
+    the frames of ``kind``'s own methods are read (:func:`~torchboost.reach.frames.self_of`):
     the script's frames are left as they were."""
     codes = frames.method_codes(kind)
     frame = sys._getframe(2)

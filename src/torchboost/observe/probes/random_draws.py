@@ -8,7 +8,7 @@ same unrecorded step, so its cost is in no figure.
 Why it matters: a change that runs those ops in code of its own draws other random numbers.
 ``torch.compile`` generates its random numbers in its kernels, so a compiled dropout keeps
 other units than eager's, and the same seed no longer gives the same losses step by step.
-Tune then judges such a change on the losses' trend (:func:`torchboost.tune.parity.judge`).
+Tune then judges such a change on the losses' trend (:func:`torchboost.tune.search.parity.judge`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 After the profiler window the doctor runs ``REPLAY_STEPS`` more steps in which the
 DataLoader is not asked for a batch: the patched ``__next__``
-(:mod:`torchboost.observe.hooks.loader_patch`) hands back one of the last few batches it
+(:mod:`torchboost.reach.loader_patch`) hands back one of the last few batches it
 returned instead. Those steps cost the script's compute and host work, and no loader
 work at all (its workers, if any, idle once their prefetch queue is full), so their time
 is what no loader change can beat: the data findings' gains are capped by it

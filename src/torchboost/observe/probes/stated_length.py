@@ -4,7 +4,7 @@ argparse's defaults (``--epochs`` defaulting to 14 in pytorch/examples' MNIST), 
 ``max_iters = 5000`` from its config file, a tutorial's ``EPOCHS = 5``, a config
 dataclass's or dict's ``max_steps``, a Lightning ``Trainer``'s own plan.
 :func:`stated_on_stack` reads them from the script's frames on the call stack while its
-loop runs, without changing them (:mod:`~torchboost.observe.probes.frames`): a variable
+loop runs, without changing them (:mod:`~torchboost.reach.frames`): a variable
 named as one of :data:`SETTING_NAMES` (any case), or such a field of an
 ``argparse.Namespace``, a ``SimpleNamespace``, a dataclass or a dict held in one. A
 Lightning ``Trainer`` is read from its own ``fit`` on the stack: its ``max_steps``, and its
@@ -25,7 +25,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from torchboost.observe.probes import frames
+from torchboost.reach import frames
 from torchboost.observe.probes.describe import self_on_stack
 
 __all__ = ["EPOCH_FLAGS", "SETTING_NAMES", "STEP_FLAGS", "Stated", "lightning_plan", "stated_on_stack"]

@@ -15,7 +15,7 @@ import torch
 from torchboost import env as _env
 from torchboost.evidence.observed import LoaderFacts, TrainerFacts
 from torchboost.observe.probes import describe, hf_trainer
-from torchboost.observe.probes.optimizer_owner import stepped_modules
+from torchboost.reach.optimizer_owner import stepped_modules
 from torchboost.observe.probes.stated_length import Stated, stated_on_stack
 from torchboost.observe.record.optimizer_steps import OptimizerSteps
 

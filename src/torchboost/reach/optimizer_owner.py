@@ -3,7 +3,7 @@
 A GAN's two ``Adam`` s are told apart by what they train: "Adam (generator)", "Adam
 (discriminator)". The module is looked for among the script's own objects: the modules
 bound to names in the script's frames on the call stack (its globals; its ``main()``'s
-locals only where reading them changes nothing, see :mod:`~torchboost.observe.probes.frames`)
+locals only where reading them changes nothing, see :mod:`~torchboost.reach.frames`)
 and the root modules the loop called. The smallest module holding every one of
 the optimizer's parameters names it: its variable name when it is one the script named,
 else its attribute path inside one (``model.generator`` reads "generator"), else its
@@ -17,7 +17,7 @@ from typing import Iterable
 
 import torch
 
-from torchboost.observe.probes import frames
+from torchboost.reach import frames
 
 __all__ = ["module_names", "stepped_modules"]
 
@@ -27,7 +27,7 @@ _MAX_FRAMES = 32
 def _named_in_frames(max_depth: int = _MAX_FRAMES) -> list[tuple[str, torch.nn.Module]]:
     """(name, module) for each module bound to a name in the script's frames above, nearest
     first, as far as they can be read without changing them
-    (:func:`~torchboost.observe.probes.frames.script_names`: globals, and locals from Python 3.13)."""
+    (:func:`~torchboost.reach.frames.script_names`: globals, and locals from Python 3.13)."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
     frame = sys._getframe(1)

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from torchboost.config import Overlay
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 __all__ = ["NoiseFloor"]
 

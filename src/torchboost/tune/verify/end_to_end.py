@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from torchboost.config import Overlay
-from torchboost.tune.decision import TuneOutcome
+from torchboost.tune.search.decision import TuneOutcome
 
 __all__ = ["CLAIM_PRECISION", "EndToEnd", "end_to_end_verdict", "nothing_kept"]
 

@@ -71,7 +71,7 @@ class TrialResult:
     at the root module says which of the modules the loop trains it covers."""
     bursts: dict[str, Any] = field(default_factory=dict)
     """A burst trial's candidate change, alternated in-process on top of ``settings``
-    (:mod:`torchboost.tune.bursts`); empty for an ordinary trial."""
+    (:mod:`torchboost.tune.search.bursts`); empty for an ordinary trial."""
     burst_plain_ms: list[float] = field(default_factory=list)
     """A burst trial's plain steps (``settings`` alone), milliseconds, in order."""
     burst_switched_ms: list[float] = field(default_factory=list)

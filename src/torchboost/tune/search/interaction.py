@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from torchboost.config import Overlay
-from torchboost.tune.decision import Decision, Status
-from torchboost.tune.levers import Lever
-from torchboost.tune.parity import EXACT, STATISTICAL
+from torchboost.tune.search.decision import Decision, Status
+from torchboost.tune.search.levers import Lever
+from torchboost.tune.search.parity import EXACT, STATISTICAL
 
 __all__ = ["INTERACTION", "INTERACTION_TITLE", "TOGETHER", "interaction_lever", "retry_lever"]
 

@@ -18,7 +18,7 @@ from torchboost.observe.parent.no_stdin import stdin_words
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts
 from torchboost.techniques.compile.compile_facts import CompileFacts
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult
 
 __all__ = ["run_trial", "result_from_facts"]
 
@@ -117,7 +117,7 @@ def run_trial(
     ones are already slower than ``slower_than_ms`` each (the trial then stops early), or
     once they decide the ratio to ``decide`` = (the incumbent's ms/step, the margin).
     With ``bursts``, a burst trial: the candidate change alternated on top of ``settings``
-    after the measured steps (:mod:`torchboost.tune.bursts`)."""
+    after the measured steps (:mod:`torchboost.tune.search.bursts`)."""
     config = Overlay(settings).on(base if base is not None else BoostConfig.off())
     with LoadMeter() as load:
         start = time.monotonic()

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from torchboost.config import Overlay
 from torchboost.observe.spec import Bursts
-from torchboost.tune.decision import Status
+from torchboost.tune.search.decision import Status
 
 __all__ = ["BURST_MS", "BURST_Z", "MIN_BURST_PAIRS", "MAX_BURST_PAIRS", "MAX_BURST_RUNS", "plan_bursts", "burst_verdict",
            "burst_decision", "more_bursts", "FASTER", "SLOWER", "NO_GAIN"]

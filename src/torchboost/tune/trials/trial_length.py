@@ -4,7 +4,7 @@ An ordinary trial measures about ``TRIAL_WINDOW_S`` of steps (at least ``MIN_TRI
 a loader's prefetch queue drains within fewer, and its draining would pass for speed); a
 trial may stop sooner once its steps decide (:mod:`torchboost.observe.record.sequential_stop`).
 A burst trial records ``BURST_TRIAL_STEPS`` and then times its bursts
-(:mod:`torchboost.tune.bursts`).
+(:mod:`torchboost.tune.search.bursts`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ DIAGNOSIS_RECORD_S = 30.0
 its figures order the search and size the trials, and 20 steps of 6.5 s (nanoGPT's shape
 beside a busy loop) were 130 s of a 300 s budget."""
 BURST_TRIAL_STEPS = 2
-"""Steps a burst trial records before its bursts (:mod:`torchboost.tune.bursts`): its figures
+"""Steps a burst trial records before its bursts (:mod:`torchboost.tune.search.bursts`): its figures
 are the bursts'."""
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from torchboost import _json as strict_json
-from torchboost.tune.trial_result import TrialResult, trial_key
+from torchboost.tune.trials.trial_result import TrialResult, trial_key
 
 __all__ = ["Journal", "RunJournal", "identity", "script_digest"]
 

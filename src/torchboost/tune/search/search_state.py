@@ -13,16 +13,16 @@ import statistics
 from typing import Any, Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.bursts import burst_verdict
-from torchboost.tune.busy import too_busy, top_unmeasured
-from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep
-from torchboost.tune.levers import Lever, TuneContext
-from torchboost.tune.memory_limit import MemoryGate
-from torchboost.tune.noise import NoiseFloor
-from torchboost.tune.pairs import Measure, Pairs, Runner, Screened
-from torchboost.tune.parity import REDUCED
-from torchboost.tune.search_options import SearchOptions
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.search.bursts import burst_verdict
+from torchboost.tune.search.busy import too_busy, top_unmeasured
+from torchboost.tune.search.decision import Decision, Status, TuneOutcome, WaterfallStep
+from torchboost.tune.search.levers import Lever, TuneContext
+from torchboost.tune.search.memory_limit import MemoryGate
+from torchboost.tune.search.noise import NoiseFloor
+from torchboost.tune.search.pairs import Measure, Pairs, Runner, Screened
+from torchboost.tune.search.parity import REDUCED
+from torchboost.tune.search.search_options import SearchOptions
+from torchboost.tune.trials.trial_result import TrialResult
 
 __all__ = ["SearchState"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from torchboost.tune.decision import Decision
-from torchboost.tune.trial_result import TrialResult
+from torchboost.tune.search.decision import Decision
+from torchboost.tune.trials.trial_result import TrialResult
 
 __all__ = ["CoverageNotes", "COVERS"]
 

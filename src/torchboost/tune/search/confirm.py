@@ -1,6 +1,6 @@
 """Confirming a screened candidate against the configuration kept so far, and deciding it.
 
-A candidate that ran and kept parity in screening (:class:`~torchboost.tune.pairs.Screened`)
+A candidate that ran and kept parity in screening (:class:`~torchboost.tune.search.pairs.Screened`)
 is confirmed before anything is kept: an in-process switch (a lever the doctor's quick
 probes time) in alternating bursts inside one run of the incumbent (:mod:`.bursts`), any
 other in A/B pairs of runs, back to back, until the pairs agree or run out. The decision
@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import statistics
 
-from torchboost.tune.bursts import burst_decision, more_bursts, plan_bursts
-from torchboost.tune.decision import Status
-from torchboost.tune.levers import Lever
-from torchboost.tune.pairs import Pairs, Screened
-from torchboost.tune.parity import ParityVerdict, judge
-from torchboost.tune.probe_order import lever_measurement
-from torchboost.tune.repaid import repaid
-from torchboost.tune.search_state import SearchState
-from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.search.bursts import burst_decision, more_bursts, plan_bursts
+from torchboost.tune.search.decision import Status
+from torchboost.tune.search.levers import Lever
+from torchboost.tune.search.pairs import Pairs, Screened
+from torchboost.tune.search.parity import ParityVerdict, judge
+from torchboost.tune.search.probe_order import lever_measurement
+from torchboost.tune.search.repaid import repaid
+from torchboost.tune.search.search_state import SearchState
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["Confirming"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchboost.evidence.findings import Measured
-from torchboost.tune.levers import Lever, TuneContext
+from torchboost.tune.search.levers import Lever, TuneContext
 
 __all__ = ["measured_from_facts", "measured_slower", "why_not_tried", "lever_measurement"]
 

@@ -23,7 +23,7 @@ The budget keeps the end-to-end check's time (``run_search``'s ``reserve``): no 
 that would run into it.
 
 Memory levers come first, and only while the baseline peaks over the memory limit
-(:mod:`torchboost.tune.memory_limit`): the first that brings the peak under it is kept,
+(:mod:`torchboost.tune.search.memory_limit`): the first that brings the peak under it is kept,
 whatever its time cost. Any candidate that peaks over the limit is rejected (``over_memory``).
 
 Last, an interaction pass: a coupled lever's runners-up (loader workers x threads), each with
@@ -37,16 +37,16 @@ import time
 from typing import Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
-from torchboost.tune.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
-from torchboost.tune.levers import Lever, TuneContext
-from torchboost.tune.probe_order import lever_measurement, why_not_tried
-from torchboost.tune.pairs import Measure, Screened
-from torchboost.tune.repaid import cannot_pay_off
-from torchboost.tune.parity import ParityVerdict
-from torchboost.tune.search_options import SearchOptions
-from torchboost.tune.confirm import Confirming
-from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.search.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
+from torchboost.tune.search.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
+from torchboost.tune.search.levers import Lever, TuneContext
+from torchboost.tune.search.probe_order import lever_measurement, why_not_tried
+from torchboost.tune.search.pairs import Measure, Screened
+from torchboost.tune.search.repaid import cannot_pay_off
+from torchboost.tune.search.parity import ParityVerdict
+from torchboost.tune.search.search_options import SearchOptions
+from torchboost.tune.search.confirm import Confirming
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["Decision", "SearchOptions", "Status", "TuneOutcome", "WaterfallStep", "run_search", "compile_break_even",
            "INTERACTION", "INTERACTION_TITLE"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import statistics
 
-from torchboost.tune.decision import Status, compile_break_even, paired_step_ms
-from torchboost.tune.levers import Lever
-from torchboost.tune.pairs import Pairs
-from torchboost.tune.search_options import SearchOptions
+from torchboost.tune.search.decision import Status, compile_break_even, paired_step_ms
+from torchboost.tune.search.levers import Lever
+from torchboost.tune.search.pairs import Pairs
+from torchboost.tune.search.search_options import SearchOptions
 
 __all__ = ["repaid", "cannot_pay_off"]
 

@@ -10,8 +10,8 @@ from typing import Callable, NamedTuple
 
 from torchboost.config import Overlay
 from torchboost.observe.spec import Bursts
-from torchboost.tune.decision import Status
-from torchboost.tune.trial_result import TrialResult, describe_settings
+from torchboost.tune.search.decision import Status
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["Measure", "Pairs", "Runner", "Screened"]
 
@@ -62,7 +62,7 @@ class Runner:
 
     @property
     def takes_bursts(self) -> bool:
-        """The measure can run a burst trial (:mod:`torchboost.tune.bursts`)."""
+        """The measure can run a burst trial (:mod:`torchboost.tune.search.bursts`)."""
         return "bursts" in self._takes
 
     def __call__(self, settings: Overlay, *, slower_than_ms: float | None = None,

@@ -36,9 +36,9 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.supervise import run_guarded, run_observed
-from torchboost.tune.end_to_end import EndToEnd
-from torchboost.tune.journal import RunJournal
-from torchboost.tune.trial_length import least_capped_steps
+from torchboost.tune.verify.end_to_end import EndToEnd
+from torchboost.tune.trials.journal import RunJournal
+from torchboost.tune.trials.trial_length import least_capped_steps
 
 __all__ = ["EndToEnd", "VerifyPlan", "plan_verification", "reserve_s", "shortest_run_s", "verify"]
 

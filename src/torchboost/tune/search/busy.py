@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchboost.env import BUSY_PCT
-from torchboost.tune.decision import Decision, Status
+from torchboost.tune.search.decision import Decision, Status
 
 __all__ = ["too_busy", "top_unmeasured"]
 

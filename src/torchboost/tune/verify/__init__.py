@@ -1,0 +1,17 @@
+"""The end-to-end check: the tuned configuration against the baseline, as the user runs it.
+
+The room's parts::
+
+    end_to_end    what the check measured (pairs of whole runs, projected when capped),
+                  its interval and verdict: plain arithmetic
+    check         planning and running the pairs (through ``tune.trials``' journal)
+
+It imports ``tune.trials`` and the search's outcome data (``tune.search.decision``); the
+search never imports it.
+"""
+
+from torchboost.tune.verify.check import VerifyPlan, plan_verification, reserve_s, shortest_run_s, verify
+from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict
+
+__all__ = ["EndToEnd", "VerifyPlan", "end_to_end_verdict", "plan_verification", "reserve_s", "shortest_run_s",
+           "verify"]
