@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from torchboost.frameworks import finding_words
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "hf_trainer_train.py"
 
 
@@ -38,6 +40,6 @@ def test_doctor_on_a_trainer_script_takes_its_length_and_speaks_its_words(tmp_pa
     from torchboost.evidence.observed import Facts
 
     again = {f.id: f for f in diagnose(Facts.from_dict(facts), optimizer_pct=0.1)}
-    assert again["optimizer.fused"].words()["transformers"] == "TrainingArguments(optim='adamw_torch_fused')"
+    assert finding_words(again["optimizer.fused"])["transformers"] == "TrainingArguments(optim='adamw_torch_fused')"
     assert fixes.get("optimizer.fused", "TrainingArguments(optim='adamw_torch_fused')") == (
         "TrainingArguments(optim='adamw_torch_fused')")
