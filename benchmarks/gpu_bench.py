@@ -115,6 +115,7 @@ def vision_data_wait(out: Path, steps: int, cuda: bool) -> dict:
     """Data-wait share of the vision workload before and after loader tuning (observed runs)."""
     from torchboost.config import BoostConfig, Overlay
     from torchboost.diagnose import summarize
+    from torchboost.observe.parent.request import RunRequest
     from torchboost.observe.parent.supervise import run_observed
 
     command = [sys.executable, "-m", "torchboost.workloads.vision", "--steps", str(steps * 4)]
@@ -124,9 +125,9 @@ def vision_data_wait(out: Path, steps: int, cuda: bool) -> dict:
     result = {}
     for label, settings in (("before", {}), ("after", tuned)):
         # "before" keeps its profiler window: its trace is the one gpu_vs_hta.py compares
-        observed = run_observed(command, steps=steps, warmup=3, out_dir=out / f"vision-{label}",
-                                apply=Overlay(settings).on(BoostConfig.off()), profile=label == "before",
-                                echo=False)
+        observed = run_observed(RunRequest(command=command, steps=steps, warmup=3, out_dir=out / f"vision-{label}",
+                                           apply=Overlay(settings).on(BoostConfig.off()), profile=label == "before",
+                                           echo=False))
         summary = summarize(observed.facts)
         result[label] = {"settings": settings, "data_pct": summary.breakdown_pct["data"],
                          "median_step_ms": summary.step_time_ms["median"]}

@@ -167,13 +167,3 @@ def test_the_order_is_derived_from_after_and_before_and_refuses_a_cycle():
         _ordered([Technique("a", "A", after=("b",)), Technique("b", "B", after=("a",))])
     with pytest.raises(RuntimeError, match="unknown"):
         _ordered([Technique("a", "A", after=("nothing",))])
-
-
-def test_the_readme_lists_the_techniques_in_the_order_they_apply():
-    import re
-    from pathlib import Path
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (\d+) \| `([a-z0-9_]+)` \| .+ \|$", readme, flags=re.M)
-    assert [name for _, name in rows] == [t.name for t in techniques()]
-    assert [int(i) for i, _ in rows] == [t.order for t in techniques()]

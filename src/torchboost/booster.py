@@ -120,7 +120,7 @@ class Booster:
         self.resolved: ResolvedConfig | None = None
         """The concrete choices made by ``prepare``, with reasons."""
         self._prep: Preparation | None = None
-        self._step: Any = _UNPREPARED
+        self._step: TrainStep | _Unprepared = _UNPREPARED
         """The training step (:class:`torchboost.step.TrainStep`), after ``prepare``."""
         self._micro_batcher: MicroBatcher | None = None
 

@@ -239,7 +239,7 @@ def test_a_burst_trial_alternates_the_candidates_switch_in_bursts(tmp_path, monk
 
 
 @pytest.mark.parametrize("change, own_autocast, why", [
-    ({"cpu.threads": 1}, False, "no switch makes cpu.threads=1"),  # no technique has such a switch
+    ({"optimizer.implementation": "foreach"}, False, "no switch makes optimizer.implementation=foreach"),  # none has
     ({"precision.mode": "bf16"}, True, "no switch makes precision.mode=bf16"),  # the script's own autocast
     ({"precision.mode": "fp16"}, False, "no switch makes precision.mode=fp16"),  # the CPU's switch is bf16's
 ])

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from torchboost.observe import UsageError, parse_command, run_observed
+from torchboost.observe import RunRequest, UsageError, parse_command, run_observed
 
 
 def test_python_script_and_bare_script_give_the_same_target(tmp_path):
@@ -38,7 +38,7 @@ def test_steps_below_one_is_a_usage_error(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("")
     with pytest.raises(UsageError, match="--steps"):
-        run_observed(["python", str(script)], steps=0, out_dir=tmp_path)
+        run_observed(RunRequest(command=["python", str(script)], steps=0, out_dir=tmp_path))
 
 
 def _observed(tmp_path, *, steps_seen: int, exit_code: int):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from torchboost.cli.tune import print_outcome, tune_with_progress
 from torchboost.diagnose import diagnose
+from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import UsageError, run_observed
 from torchboost.report.doctor_report import print_doctor_report, write_doctor_report
 from torchboost.tune.tuner import TuneOptions
@@ -69,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()  # --budget covers the doctor, the search and the end-to-end check
     try:
         with err.status("observing the baseline..."):
-            observed = run_observed(command, steps=args.steps_per_trial, warmup=args.warmup,
-                                    out_dir=out / "doctor", echo=False)
+            observed = run_observed(RunRequest(command=command, steps=args.steps_per_trial, warmup=args.warmup,
+                                               out_dir=out / "doctor", echo=False))
     except UsageError as exc:
         print(f"torchboost demo: error: {exc}", file=sys.stderr)
         return 2

@@ -30,6 +30,7 @@ from torchboost.report.limits_text import busy_words, shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
 from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
@@ -144,16 +145,9 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
         status.update(progress.words())
 
     with err.status("starting the script under observation...") as status:
-        return run_observed(
-            args.command,
-            steps=args.steps,
-            warmup=args.warmup,
-            out_dir=args.out,
-            full=args.full,
-            on_progress=show,
-            stdout=(lambda: sys.stderr) if args.json else None,
-            stall_timeout_s=args.stall_timeout,
-        )
+        request = RunRequest(command=args.command, steps=args.steps, warmup=args.warmup, out_dir=args.out,
+                             full=args.full, stall_timeout_s=args.stall_timeout)
+        return run_observed(request, on_progress=show, stdout=(lambda: sys.stderr) if args.json else None)
 
 
 def _explain_no_steps(observed: ObservedRun, err: Console) -> None:

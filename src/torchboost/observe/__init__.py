@@ -2,7 +2,7 @@
 
 Public names::
 
-    run_observed(command, steps=, warmup=, out_dir=, full=) -> ObservedRun   run a script observed
+    run_observed(RunRequest(command=, steps=, warmup=, out_dir=, full=)) -> ObservedRun   run a script observed
     parse_command(command)          the child's target for "python train.py ..." forms
     Instrumentation(recorder)       the patches and hooks, install()/uninstall()
     StepRecorder(spec)              phase times between step boundaries, and the Facts
@@ -19,11 +19,14 @@ Rooms, and the one way their imports flow::
        |
     child/    bootstrap, watchdog, compiling                   (the observed process)
        v
-    hooks/    instrument, guard_keeper, write_guard            (patched in, taken off again)
+    hooks/    instrument (and guard/'s write guard)             (patched in, taken off again)
        v
     record/   recorder and its parts, facts_builder, run_output
        v
     probes/   profile, flop_count, byte_count, replay, quick, describe, hf_trainer, run_length
+
+    guard/    the write guard, both sides: the parent's snapshot and settling, the child's
+              patches and keeper, and the contract between them; imports no other room
 
 Each room imports only the rooms below it and the spec (the child uses the hooks and the
 recorder; the hooks call into the recorder; the recorder drives the probes); the parent
@@ -36,6 +39,7 @@ recorded-trace reader is :mod:`torchboost.diagnose.trace_file`.
 
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.observe.record.recorder import StepRecorder, StopObserving
+from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, parse_command, run_observed
 from torchboost.observe.spec import ObserveSpec
 
@@ -43,6 +47,7 @@ __all__ = [
     "Instrumentation",
     "ObserveSpec",
     "ObservedRun",
+    "RunRequest",
     "Progress",
     "StepRecorder",
     "StopObserving",

@@ -168,7 +168,7 @@ class ObserveSpec:
     """False: the processes of the tree are not observed, only guarded (``guard``) or given
     a trial's settings (tune's end-to-end runs, ``torchboost run`` of a launcher command)."""
     guard: dict[str, Any] | None = None
-    """The write guard's spec (:class:`~torchboost.observe.guard_spec.WriteGuardSpec` as a
+    """The write guard's spec (:class:`~torchboost.observe.guard.guard_spec.WriteGuardSpec` as a
     dict): the user's files are kept as they were; None: the run's writes stay (``--full``)."""
 
     def __post_init__(self) -> None:

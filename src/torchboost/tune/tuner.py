@@ -7,7 +7,6 @@ This is the only part of tuning that runs processes; the search it drives
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 import time
@@ -23,7 +22,8 @@ from torchboost.diagnose.headroom import step_dtype
 from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
-from torchboost.observe.parent.run_guard import summed_writes
+from torchboost.observe.guard.run_guard import summed_writes
+from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts
 from torchboost.tune.search.coverage import CoverageNotes
@@ -215,10 +215,10 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
         return Facts.from_dict(strict_json.loads(facts_path.read_text(encoding="utf-8"))), None
     # --budget bounds the diagnosis too: a script too slow to show its steps within it
     # leaves the search nothing to start from.
-    observed = run_observed(command, steps=options.steps_per_trial or DIAGNOSIS_STEPS, warmup=options.warmup,
-                            record_s=None if options.steps_per_trial else DIAGNOSIS_RECORD_S,
-                            out_dir=doctor_dir, echo=False, timeout_s=options.budget_s,
-                            stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger)
+    observed = run_observed(RunRequest(
+        command=command, steps=options.steps_per_trial or DIAGNOSIS_STEPS, warmup=options.warmup,
+        record_s=None if options.steps_per_trial else DIAGNOSIS_RECORD_S, out_dir=doctor_dir, echo=False,
+        timeout_s=options.budget_s, stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger))
     facts = observed.facts
     if observed.timed_out:  # the script did not fail: the budget ended it
         why = (f"the diagnosis did not finish within --budget {options.budget_s:.0f} s (the script's start-up, "

@@ -29,9 +29,9 @@ from torchboost import env as _env
 from torchboost._signals import raising_on
 from torchboost import handover
 from torchboost.nocode import Applier, settings_from_config
-from torchboost.observe.guard_spec import WriteGuardSpec
+from torchboost.observe.guard.guard_spec import WriteGuardSpec
 from torchboost.observe.hooks.instrument import Instrumentation
-from torchboost.observe.hooks.write_guard import WriteGuard
+from torchboost.observe.guard.write_guard import WriteGuard
 from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Callable
 
 from torchboost import _json as strict_json
 from torchboost._disk import NO_SPACE, NoSpaceError
@@ -26,13 +26,14 @@ from torchboost.observe.parent.process_group import (
 )
 from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
 from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
-from torchboost.observe.parent.run_guard import RunGuard
-from torchboost.observe.parent.user_files import UserWrites
+from torchboost.observe.guard.run_guard import RunGuard
+from torchboost.observe.guard.user_files import UserWrites
 from torchboost.observe.parent.tree_facts import (
     adopt_trainers, processes_seen, trainers_ended, tree_counts, tree_env, tree_files,
 )
 from torchboost.observe.parent.wait import Waited, progress_reader, wait_for
-from torchboost.observe.spec import Bursts, ObserveSpec, rank_file, read_count, reconcile
+from torchboost.observe.parent.request import RunRequest
+from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.techniques.compile.compile_cache import compile_cache_env
@@ -91,84 +92,41 @@ _DRAIN_S = 0.25
 """Seconds to let the relays copy what an exited child left in its pipes."""
 
 
-def run_observed(
-    command: Sequence[str],
-    *,
-    steps: int = 20,
-    warmup: int = 5,
-    out_dir: Path | str = "torchboost-doctor",
-    full: bool = False,
-    on_progress: Callable[[Progress], None] | None = None,
-    stdout: Callable[[], IO[str]] | None = None,
-    apply: BoostConfig | None = None,
-    profile: bool = True,
-    echo: bool = True,
-    timeout_s: float | None = None,
-    stop_slower_than_ms: float | None = None,
-    stall_timeout_s: float | None = 60.0,
-    writes_ledger: Path | None = None,
-    stop_decided: tuple[float, float] | None = None, bursts: Bursts | None = None, record_s: float | None = None,
-) -> ObservedRun:
-    """Run ``command`` in an observed child process and return what was seen.
+def run_observed(request: RunRequest, *, on_progress: Callable[[Progress], None] | None = None,
+                 stdout: Callable[[], IO[str]] | None = None) -> ObservedRun:
+    """Run ``request.command`` in an observed child process and return what was seen.
 
     ``steps`` recorded steps follow ``warmup`` unrecorded ones; then a 3-step profiler
-    window, then the child stops the script (unless ``full``). ``on_progress`` is called
-    from this thread about five times a second while the child runs. ``stdout`` returns
-    the stream for the child's stdout (default ``sys.stdout``; ``--json`` sends it to
-    stderr). Raises :class:`UsageError` for a command it cannot run or ``steps < 1``.
+    window (unless ``profile`` is off, as for trials), then the child stops the script
+    (unless ``full``); see :class:`RunRequest` for the trials' early stops and bursts.
+    ``on_progress`` is called from this thread about five times a second while the child
+    runs. ``stdout`` returns the stream for the child's stdout (default ``sys.stdout``;
+    ``--json`` sends it to stderr). Raises :class:`UsageError` for a command it cannot run.
+    Past ``timeout_s`` the child is killed and ``timed_out`` set.
 
-    For tuning trials: ``apply`` is the trial's whole configuration (it reaches the child
-    once, through :mod:`torchboost.handover`), ``profile=False`` skips the profiler window,
-    ``echo=False`` keeps the child's output off the terminal (stderr's tail is still
-    kept), and after ``timeout_s`` seconds the child is killed and ``timed_out`` set; ``stop_decided``
-    (the incumbent's ms/step, the margin) stops it once decided; ``bursts``: a burst trial;
-    ``record_s``: recording ends once its steps took that long (``ObserveSpec.record_s``).
-
-    No step for ``stall_timeout_s`` (or 20 median steps) ends the run as stalled (exit 124).
-    Unless ``full``, the user's folders are guarded (:mod:`.run_guard`; ``writes_ledger``
-    sums many runs' writes).
+    Unless ``full``, the user's folders are guarded (:mod:`torchboost.observe.guard`;
+    ``writes_ledger`` sums many runs' writes).
     SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
-    _check_counts(steps, warmup)
-    launch = parse_launch(command)
-    out = Path(out_dir).resolve()
+    launch = parse_launch(request.command)
+    out = Path(request.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    guard = None if full else _guard(out, launch.script, apply is not None, writes_ledger)
+    guard = None if request.full else _guard(out, launch.script, request.apply is not None, request.writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
-        window = {**_trial_window(profile, stop_decided, bursts), "record_s": record_s}
-        spec = ObserveSpec(out_dir=str(out), steps=steps, warmup=warmup, full=full, parent_pid=os.getpid(),
-                           stop_slower_than_ms=stop_slower_than_ms, stall_timeout_s=stall_timeout_s,
-                           progress_path=str(Path(tmp) / "progress.json"), count_path=str(Path(tmp) / "steps.count"),
-                           command=list(command), guard=guard.spec() if guard else None, **window)
+        spec = ObserveSpec(out_dir=str(out), parent_pid=os.getpid(), progress_path=str(Path(tmp) / "progress.json"),
+                           count_path=str(Path(tmp) / "steps.count"), guard=guard.spec() if guard else None,
+                           **request.spec_fields())
         spec_path = _write_spec(spec, out, Path(tmp))
         argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
-        env = _child_env(apply, Path(tmp), spec_path)
+        env = _child_env(request.apply, Path(tmp), spec_path)
         try:
-            proc, tail, waited = _run_child(argv, env, spec, echo=echo, stdout=stdout, on_progress=on_progress,
-                                            timeout_s=timeout_s)
+            proc, tail, waited = _run_child(argv, env, spec, echo=request.echo, stdout=stdout,
+                                            on_progress=on_progress, timeout_s=request.timeout_s)
         finally:  # a stop too: the user's folders are put back before anything is said
             writes = guard.settle() if guard is not None else None
         run = _collect(out, proc, tail, waited, _child_boundaries(spec), Path(tmp))
         run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
-
-
-def _trial_window(profile: bool, stop_decided: tuple[float, float] | None,
-                  bursts: Bursts | None = None) -> dict[str, Any]:
-    """The spec's fields for a trial: no profiler window, its sequential stop, its bursts."""
-    window: dict[str, Any] = {} if profile else {"profile_warmup": 0, "profile_active": 0}
-    if stop_decided is not None:
-        window.update(stop_decided_ms=stop_decided[0], stop_decided_margin=stop_decided[1])
-    if bursts is not None:
-        window.update(bursts.spec_fields())
-    return window
-
-
-def _check_counts(steps: int, warmup: int) -> None:
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
 
 
 def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None, out_dir: Path,

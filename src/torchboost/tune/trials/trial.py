@@ -15,6 +15,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
 from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts
 from torchboost.techniques.compile.compile_facts import CompileFacts
@@ -121,11 +122,11 @@ def run_trial(
     config = Overlay(settings).on(base if base is not None else BoostConfig.off())
     with LoadMeter() as load:
         start = time.monotonic()
-        observed = run_observed(
-            command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
+        observed = run_observed(RunRequest(
+            command=command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
             echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms, stall_timeout_s=stall_timeout_s,
             writes_ledger=writes_ledger, stop_decided=decide, bursts=bursts,
-        )
+        ))
         wall = time.monotonic() - start
     if observed.timed_out:
         return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"timed out after {timeout_s:.0f} s",

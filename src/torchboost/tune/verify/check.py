@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 from torchboost.config import BoostConfig, Overlay
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.observe.parent.launch import parse_launch
+from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_guarded, run_observed
 from torchboost.tune.verify.end_to_end import EndToEnd
 from torchboost.tune.trials.journal import RunJournal
@@ -141,8 +142,8 @@ def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir
     half) and the steps it ran when the script ended on its own before them (else None);
     None when it ran past ``limit_s`` (it is then ended)."""
     start = time.monotonic()
-    observed = run_observed(command, steps=steps, warmup=0, out_dir=out_dir, apply=config, profile=False,
-                            echo=False, timeout_s=limit_s, writes_ledger=writes_ledger)
+    observed = run_observed(RunRequest(command=command, steps=steps, warmup=0, out_dir=out_dir, apply=config,
+                                       profile=False, echo=False, timeout_s=limit_s, writes_ledger=writes_ledger))
     if observed.timed_out:
         return None
     if observed.exit_code != 0 or observed.facts is None or not observed.facts.steps:

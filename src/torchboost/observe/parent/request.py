@@ -1,0 +1,72 @@
+"""One observed run, asked for: what to run, how long to observe it, how it may stop.
+
+:func:`~torchboost.observe.parent.supervise.run_observed` takes a :class:`RunRequest`: the
+doctor's run (profiled, echoed, bounded by steps or ``record_s``), a tuning trial (a
+configuration applied, no profiler window, stopped early once slower or decided, bursts),
+an end-to-end check's capped run. What varies between them is data here, not sixteen
+keyword arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchboost.config import BoostConfig
+from torchboost.observe.spec import Bursts
+from torchboost.usage import UsageError
+
+__all__ = ["RunRequest"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """One observed run of ``command``; seconds and steps as named."""
+
+    command: Sequence[str]
+    steps: int = 20
+    """Recorded steps after ``warmup`` unrecorded ones."""
+    warmup: int = 5
+    out_dir: Path | str = "torchboost-doctor"
+    full: bool = False
+    """Let the script run to its end, recording every step after warm-up (its writes stay)."""
+    record_s: float | None = None
+    """Recording ends once its steps took this long (at least ``MIN_TIMED_STEPS`` of them)."""
+    apply: BoostConfig | None = None
+    """A trial's whole configuration (it reaches the child through :mod:`torchboost.handover`)."""
+    profile: bool = True
+    """A profiler window after the recorded steps (the doctor's); False for trials."""
+    echo: bool = True
+    """The child's output on the terminal; False keeps it off (stderr's tail is still kept)."""
+    timeout_s: float | None = None
+    """The child is killed after this long, and the run says ``timed_out``."""
+    stall_timeout_s: float | None = 60.0
+    """No step for this long (or 20 median steps) ends the run as stalled (exit 124)."""
+    writes_ledger: Path | None = None
+    """Where many runs sum what the script wrote in the user's folders."""
+    stop_slower_than_ms: float | None = None
+    """A trial stops once its first steps are slower than this each."""
+    stop_decided: tuple[float, float] | None = None
+    """(the incumbent's ms/step, the margin): a trial stops once its steps decide its ratio."""
+    bursts: Bursts | None = None
+    """A burst trial: the candidate's change alternated in-process after the recorded steps."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1, got {self.steps}")
+        if self.warmup < 0:
+            raise UsageError(f"--warmup must be 0 or more, got {self.warmup}")
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The :class:`~torchboost.observe.spec.ObserveSpec` fields this request decides."""
+        fields: dict[str, Any] = {"steps": self.steps, "warmup": self.warmup, "full": self.full,
+                                  "record_s": self.record_s, "stop_slower_than_ms": self.stop_slower_than_ms,
+                                  "stall_timeout_s": self.stall_timeout_s, "command": list(self.command)}
+        if not self.profile:
+            fields.update(profile_warmup=0, profile_active=0)
+        if self.stop_decided is not None:
+            fields.update(stop_decided_ms=self.stop_decided[0], stop_decided_margin=self.stop_decided[1])
+        if self.bursts is not None:
+            fields.update(self.bursts.spec_fields())
+        return fields

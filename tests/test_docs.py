@@ -1,0 +1,84 @@
+"""The docs build with warnings as errors, their generated tables follow the code, and the
+README stays a first screen a user reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchboost.config import section_classes
+from torchboost.reference import GENERATED, config_reference, field_docs, technique_cards, technique_order
+from torchboost.techniques.registry import techniques
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _missing_keys(reference: str) -> list[str]:
+    """``section.key`` of every BoostConfig field the reference does not list under its section."""
+    missing = []
+    for name, cls in section_classes().items():
+        part = reference.partition(f"### `[{name}]`")[2].partition("### `[")[0]
+        missing += [f"{name}.{f.name}" for f in dataclasses.fields(cls) if f"| `{f.name}` |" not in part]
+    return missing
+
+
+def test_the_generated_reference_lists_every_key_with_its_own_words():
+    reference = config_reference()
+    assert _missing_keys(reference) == []
+    assert "| `shards_by_worker` | `false` |" in reference  # a key the hand-written table once left out
+    threads = field_docs(section_classes()["cpu"])["threads"]
+    assert threads and threads.split("|")[0].strip() in reference
+
+
+def test_twin_a_reference_without_a_key_is_caught():
+    broken = "\n".join(line for line in config_reference().splitlines() if "`prefetch_factor`" not in line)
+    assert _missing_keys(broken) == ["loader.prefetch_factor"]
+
+
+def test_the_technique_tables_follow_the_registry():
+    rows = re.findall(r"^\| (\d+) \| `([a-z0-9_]+)` \| .+ \|$", technique_order(), flags=re.M)
+    assert [name for _, name in rows] == [t.name for t in techniques()]
+    assert [int(i) for i, _ in rows] == [t.order for t in techniques()]
+    assert all(f"(`{t.name}`)" in technique_cards() for t in techniques())
+
+
+def test_every_generated_marker_in_the_docs_is_known():
+    marks = {m for page in (ROOT / "docs").glob("*.md")
+             for m in re.findall(r"<!-- torchboost:([a-z-]+) -->", page.read_text(encoding="utf-8"))}
+    assert marks == set(GENERATED)
+
+
+@pytest.mark.skipif(shutil.which("mkdocs") is None and not (Path(sys.executable).parent / "mkdocs").exists(),
+                    reason="mkdocs is not installed (pip install '.[test]')")
+def test_the_docs_build_with_warnings_as_errors(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = (tmp_path / "site" / "config" / "index.html").read_text(encoding="utf-8")
+    assert "<!-- torchboost:" not in config and "prefetch_factor" in config
+
+
+def test_twin_a_broken_link_fails_the_strict_build(tmp_path):
+    if shutil.which("mkdocs") is None and not (Path(sys.executable).parent / "mkdocs").exists():
+        pytest.skip("mkdocs is not installed")
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    page = tmp_path / "docs" / "run.md"
+    page.write_text(page.read_text(encoding="utf-8") + "\nSee [nowhere](no-such-page.md).\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "no-such-page.md" in done.stderr
+
+
+def test_the_readme_is_a_first_screen_a_user_reads():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200
+    first_screen = "\n".join(lines[:20])
+    assert "torchboost demo" in first_screen and "python -m pytest" in first_screen
+
