@@ -26,13 +26,15 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("torchboost.cli.doctor", "diagnose an unmodified training script"),
     "tune": ("torchboost.cli.tune", "measure techniques one by one on your script; write torchboost.toml"),
     "run": ("torchboost.cli.run", "run an unmodified script with torchboost.toml applied"),
+    "compare": ("torchboost.cli.compare", "two commands, or two torchboost.toml files on one command: which is "
+                "faster end to end, and do they train alike"),
     "probe": ("torchboost.cli.probe", "measure this machine's matmul peak and memory bandwidth (cached)"),
     "export": ("torchboost.cli.export", "print torchboost.toml as Lightning Trainer arguments, an accelerate config "
                "or TrainingArguments keywords"),
 }
 
 
-_TAKES_COMMAND = ("doctor", "tune", "run")
+_TAKES_COMMAND = ("doctor", "tune", "run", "compare")
 _COMMAND_WORD = re.compile(r"(^|\s)(python[\d.]*|torchrun|\S+\.py)(\s|$)")
 
 
