@@ -27,7 +27,7 @@ def test_the_check_takes_what_the_budget_leaves_or_is_skipped_and_said(monkeypat
 
     def fake_verify(command, base, settings, plan, **kwargs):
         seen["budget_s"] = plan.budget_s
-        return EndToEnd(baseline_runs_s=[10.0] * 3, tuned_runs_s=[8.0] * 3)
+        return EndToEnd(baseline_runs_s=[10.0] * 4, tuned_runs_s=[8.0] * 4)
 
     monkeypatch.setattr(tuner, "verify", fake_verify)
     options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=300.0)

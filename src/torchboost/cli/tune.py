@@ -66,11 +66,11 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
     parser.add_argument("--stall-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="end a run with no training step for this long (or 20 median steps, when longer) "
                              "as stalled (default 60)")
-    parser.add_argument("--verify-pairs", type=int, default=3, metavar="N",
+    parser.add_argument("--verify-pairs", type=int, default=4, metavar="N",
                         help="after the search, run the baseline and the tuned configuration N times each, in turn, "
                              "end to end as you will run them (the whole script when 2N runs fit in half the budget, "
                              "else the same number of steps each); the tuned file is kept only when these say it is "
-                             "faster. More pairs: a surer verdict, a longer tune (default 3; 0 skips it)")
+                             "faster; a claim rests on 4 pairs or more. More pairs: a surer verdict, a longer tune (default 4; 0 skips it)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

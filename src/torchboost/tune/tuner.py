@@ -62,9 +62,9 @@ class TuneOptions:
     """No step for this long (or 20 median steps) ends a trial, or the doctor, as stalled."""
     min_gain: float = 0.03
     max_repeats: int = 3
-    verify_pairs: int = 3
-    """End-to-end pairs (baseline, tuned) after the search; 0 skips the check (and then the
-    figures are the search's per-step ones)."""
+    verify_pairs: int = 4
+    """End-to-end pairs (baseline, tuned) after the search, at least the four a claim rests
+    on; 0 skips the check (and then the figures are the search's per-step ones)."""
     verify_budget_s: float | None = None
     """Seconds the end-to-end check may take; None: half the budget, at least 60."""
     memory_limit_bytes: int | None = None

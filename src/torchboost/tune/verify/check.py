@@ -37,7 +37,7 @@ from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_guarded, run_observed
-from torchboost.tune.verify.end_to_end import EndToEnd
+from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
 from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import least_capped_steps
 
@@ -80,9 +80,8 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
                       planned_steps=planned_steps)
 
 
-RESERVED_PAIRS = 2
-"""Pairs of runs the search keeps time for (:func:`reserve_s`): the fewest that give the
-verdict an interval."""
+RESERVED_PAIRS = CLAIM_PAIRS
+"""Pairs of runs the search keeps time for (:func:`reserve_s`): the fewest a claim rests on."""
 
 
 def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int) -> float:
@@ -96,11 +95,11 @@ def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps
 def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
               most_s: float) -> float:
     """Seconds to keep for the end-to-end check, from the baseline's trial: :data:`RESERVED_PAIRS`
-    pairs of its shortest runs (:func:`shortest_run_s`), else one pair, whichever fits in
-    ``most_s``; 0 when not even one pair does (the check is then skipped and says so, and
-    the search has the time)."""
+    pairs of its shortest runs (:func:`shortest_run_s`), else two (a measured figure, said
+    unverified), else one, whichever fits in ``most_s``; 0 when not even one pair does (the
+    check is then skipped and says so, and the search has the time)."""
     pair_s = 2 * max(shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup), 1.0)
-    return next((pairs * pair_s for pairs in (RESERVED_PAIRS, 1) if pairs * pair_s <= most_s), 0.0)
+    return next((pairs * pair_s for pairs in (RESERVED_PAIRS, 2, 1) if pairs * pair_s <= most_s), 0.0)
 
 
 def users_own_command(command: Sequence[str]) -> list[str]:

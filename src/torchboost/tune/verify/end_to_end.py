@@ -16,8 +16,12 @@ from typing import Any, Sequence
 from torchboost.config import Overlay
 from torchboost.tune.search.decision import TuneOutcome
 
-__all__ = ["CLAIM_PRECISION", "EndToEnd", "end_to_end_verdict", "nothing_kept"]
+__all__ = ["CLAIM_PAIRS", "CLAIM_PRECISION", "EndToEnd", "end_to_end_verdict", "median_rank", "nothing_kept"]
 
+MEDIAN_CONFIDENCE = 0.875
+"""How sure the interval of the median pair is to hold it (four pairs' extremes: 87.5%)."""
+CLAIM_PAIRS = 4
+"""Pairs of whole runs a verified claim rests on, at least."""
 CLAIM_PRECISION = 0.10
 """How close to the claim a user's own re-measure should come; an interval wider than
 this on either side gets more pairs while the budget allows."""
@@ -112,16 +116,17 @@ class EndToEnd:
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        """The speedup's interval: the lowest and highest pair speedup (from five pairs on,
-        the most extreme pair on each side left out), each side at least the runs' own
-        :attr:`noise` from the median (a few pairs that happen to agree say little of
-        the next run on a noisy machine), and as far from it as the other side, by ratio
-        (three pairs cannot tell which way the next ones fall: claims of 1.41x [1.38-1.47]
-        and 1.28x [1.15-1.29] were re-measured at 1.36x and 1.33x)."""
+        """The speedup's interval: the exact, distribution-free interval of the median pair
+        (:func:`median_rank`: the k-th lowest and highest pair speedup, at least 87.5% sure
+        to hold the median; the extremes up to six pairs, the second from seven), each side
+        at least the runs' own :attr:`noise` from the median (a few pairs that happen to
+        agree say little of the next run on a noisy machine), and as far from it as the
+        other side, by ratio (a few pairs cannot tell which way the next ones fall: claims
+        of 1.41x [1.38-1.47] and 1.28x [1.15-1.29] were re-measured at 1.36x and 1.33x)."""
         speedups = sorted(1.0 / r for r in self.ratios if r > 0)
         if not speedups:
             return None
-        trim = 1 if len(speedups) >= 5 else 0
+        trim = median_rank(len(speedups)) - 1
         median = self.speedup or speedups[0]
         reach = max(1.0 + self.noise, median / speedups[trim], speedups[len(speedups) - 1 - trim] / median)
         return median / reach, median * reach
@@ -181,15 +186,33 @@ def nothing_kept(outcome: TuneOutcome) -> str:
     return "nothing was faster beyond noise"
 
 
+def median_rank(pairs: int, confidence: float = MEDIAN_CONFIDENCE) -> int:
+    """The largest k (at least 1) such that the k-th lowest and k-th highest of ``pairs``
+    values hold their median with at least ``confidence``: 1 - 2 P(Binomial(pairs, 1/2) < k)."""
+    k = 1
+    while k < pairs // 2:
+        below = sum(math.comb(pairs, i) for i in range(k + 1)) / 2 ** pairs  # P(fewer than k + 1 under it)
+        if 1.0 - 2.0 * below < confidence:
+            break
+        k += 1
+    return k
+
+
 def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEnd,
                        min_gain: float) -> tuple[Overlay, str]:
     """What to write after the end-to-end check, and why: the tuned settings when they are
-    faster by ``min_gain`` at the lower end of their interval (the runs' noise in it), or when a memory lever was kept to bring
-    the peak under the memory limit (the check then gives its cost); else nothing."""
+    faster by ``min_gain`` at the lower end of their interval (the runs' noise in it) over
+    :data:`CLAIM_PAIRS` pairs or more ("verified"; on fewer, faster still, they are written
+    and said unverified), or when a memory lever was kept to bring the peak under the memory
+    limit (the check then gives its cost); else nothing ("no proven win")."""
     how, took = e2e.how, "would take" if e2e.projected_to else "took"
-    if e2e.faster(min_gain):
+    if e2e.faster(min_gain) and e2e.pairs >= CLAIM_PAIRS:
         return settings, (f"verified end to end: {e2e.words()} faster ({e2e.tuned_s:.1f} s against "
                           f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how})")
+    if e2e.faster(min_gain):  # faster, on fewer pairs than a claim rests on: the search's pick, unverified
+        return settings, (f"not verified end to end: {e2e.pairs} pair(s) of {how} fitted in --budget, fewer than "
+                          f"the {CLAIM_PAIRS} a claim rests on; they measured {e2e.words()} faster "
+                          f"({e2e.tuned_s:.1f} s against {e2e.baseline_s:.1f} s); give tune a larger --budget")
     if e2e.error is not None:
         return Overlay(), f"not kept: {e2e.error}; your configuration is left as it was"
     if not e2e.pairs:
@@ -199,7 +222,7 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
         # Kept to fit under the memory limit, not for speed: the check gives its cost.
         return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "
                           f"against {e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), the time it costs")
-    return Overlay(), (f"not kept: end to end the tuned configuration {took} {e2e.tuned_s:.1f} s against "
+    return Overlay(), (f"no proven win, not kept: end to end the tuned configuration {took} {e2e.tuned_s:.1f} s against "
                        f"{e2e.baseline_s:.1f} s ({e2e.words()} of {how}); the interval's lower end (the "
                        f"pairs' spread, and the runs' own noise, {e2e.noise:.1%}) is not {min_gain:.0%} faster; "
                        "your configuration is left as it was")
