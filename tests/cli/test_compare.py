@@ -11,7 +11,7 @@ import pytest
 
 from torchboost.cli.compare import sides
 from torchboost.observe.parent.launch import UsageError
-from torchboost.tune.verify.compare import Comparison, Side, loss_verdict
+from torchboost.tune.verify.versus import Comparison, Side, loss_verdict
 from torchboost.tune.verify.end_to_end import EndToEnd
 
 LOSSES = [2.0 - 0.02 * i for i in range(30)]

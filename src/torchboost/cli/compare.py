@@ -5,7 +5,7 @@
 command, two configurations applied through ``torchboost run``; ``--config none`` is the
 command as is). Both sides run in alternating pairs of whole processes, under the write
 guard, more pairs while the verdict is open and ``--budget`` allows; then a short observed
-run of each for its losses (:mod:`torchboost.tune.verify.compare`). It prints the times, the
+run of each for its losses (:mod:`torchboost.tune.verify.versus`). It prints the times, the
 ratio with its interval and the verdict ("no proven win" when the interval does not clear
 ``--min-gain`` either way), and the loss-parity verdict tune uses; ``--json`` prints JSON.
 """
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from torchboost.observe.parent.launch import UsageError, parse_launch
-from torchboost.tune.verify.compare import Side, compare
+from torchboost.tune.verify.versus import Side, compare
 
 __all__ = ["add_arguments", "run", "sides"]
 

@@ -41,8 +41,11 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the doctor's options to its sub-command parser."""
-    parser.add_argument("--steps", type=int, default=20, metavar="N", help="recorded steps after warm-up (default 20)")
-    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="unrecorded warm-up steps (default 5)")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="recorded steps after warm-up, exactly (default: at most 20, fewer once the median step "
+                             f"is known within {100 * DOCTOR_PRECISION:.0f}%% or {DOCTOR_RECORD_S:.0f} s of steps are recorded)")
+    parser.add_argument("--warmup", type=int, default=None, metavar="W",
+                        help="unrecorded warm-up steps, exactly (default: at most 5, fewer once they settled)")
     parser.add_argument("--out", default="torchboost-doctor", metavar="DIR",
                         help="report folder (default ./torchboost-doctor)")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout instead of tables")
@@ -145,9 +148,28 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
         status.update(progress.words())
 
     with err.status("starting the script under observation...") as status:
-        request = RunRequest(command=args.command, steps=args.steps, warmup=args.warmup, out_dir=args.out,
-                             full=args.full, stall_timeout_s=args.stall_timeout)
+        request = RunRequest(command=args.command, steps=DOCTOR_STEPS if args.steps is None else args.steps,
+                             warmup=DOCTOR_WARMUP if args.warmup is None else args.warmup, out_dir=args.out,
+                             full=args.full, stall_timeout_s=args.stall_timeout, **_adaptive(args))
         return run_observed(request, on_progress=show, stdout=(lambda: sys.stderr) if args.json else None)
+
+
+DOCTOR_STEPS, DOCTOR_WARMUP = 20, 5
+"""The most steps the doctor records and warms up for, unless --steps / --warmup say exactly."""
+DOCTOR_PRECISION = 0.05
+"""Recording ends once the median step is known within this fraction (after a few seconds)."""
+DOCTOR_RECORD_S = 30.0
+"""...or once this many seconds of steps are recorded (at least six)."""
+
+
+def _adaptive(args: argparse.Namespace) -> dict[str, object]:
+    """How observation may end early: what --steps and --warmup leave open (nothing with --full)."""
+    if args.full:
+        return {}
+    bounds: dict[str, object] = {"settle_warmup": args.warmup is None}
+    if args.steps is None:
+        bounds.update(precision=DOCTOR_PRECISION, record_s=DOCTOR_RECORD_S)
+    return bounds
 
 
 def _explain_no_steps(observed: ObservedRun, err: Console) -> None:

@@ -116,6 +116,13 @@ class ObserveSpec:
     they took this many seconds, recording ends there (the profiler window and the probes
     follow as after ``steps``); None: ``steps`` steps. Seconds-long steps then cost the run
     seconds, not minutes."""
+    precision: float | None = None
+    """Recording also ends once the median step is known within this fraction (after a few
+    seconds of steps, at least ``MIN_TIMED_STEPS``); None: no such stop
+    (:mod:`torchboost.observe.record.recording_window`)."""
+    settle_warmup: bool = False
+    """Warm-up ends early, from its second step, once its steps settled; ``warmup`` is then
+    its most."""
     full: bool = False
     """Let the script run to its own end, recording every step after warm-up."""
     profile_warmup: int = 1
@@ -178,6 +185,8 @@ class ObserveSpec:
             raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
         if self.record_s is not None and not self.record_s > 0:
             raise ValueError(f"record_s must be positive, got {self.record_s}")
+        if self.precision is not None and not 0 < self.precision < 1:
+            raise ValueError(f"precision must be a fraction between 0 and 1, got {self.precision}")
         if self.profile_active < 0 or self.profile_warmup < 0:
             raise ValueError("profile_warmup and profile_active must be 0 or more")
 
@@ -230,20 +239,20 @@ class ObserveSpec:
 
 # -- the progress line: the child writes it, the parent shows it -------------------------
 
-def stage_of(done: int, spec: Any, recorded_end: int | None = None) -> dict[str, Any]:
+def stage_of(done: int, spec: Any, window: tuple[int, int] | None = None) -> dict[str, Any]:
     """``{"stage", "step", "of"}`` after ``done`` step boundaries of a run of ``spec``
-    (an :class:`~torchboost.observe.spec.ObserveSpec`); ``recorded_end``: the boundary that
-    ends recording when ``spec.record_s`` ended it early (None: after ``spec.steps``)."""
-    recorded_end = spec.warmup + spec.steps if recorded_end is None else recorded_end
-    if done < spec.warmup:
+    (an :class:`~torchboost.observe.spec.ObserveSpec`); ``window``: the boundaries that start
+    and end recording when they moved (a settled warm-up, a time bound; None: the spec's)."""
+    start, recorded_end = window if window is not None else (spec.warmup, spec.warmup + spec.steps)
+    if done < start:
         return {"stage": "warm-up", "step": done, "of": spec.warmup}
     if done <= recorded_end:
-        return {"stage": "observing", "step": done - spec.warmup, "of": recorded_end - spec.warmup}
+        return {"stage": "observing", "step": done - start, "of": recorded_end - start}
     if done <= recorded_end + spec.profile_steps:
         return {"stage": "profiling", "step": done - recorded_end, "of": spec.profile_steps}
     if not spec.full and spec.profile_steps:  # the replay probe's steps (torchboost.observe.probes.replay)
         return {"stage": "replay", "step": done - recorded_end - spec.profile_steps, "of": REPLAY_STEPS}
-    return {"stage": "running", "step": done - spec.warmup, "of": None}
+    return {"stage": "running", "step": done - start, "of": None}
 
 
 class ProgressFile:

@@ -168,8 +168,10 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
     elif n and facts.ended != "trace":
         source = f" ({facts.planned_from})" if facts.planned_from else ""
         planned = f"; the script would have run {facts.planned_steps}{source}" if facts.planned_steps else ""
-        notes.append(f"Stopped after {n} observed steps, as planned (after {facts.warmup_steps} "
-                     f"unrecorded warm-up steps){planned}.")
+        ended = f" ({facts.recording_ended})" if facts.recording_ended and "as asked" not in facts.recording_ended \
+            else ", as planned"
+        notes.append(f"Stopped after {n} observed steps{ended}, after {facts.warmup_steps} "
+                     f"unrecorded warm-up steps{planned}.")
     if summary.steps_set_aside:
         notes.append(f"{summary.steps_set_aside} of {summary.steps_measured} measured steps took over "
                      f"{OUTLIER_RATIO}x or under 1/{OUTLIER_RATIO} of the median step (another process, a "

@@ -33,6 +33,10 @@ class RunRequest:
     """Let the script run to its end, recording every step after warm-up (its writes stay)."""
     record_s: float | None = None
     """Recording ends once its steps took this long (at least ``MIN_TIMED_STEPS`` of them)."""
+    precision: float | None = None
+    """Recording ends once the median step is known within this fraction (``ObserveSpec.precision``)."""
+    settle_warmup: bool = False
+    """Warm-up ends as soon as its steps settled (``warmup`` is then its most)."""
     apply: BoostConfig | None = None
     """A trial's whole configuration (it reaches the child through :mod:`torchboost.handover`)."""
     profile: bool = True
@@ -61,7 +65,8 @@ class RunRequest:
     def spec_fields(self) -> dict[str, Any]:
         """The :class:`~torchboost.observe.spec.ObserveSpec` fields this request decides."""
         fields: dict[str, Any] = {"steps": self.steps, "warmup": self.warmup, "full": self.full,
-                                  "record_s": self.record_s, "stop_slower_than_ms": self.stop_slower_than_ms,
+                                  "record_s": self.record_s, "precision": self.precision,
+                                  "settle_warmup": self.settle_warmup, "stop_slower_than_ms": self.stop_slower_than_ms,
                                   "stall_timeout_s": self.stall_timeout_s, "command": list(self.command)}
         if not self.profile:
             fields.update(profile_warmup=0, profile_active=0)

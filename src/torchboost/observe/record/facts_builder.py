@@ -180,10 +180,11 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         cpu_threads=settings.get("cpu_threads", torch.get_num_threads()),
         other_load_pct=round(timing.window.load.pct, 1) if timing.window.load.measured else None,
         # What was measured.
-        steps=list(timing.steps), warmup_steps=spec.warmup, step_source=run.step_source,
+        steps=list(timing.steps), warmup_steps=timing.window.start, step_source=run.step_source,
         warmup_step_ms=list(timing.warmup_ms), steps_seen=timing.boundaries,
         planned_steps=planned_steps, planned_from=planned_from,
-        target_steps=None if spec.full else timing.window.end - spec.warmup,
+        target_steps=None if spec.full else timing.window.end - timing.window.start,
+        recording_ended=timing.window.why,
         micro_steps_per_step=micro,
         losses=parts.losses.values(), warmup_losses=parts.losses.warmup_values(),
         loss_steps=list(parts.losses.steps),

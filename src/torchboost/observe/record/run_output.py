@@ -63,6 +63,12 @@ class RunOutput:
                 self._count_path = None
         return self._counter
 
+    def _bounds(self) -> tuple[int, int]:
+        """The boundaries that start and end recording (the window's, as they moved)."""
+        if self._window is not None:
+            return self._window.start, self._window.end
+        return self._spec.warmup, self._spec.warmup + self._spec.steps
+
     def after_boundary(self, done: int, *, has_steps: bool, profiling: bool, write_facts: Callable[[], object]) -> None:
         """After the ``done``-th step boundary: update the progress line, flush the facts when due."""
         spec = self._spec
@@ -70,13 +76,13 @@ class RunOutput:
         if counter is not None:  # every boundary: the parent's count survives an os._exit
             counter.set(done)
         now = self._clock()
-        recorded_end = self._window.end if self._window is not None else spec.warmup + spec.steps
+        start, recorded_end = self._bounds()
         profiled_end = recorded_end + spec.profile_steps
-        transition = done in (spec.warmup, recorded_end, profiled_end)
+        transition = done in (start, recorded_end, profiled_end)
         if spec.progress_path and (transition or now - self._last_progress >= _PROGRESS_INTERVAL_S):
             if self._progress is None:
                 self._progress = ProgressFile(spec.progress_path)
-            self._progress.write(stage_of(done, spec, recorded_end))
+            self._progress.write(stage_of(done, spec, (start, recorded_end)))
             self._last_progress = now
         if has_steps and not profiling and (done == recorded_end or now - self._last_flush >= spec.flush_interval_s):
             write_facts()
@@ -88,5 +94,5 @@ class RunOutput:
             return
         if self._progress is None:
             self._progress = ProgressFile(self._spec.progress_path)
-        line = stage_of(done, self._spec, self._window.end if self._window is not None else None)
+        line = stage_of(done, self._spec, self._bounds())
         self._progress.write(line if seconds is None else {**line, "compiling_s": round(seconds)})

@@ -51,7 +51,8 @@ class RunStages:
 
     def warmup_ends(self, done: int) -> bool:
         """The ``done``-th boundary ends warm-up (the first one when there is none)."""
-        return done == max(self._spec.warmup, 1)
+        start = self._timing.window.start if self._timing is not None else self._spec.warmup
+        return done == max(start, 1)
 
     def advance(self, done: int, uses_cuda: Callable[[], bool]) -> bool:
         """Drive the profiler after the ``done``-th boundary; True when observation is over."""

@@ -114,10 +114,11 @@ class StepTiming:
             self.micro_counts.append(self._micro)
             kind = RECORDED
             self.window.recorded(index, self.steps)
-        elif index < spec.warmup and not self._discard_next:
+        elif index < self.window.start and not self._discard_next:
             # Warm-up is kept apart: its extra time is the first-call (compile) cost.
             self.warmup_ms.append(self.last_ms)
             kind = WARMUP
+            self.window.warmed(index, self.warmup_ms)
         self._discard_next = False
         self._micro, self._in_closure = 0, False
         self.acc[:] = (0.0, 0.0, 0.0, 0.0)

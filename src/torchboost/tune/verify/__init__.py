@@ -5,6 +5,7 @@ The room's parts::
     end_to_end    what the check measured (pairs of whole runs, projected when capped),
                   its interval and verdict: plain arithmetic
     check         planning and running the pairs (through ``tune.trials``' journal)
+    versus        two ways of running compared the same way (``torchboost compare``)
 
 It imports ``tune.trials`` and the search's outcome data (``tune.search.decision``); the
 search never imports it.
