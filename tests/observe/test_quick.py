@@ -34,7 +34,7 @@ def _run(tmp_path, monkeypatch, *, own_autocast=False, full=False, choose=_every
     """A small MLP trained under the instrumentation: warm-up 1, recorded 3, profiled 2, then the
     probes (or as ``spec`` says)."""
     monkeypatch.setattr(facts_so_far, "choose_switches", choose)
-    monkeypatch.setattr(facts_so_far, "QUICK_SHARE", 1000.0)  # the budget is tested on its own
+    monkeypatch.setattr(facts_so_far, "quick_budget_ms", lambda elapsed_s: 1e9)  # the budget is tested on its own
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -249,3 +249,12 @@ def test_twin_a_burst_trial_without_the_candidates_switch_says_why_and_stops(tmp
     [probe] = facts.quick_probes
     assert why in probe.error and not probe.switched_ms
     assert done == 1 + 3 - 1
+
+
+def test_probes_of_slow_steps_get_a_floor_of_time_and_two_pairs():
+    """After 40 s of a run of 3 s steps a quarter (10 s) fits no probe: the floor of 20 s
+    does, in two pairs. Twin: fast steps keep three pairs, a long run its quarter."""
+    from torchboost.observe.probes.quick import QUICK_PAIRS, quick_budget_ms, quick_pairs
+
+    assert quick_budget_ms(40.0) == 20_000.0 and quick_pairs(3000.0) == 2
+    assert quick_budget_ms(400.0) == 100_000.0 and quick_pairs(50.0) == QUICK_PAIRS

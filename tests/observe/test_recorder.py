@@ -219,3 +219,49 @@ def test_a_time_bound_ends_recording_once_its_steps_fill_it(tmp_path, record_s, 
 def test_a_time_bound_is_none_or_positive(tmp_path):
     with pytest.raises(ValueError, match="record_s"):
         ObserveSpec(out_dir=str(tmp_path), record_s=0.0)
+
+
+@pytest.mark.parametrize("precision, recorded", [(0.05, 6), (None, 20)])
+def test_recording_ends_once_the_median_step_is_known(tmp_path, precision, recorded):
+    """Steady steps of a second: after six (and 5 s) the median is known within 5%, and
+    recording ends there, saying why. Twin: without a precision, all twenty."""
+    rec, clock = _recorder(tmp_path, steps=20, warmup=1, precision=precision)
+    with pytest.raises(StopObserving):
+        for _ in range(30):
+            _step(rec, clock, data_ms=100.0, fwd_ms=400.0, bwd_ms=400.0, extra_ms=100.0)
+    facts = rec.facts()
+    assert len(facts.steps) == recorded
+    assert ("the median step known within" in facts.recording_ended) is (precision is not None)
+
+
+def test_twin_fast_steps_keep_every_step_asked_for(tmp_path):
+    """10 ms steps known within 5% after six: their 60 ms are far under the 5 s after which
+    precision may end recording, so all twenty are recorded for the phase table."""
+    rec, clock = _recorder(tmp_path, steps=20, warmup=1, precision=0.05)
+    with pytest.raises(StopObserving):
+        for _ in range(30):
+            _step(rec, clock)
+    assert len(rec.facts().steps) == 20
+
+
+@pytest.mark.parametrize("first_ms, settled_at", [(2000.0, 2), (9000.0, 3)])
+def test_warm_up_ends_once_its_steps_settle(tmp_path, first_ms, settled_at):
+    """Second-long steps: warm-up ends at its second step when that one is within 25% of the
+    first (2 s then 1.9 s), at its third when the first carried a compile (9 s). Twin below."""
+    rec, clock = _recorder(tmp_path, steps=3, warmup=5, settle_warmup=True)
+    times = [first_ms, 1900.0, 1900.0, 1900.0, 1900.0, 1900.0, 1900.0, 1900.0]
+    with pytest.raises(StopObserving):
+        for ms in times:
+            _step(rec, clock, data_ms=0.0, fwd_ms=ms / 2, bwd_ms=ms / 2, extra_ms=0.0)
+    facts = rec.facts()
+    assert facts.warmup_steps == settled_at and len(facts.steps) == 3
+    assert [s.index for s in facts.steps] == [settled_at, settled_at + 1, settled_at + 2]
+
+
+def test_twin_warm_up_keeps_its_count_without_settling_or_on_fast_steps(tmp_path):
+    for kw, ms in (({"settle_warmup": False}, 1900.0), ({"settle_warmup": True}, 10.0)):
+        rec, clock = _recorder(tmp_path, steps=3, warmup=5, **kw)
+        with pytest.raises(StopObserving):
+            for _ in range(10):
+                _step(rec, clock, data_ms=0.0, fwd_ms=ms / 2, bwd_ms=ms / 2, extra_ms=0.0)
+        assert rec.facts().warmup_steps == 5

@@ -19,7 +19,8 @@ made the loss NaN/inf is reported, not fatal; after a non-finite loss no further
 probed, since the weights may be NaN by then.
 
 The probes cost at most ``QUICK_SHARE`` of the run before them (so at most a fifth of the
-whole): a switch whose steps would not fit is not probed, and says so.
+whole), or ``QUICK_MIN_S`` when that is more: a switch whose steps would not fit is not
+probed, and says so. Steps of a second or more are probed in two pairs, not three.
 
 A tuning trial on a busy machine uses the same driver for one candidate (its burst trial,
 ``ObserveSpec.bursts``): the switch that makes exactly the candidate's change
@@ -37,15 +38,33 @@ import torch
 from torchboost.evidence.observed import Facts, QuickProbeFacts
 from torchboost.techniques.registry import ProbeContext, QuickSwitch, techniques
 
-__all__ = ["QuickProbes", "max_quick_steps", "choose_switches", "switch_for", "QUICK_PAIRS", "QUICK_SHARE"]
+__all__ = ["QuickProbes", "max_quick_steps", "choose_switches", "switch_for", "QUICK_PAIRS", "QUICK_SHARE",
+           "quick_budget_ms", "quick_pairs"]
 
 QUICK_PAIRS = 3
 """Pairs of a plain and a switched step per probe (after its one unmeasured switched step)."""
 QUICK_SHARE = 0.25
+QUICK_MIN_S = 20.0
+"""...but never less than this many seconds: after a short, adaptive observation of
+seconds-long steps a quarter of it fits no probe (nanoGPT's shape at 2.9 s a step)."""
+SLOW_PROBE_MS = 1000.0
+SLOW_PROBE_PAIRS = 2
+"""Steps of a second or more are probed in this many pairs: each pair is seconds of the run."""
 """The probes' time, as a share of the observed run's time before them: 0.25 keeps them at
 most a fifth of the whole run."""
 
 _WARM, _PLAIN, _SWITCHED = "warm", "plain", "switched"
+
+
+def quick_budget_ms(elapsed_s: float) -> float:
+    """What the probes may spend after ``elapsed_s`` of run: :data:`QUICK_SHARE` of it, at
+    least :data:`QUICK_MIN_S`."""
+    return max(QUICK_SHARE * elapsed_s, QUICK_MIN_S) * 1000.0
+
+
+def quick_pairs(step_ms: float) -> int:
+    """Pairs per probe for steps of ``step_ms``: :data:`SLOW_PROBE_PAIRS` from a second on."""
+    return SLOW_PROBE_PAIRS if step_ms >= SLOW_PROBE_MS else QUICK_PAIRS
 
 
 def max_quick_steps() -> int:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, QuickProbeFacts
-from torchboost.observe.probes.quick import QUICK_SHARE, QuickProbes, choose_switches, switch_for
+from torchboost.observe.probes.quick import QuickProbes, choose_switches, quick_budget_ms, quick_pairs, switch_for
 from torchboost.observe.record.facts_builder import RecordedParts, build_facts, probe_context, uses_cuda
 from torchboost.techniques.registry import ProbeContext
 
@@ -70,7 +70,7 @@ class FactsSoFar:
 
     def start_quick(self, quick: QuickProbes, uses_booster: bool) -> bool:
         """Start ``quick`` with the switches whose findings fire on the facts so far, within
-        ``QUICK_SHARE`` of the run's time until now; False when nothing is probed."""
+        :func:`quick_budget_ms` of the run's time until now; False when nothing is probed."""
         try:
             facts = self.facts(uses_booster)
             if not facts.steps:
@@ -85,8 +85,9 @@ class FactsSoFar:
             facts.cpu_bf16_speedup = self.bf16_speedup
             switches, errors = choose_switches(facts, ctx)
             parts.errors.extend(errors)
-            budget_ms = QUICK_SHARE * (time.time() - parts.run.started_at) * 1000.0
-            return quick.start(switches, budget_ms=budget_ms, step_ms=step_ms, loss=parts.losses.last)
+            budget_ms = quick_budget_ms(time.time() - parts.run.started_at)
+            return quick.start(switches, budget_ms=budget_ms, step_ms=step_ms, loss=parts.losses.last,
+                               pairs=quick_pairs(step_ms))
         except Exception as exc:  # noqa: BLE001 - the observer must never break the user's run
             self._parts.errors.append(f"start_quick: {type(exc).__name__}: {exc}")
             quick.close()
