@@ -142,6 +142,23 @@ def test_an_open_verdict_gets_more_pairs_while_the_budget_allows(budget_s, pairs
     assert result.faster(0.03) is (pairs == 7)
 
 
+def test_a_few_percent_over_noisy_runs_gets_pairs_until_it_is_told():
+    # An image script's whole runs, 6 s, ~3% apart: 1.10x with one pair each way out of
+    # line. Six pairs leave it open (0.91-1.32); the plan allows more, and the seventh
+    # (the interval then bars the extremes) proves it. Twin: the old cap of six pairs.
+    base = [6.2, 6.0, 6.3, 6.1, 6.2, 6.0, 6.3, 6.1, 6.2, 6.1, 6.2, 6.0]
+    speedups = [1.32, 0.92, 1.10, 1.08, 1.12, 1.09, 1.10, 1.11, 1.09, 1.12, 1.10, 1.08]
+    planned = plan_verification(pairs=4, budget_s=1000, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
+    capped = VerifyPlan(pairs=4, steps=None, run_limit_s=100.0, fallback_steps=10, budget_s=1000.0, max_pairs=6)
+    for plan, told in ((planned, True), (capped, False)):
+        run_one, _ = _fake_runs({"baseline": base, "tuned": [b / s for b, s in zip(base, speedups)]})
+        result = EndToEnd()
+        _measure_pairs(result, plan.pairs, run_one, None)
+        _more_pairs(result, plan, run_one, None, 0.03)
+        assert result.faster(0.03) is told and result.undecided(0.03) is not told
+        assert result.pairs == (7 if told else 6)
+
+
 @pytest.mark.parametrize("tuned, pairs", [([7.0, 8.0, 9.0, 8.0, 8.0], 5), ([7.9, 8.0, 8.1, 8.0, 8.0], 3)])
 def test_a_kept_claim_wider_than_ten_percent_gets_more_pairs(tuned, pairs):
     # 7, 8, 9 s against 10: kept (its lower end 1.11x clears the gate) but the interval

@@ -21,7 +21,7 @@ from torchboost.handover import write_trial_config
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
-from torchboost.tune.verify.check import VerifyPlan, _measure_pairs, _more_pairs, _whole_run
+from torchboost.tune.verify.check import EXTRA_PAIRS, VerifyPlan, _measure_pairs, _more_pairs, _whole_run
 from torchboost.tune.verify.end_to_end import EndToEnd
 
 __all__ = ["Comparison", "Side", "compare", "loss_verdict"]
@@ -110,11 +110,11 @@ def _losses(side: Side, steps: int, out_dir: Path) -> list[float]:
 def compare(a: Side, b: Side, *, pairs: int, budget_s: float, out_dir: Path, loss_steps: int = 30,
             min_gain: float = 0.03, on_run: Callable[[str, int], None] | None = None) -> Comparison:
     """A against B: ``pairs`` alternating pairs of whole runs (more while the verdict is open
-    and ``budget_s`` allows, at most two more), then each side's losses over ``loss_steps``
+    and ``budget_s`` allows, at most :data:`EXTRA_PAIRS` more), then each side's losses over ``loss_steps``
     observed steps, judged as tune judges a candidate. Raises RuntimeError when a side fails."""
     result = EndToEnd()
     plan = VerifyPlan(pairs=pairs, steps=None, run_limit_s=budget_s, fallback_steps=0, budget_s=budget_s,
-                      max_pairs=pairs + 2)
+                      max_pairs=pairs + EXTRA_PAIRS)
     with tempfile.TemporaryDirectory(prefix="torchboost-compare-") as tmp:
         files = {"baseline": _config_file(a, Path(tmp)), "tuned": _config_file(b, Path(tmp))}
         commands = {"baseline": a.command, "tuned": b.command}
