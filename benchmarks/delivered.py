@@ -200,7 +200,9 @@ def run_target(name: str, args: argparse.Namespace, console: Console) -> dict[st
         from torchboost.config import BoostConfig, Overlay
 
         Overlay(best["best"]).on(BoostConfig.off()).to_toml(grid_config)
-        times = _measured(target, {"plain": None, "tune": tuned["config"], "grid": grid_config}, args.rounds, work)
+        # Where tune kept nothing it tells the user to run the script as before: that is what they get.
+        tune_config = tuned["config"] if tuned["settings"] else None
+        times = _measured(target, {"plain": None, "tune": tune_config, "grid": grid_config}, args.rounds, work)
     plain, tune_t, grid_t = (statistics.median(times[k]) for k in ("plain", "tune", "grid"))
     return {"target": name, "busy": target.busy, "tune": {k: v for k, v in tuned.items() if k != "config"},
             "grid": best, "times": times, "tune_speedup": plain / tune_t, "grid_speedup": plain / grid_t,
