@@ -96,3 +96,25 @@ def test_the_checks_reserve_is_two_pairs_else_one_else_none(run_s, kept):
     from torchboost.tune.verify import reserve_s
 
     assert reserve_s(run_s, run_s, 10.0, trial_steps=30, warmup=5, most_s=75.0) == kept
+
+
+@pytest.mark.parametrize("budget_s", [120.0, 300.0, 600.0])
+def test_the_check_may_take_all_the_search_kept_for_it(monkeypatch, tmp_path, budget_s):
+    """The reserve the search keeps (four pairs of a 1 s-step transformer's capped runs,
+    ~45 s a pair, where they fit) is within the check's own budget, with time enough left:
+    a check given --budget x 0.5 while 0.75 x was reserved ran three of the four pairs.
+    Twin: that smaller budget holds less than the reserve at --budget 300."""
+    seen = {}
+
+    def fake_verify(command, base, settings, plan, **kwargs):
+        seen["budget_s"] = plan.budget_s
+        return EndToEnd(baseline_runs_s=[28.0] * 4, tuned_runs_s=[18.0] * 4)
+
+    monkeypatch.setattr(tuner, "verify", fake_verify)
+    options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=budget_s)
+    outcome = _outcome(step_ms=1125.0, wall_s=2300.0, fixed_s=3.0)
+    kept = tuner._check_reserve(options)(outcome.baseline)
+    tuner._verify(["python", "x.py"], options, BoostConfig.off(), outcome, 2000, None, {}, time_left_s=1e6)
+    assert kept > 0 and seen["budget_s"] >= kept
+    if budget_s == 300.0:
+        assert kept > budget_s * tuner.BUDGET_SLACK  # the old check's budget would not hold it

@@ -294,8 +294,7 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     not even one pair of the baseline's runs fits."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return outcome.settings, None, "" if outcome.settings else nothing_kept(outcome)
-    budget = options.verify_budget_s if options.verify_budget_s is not None else options.budget_s * BUDGET_SLACK
-    budget = min(budget, time_left_s)
+    budget = min(_check_most_s(options), time_left_s)
     baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the fewest steps
     shortest_s = shortest_run_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
                                 trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup)
@@ -318,12 +317,19 @@ def _check_reserve(options: TuneOptions) -> Callable[[TrialResult], float] | Non
     most half of the whole tune's time); None when there is no check."""
     if options.verify_pairs < 1:
         return None
-    most_s = options.budget_s * (1 + BUDGET_SLACK) / 2
-    if options.verify_budget_s is not None:
-        most_s = min(most_s, options.verify_budget_s)
+    most_s = _check_most_s(options)
     return lambda baseline: reserve_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
                                       trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS,
                                       warmup=options.warmup, most_s=most_s)
+
+
+def _check_most_s(options: TuneOptions) -> float:
+    """The most the end-to-end check may take: half the whole tune's time (--budget and its
+    slack), or ``verify_budget_s`` when set. The search's reserve and the check's own budget
+    are both this: a check given less than was reserved for it (it had --budget x 0.5, the
+    reserve half of 1.5x) ran three of the four pairs kept for it on a 1 s-step transformer."""
+    most_s = options.budget_s * (1 + BUDGET_SLACK) / 2
+    return most_s if options.verify_budget_s is None else min(most_s, options.verify_budget_s)
 
 
 def _identity(command: Sequence[str]) -> dict[str, Any]:
