@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -216,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--journal-dir", default="delivered-journal", help="the grid's finished trials")
     parser.add_argument("--out", default="delivered.json")
     args = parser.parse_args(argv)
+    # A SIGTERM ends the run through its finally blocks: the busy loop beside it is killed too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     console = Console()
     rows = []
     for name in args.targets.split(","):
