@@ -49,6 +49,19 @@ def test_the_plan_falls_back_to_as_many_steps_as_fit():
     assert tight.fallback_steps == 35  # never fewer than a trial's steps
 
 
+def test_capped_runs_are_sized_for_a_pair_of_a_slow_baseline_and_its_faster_tuning():
+    # A 1.2 s-step baseline tuned to 0.8 s (bf16), 6 s outside the steps, 220 s for four
+    # pairs: runs sized at the pair's mean pace fit four pairs; sized at the tuned pace
+    # alone (the twin), the baseline's runs overshoot and the fourth pair does not fit.
+    def pairs_fitting(plan):
+        pair_s = 2 * 6.0 + plan.fallback_steps * (1.2 + 0.8)
+        return int(220.0 // pair_s)
+
+    kw = dict(pairs=4, budget_s=220.0, step_ms=800.0, fixed_s=6.0, trial_steps=12, warmup=5, whole_run_s=2400.0)
+    assert pairs_fitting(plan_verification(**kw, baseline_ms=1200.0)) == 4
+    assert pairs_fitting(plan_verification(**kw)) == 3
+
+
 def test_a_whole_run_estimated_too_long_starts_with_the_step_count():
     plan = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
                              whole_run_s=25.0)

@@ -304,7 +304,8 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
                              trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
-                             whole_run_s=_whole_run_estimate(outcome, run_steps), planned_steps=run_steps)
+                             whole_run_s=_whole_run_estimate(outcome, run_steps), planned_steps=run_steps,
+                             baseline_ms=baseline.ms_per_step)
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
                  journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger)

@@ -70,12 +70,17 @@ proven win" with half its budget unspent)."""
 
 
 def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: float, trial_steps: int,
-                      warmup: int, whole_run_s: float | None = None, planned_steps: int | None = None) -> VerifyPlan:
+                      warmup: int, whole_run_s: float | None = None, planned_steps: int | None = None,
+                      baseline_ms: float | None = None) -> VerifyPlan:
     """Whole runs, each allowed a ``2 * pairs``-th of ``budget_s``, unless ``whole_run_s``
     (the baseline's whole run, estimated) says they will not fit; the fallback is as many
-    steps as that share holds at the tuned pace, never fewer than :func:`least_capped_steps`."""
+    steps as that share holds at the pace of a pair (the mean of the tuned ``step_ms`` and
+    ``baseline_ms``: a pair runs one of each), never fewer than :func:`least_capped_steps`.
+    Sized at the tuned pace alone, a pair of a 1.2 s-step baseline and its 0.8 s bf16 ran
+    longer than its share, and three of four pairs fitted."""
     run_limit = budget_s / (2 * pairs)
-    fitting = int(max(0.0, run_limit - fixed_s) * 1e3 / step_ms) if step_ms > 0 else trial_steps
+    pace_ms = (step_ms + baseline_ms) / 2 if baseline_ms and baseline_ms > 0 else step_ms
+    fitting = int(max(0.0, run_limit - fixed_s) * 1e3 / pace_ms) if pace_ms > 0 else trial_steps
     fallback = max(least_capped_steps(step_ms, trial_steps, warmup), fitting)
     too_long = whole_run_s is not None and whole_run_s > run_limit
     return VerifyPlan(pairs=pairs, steps=fallback if too_long else None, run_limit_s=run_limit,
