@@ -10,7 +10,7 @@ import pytest
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.tune.verify.check import (
-    EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, users_own_command, verify,
+    PLAN_FILL, EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, users_own_command, verify,
 )
 
 
@@ -44,30 +44,44 @@ def test_the_runs_own_noise_is_the_margin():
 def test_the_plan_falls_back_to_as_many_steps_as_fit():
     plan = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
     assert plan.steps is None and plan.run_limit_s == pytest.approx(10.0)
-    assert plan.fallback_steps == 800  # (10 s - 2 s) / 10 ms
+    assert plan.fallback_steps == 550  # (10 s x 0.75 - 2 s) / 10 ms
     tight = plan_verification(pairs=3, budget_s=6, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
     assert tight.fallback_steps == 35  # never fewer than a trial's steps
 
 
 def test_capped_runs_are_sized_for_a_pair_of_a_slow_baseline_and_its_faster_tuning():
-    # A 1.2 s-step baseline tuned to 0.8 s (bf16), 6 s outside the steps, 220 s for four
-    # pairs: runs sized at the pair's mean pace fit four pairs; sized at the tuned pace
-    # alone (the twin), the baseline's runs overshoot and the fourth pair does not fit.
-    def pairs_fitting(plan):
-        pair_s = 2 * 6.0 + plan.fallback_steps * (1.2 + 0.8)
-        return int(220.0 // pair_s)
+    # A 1.2 s-step baseline tuned to 0.8 s (bf16), 6 s outside the steps, 400 s for four
+    # pairs: sized at the pair's mean pace, a pair takes its share of the planned fill;
+    # sized at the tuned pace alone (the twin), the baseline's runs overshoot it.
+    def pair_s(plan):
+        return 2 * 6.0 + plan.fallback_steps * (1.2 + 0.8)
 
-    kw = dict(pairs=4, budget_s=220.0, step_ms=800.0, fixed_s=6.0, trial_steps=12, warmup=5, whole_run_s=2400.0)
-    assert pairs_fitting(plan_verification(**kw, baseline_ms=1200.0)) == 4
-    assert pairs_fitting(plan_verification(**kw)) == 3
+    kw = dict(pairs=4, budget_s=400.0, step_ms=800.0, fixed_s=6.0, trial_steps=12, warmup=5, whole_run_s=2400.0)
+    share = PLAN_FILL * 400.0 / 4
+    assert pair_s(plan_verification(**kw, baseline_ms=1200.0)) <= share
+    assert pair_s(plan_verification(**kw)) > share
+
+
+def test_planned_pairs_still_fit_when_whole_processes_cost_more_than_the_trials_said():
+    # The demo: 28 ms and 19 ms a step, 3.5 s outside the steps by its trial, 55 s for the
+    # check. Its runs took 7-9 s where 6.9 s was planned: a fifth more. Planned to fill
+    # three quarters, four pairs still fit; planned to fill it all (the twin), three.
+    kw = dict(pairs=4, budget_s=55.0, step_ms=19.0, fixed_s=3.5, trial_steps=20, warmup=5, whole_run_s=14.0,
+              baseline_ms=28.0)
+    for fill, fitting in ((PLAN_FILL, 4), (1.0, 3)):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("torchboost.tune.verify.check.PLAN_FILL", fill)
+            plan = plan_verification(**kw)
+        planned_pair_s = 2 * 3.5 + plan.fallback_steps * (0.028 + 0.019)
+        assert int(55.0 // (1.2 * planned_pair_s)) == fitting
 
 
 def test_a_whole_run_estimated_too_long_starts_with_the_step_count():
     plan = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
                              whole_run_s=25.0)
-    assert plan.steps == 800  # each run stops there: six whole runs of 25 s would not fit in 60 s
+    assert plan.steps == 550  # each run stops there: six whole runs of 25 s would not fit in 60 s
     fits = plan_verification(pairs=3, budget_s=60, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
-                             whole_run_s=8.0)
+                             whole_run_s=7.0)
     assert fits.steps is None
 
 
