@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from torchboost.observe.guard.run_guard import summed_writes
 
@@ -98,3 +99,26 @@ def test_a_line_the_user_appends_to_their_script_meanwhile_stays(tmp_path, monke
     writes = guard.settle()
     assert (user / "train.py").read_text() == "print('old')\n# EDIT-1\n"
     assert [(n.path, n.why) for n in writes.not_restored] == [("train.py", GREW)]
+
+
+def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path, monkeypatch):
+    """A shell's ``>> run.out`` makes a file no Python hook sees, in a project that lies in
+    the temp directory (exempt, as scratch space): it is the run's, moved into the writes
+    folder, not left behind under "your files are as they were". Twin: the --out folder
+    inside the project stays exempt (what the run writes there stays)."""
+    import tempfile
+
+    from torchboost.observe.guard.run_guard import RunGuard
+
+    user = tmp_path / "project"
+    user.mkdir()
+    assert str(user.resolve()).startswith(str(Path(tempfile.gettempdir()).resolve()))
+    monkeypatch.chdir(user)
+    out = user / "torchboost-doctor"
+    guard = RunGuard(out, None)
+    (user / "run.out").write_text("profiler_start\n")  # no guard in this process: as a shell writes it
+    (out / "report.json").write_text("{}")
+    writes = guard.settle()
+    assert not (user / "run.out").exists()
+    assert any(w.path == "run.out" and w.new for w in writes.kept_apart)
+    assert (out / "report.json").exists() and not any("report.json" in w.path for w in writes.kept_apart)

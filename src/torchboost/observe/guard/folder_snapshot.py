@@ -68,7 +68,10 @@ class FolderSnapshot:
         Past ``max_entries`` entries the recording stops and :attr:`note` says so."""
         taken_ns = clock()
         real_roots = _outermost(os.path.realpath(r) for r in roots)
-        real_exempt = tuple(dict.fromkeys(os.path.realpath(e) for e in exempt))
+        # An exempt folder that holds a root (a project inside the temp directory) exempts
+        # nothing of it: the root is the user's, and its new entries are the run's.
+        real_exempt = tuple(dict.fromkeys(e for e in (os.path.realpath(p) for p in exempt)
+                                          if not any(under(r, e) for r in real_roots)))
         entries: dict[str, Entry] = {}
         for root in real_roots:
             for path, st in walk(root, set(real_exempt)):
