@@ -68,7 +68,8 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
                              "as stalled (default 60)")
     parser.add_argument("--verify-pairs", type=int, default=4, metavar="N",
                         help="after the search, run the baseline and the tuned configuration N times each, in turn, "
-                             "end to end as you will run them (the whole script when 2N runs fit in the check's time, three quarters of the budget, "
+                             "end to end as you will run them (the whole script when 2N runs fit in the check's time, "
+                             "three quarters of the budget, "
                              "else the same number of steps each); the tuned file is kept only when these say it is "
                              "faster; a claim rests on 4 pairs or more. More pairs: a surer verdict, a longer tune (default 4; 0 skips it)")
 
