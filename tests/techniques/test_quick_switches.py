@@ -186,3 +186,80 @@ def test_contended_threads_are_the_cores_others_leave():
 
     assert contended_threads(2, 49.0) == 1 and contended_threads(16, 30.0) == 11
     assert contended_threads(2, 100.0) == 1  # at least one
+
+
+def _stepped_on_a_device(monkeypatch) -> tuple[torch.optim.Optimizer, nn.Parameter]:
+    """An Adam whose parameter lives on a device other than the CPU and that has stepped
+    with its for-loop kernel, so its ``step`` is a CPU tensor, as torch keeps it when neither
+    fused nor capturable is set. The device is "meta" standing in for a GPU (this machine
+    has none): fused kernels are allowed there for the test's sake."""
+    monkeypatch.setitem(optimizer_technique.FUSED_DEVICES, torch.optim.Adam, frozenset({"cpu", "cuda", "meta"}))
+    param = nn.Parameter(torch.zeros(4, device="meta"))
+    opt = torch.optim.Adam([param], lr=0.1)
+    opt.state[param] = {"step": torch.tensor(3.0), "exp_avg": torch.zeros_like(param),
+                        "exp_avg_sq": torch.zeros_like(param)}
+    return opt, param
+
+
+def test_the_fused_switch_moves_an_adams_step_beside_its_parameter(monkeypatch):
+    # The fused kernel reads ``step`` on the parameters' device; torch only moves it there in
+    # load_state_dict, so turning fused on for an optimizer that already stepped must.
+    opt, param = _stepped_on_a_device(monkeypatch)
+    switch = optimizer_technique.quick_switch(_ctx(None, opt, device="meta"))
+    switch.on()
+    step = opt.state[param]["step"]
+    assert step.device == param.device and step.dtype == torch.float32
+
+
+def test_twin_flags_alone_leave_the_step_on_the_cpu(monkeypatch):
+    # What the switch did before: the group flags alone, the step left where the loop kept it.
+    opt, param = _stepped_on_a_device(monkeypatch)
+    for group in opt.param_groups:
+        group.update(fused=True, foreach=None)
+    assert opt.state[param]["step"].device != param.device
+
+
+def test_the_fused_switch_puts_the_step_back_with_its_count():
+    # On and off around real steps: the count carries on, and the for-loop finds its step where
+    # it keeps it (a CPU float), so the script's own steps after the probe run as before.
+    model = nn.Linear(4, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    switch = optimizer_technique.quick_switch(_ctx(model, opt))
+    for i in range(3):
+        model(torch.ones(2, 4)).sum().backward()
+        if i == 1:
+            switch.on()
+        opt.step()
+        if i == 1:
+            switch.off()
+        opt.zero_grad()
+    steps = [opt.state[p]["step"] for p in model.parameters()]
+    assert [float(s) for s in steps] == [3.0, 3.0]
+    assert all(s.device.type == "cpu" for s in steps)
+
+
+def _trained_on_cuda(fused_at: set[int], n: int = 4) -> torch.Tensor:
+    torch.manual_seed(0)
+    model = nn.Linear(16, 16).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    switch = optimizer_technique.quick_switch(_ctx(model, opt, device="cuda"))
+    for i in range(n):
+        model(torch.ones(8, 16, device="cuda")).pow(2).mean().backward()
+        if i in fused_at:
+            switch.on()
+        opt.step()
+        if i in fused_at:
+            switch.off()
+        opt.zero_grad()
+    torch.cuda.synchronize()
+    assert all(opt.state[p]["step"].device.type == "cpu" for p in model.parameters())
+    return model.weight.detach().cpu()
+
+
+@pytest.mark.gpu
+def test_gpu_the_fused_switch_steps_an_adamw_that_already_stepped():
+    # Steps 0 and 1 on the for-loop kernel (CPU steps), 2 fused, 3 back on the loop: the same
+    # weights as never switching, within the kernels' rounding.
+    switched = _trained_on_cuda(fused_at={2})
+    plain = _trained_on_cuda(fused_at=set())
+    assert torch.allclose(switched, plain, atol=1e-5)

@@ -343,11 +343,39 @@ def optimizer_fused(facts: Facts, *, optimizer_pct: float = 5.0) -> Finding | No
     )
 
 
+def _place_steps(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], *, on_device: bool) -> None:
+    """Move each parameter's ``state["step"]`` tensor where the implementation about to step
+    needs it: beside its parameter (``on_device``: the fused kernel reads it there, as a
+    float32 tensor), or on the CPU, where torch's for-loop and foreach Adam keep it when
+    neither ``capturable`` nor ``fused`` is set. Steps that are already there stay put; the
+    ones that come back from a device do so in one copy (one wait for the device)."""
+    moving: list[tuple[dict[str, Any], torch.Tensor]] = []
+    for group in groups:
+        if not on_device and group.get("capturable"):
+            continue  # a capturable optimizer keeps its steps on the device itself
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            step = state.get("step") if state else None
+            if not isinstance(step, torch.Tensor):
+                continue
+            if on_device and (step.device != param.device or step.dtype != torch.float32):
+                state["step"] = step.to(device=param.device, dtype=torch.float32)
+            elif not on_device and step.device.type != "cpu":
+                moving.append((state, step))
+    if moving:
+        # One stacked copy: a tensor per parameter would wait for the device once each.
+        for (state, _), value in zip(moving, torch.stack([s.float() for _, s in moving]).cpu().unbind()):
+            state["step"] = value.clone()
+
+
 def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
     """The script's optimizer stepping with its fused kernel, as a switch the doctor turns on
     for a step and off again: each group's ``foreach``/``fused`` flags are set, then put back
-    as they were (torch reads them at every step, and the state is the same for every
-    implementation); None where it has no fused kernel here or already uses it."""
+    as they were (torch reads them at every step). The state carries over both ways but one
+    tensor: Adam's and Adagrad's ``step``, which their for-loop and foreach kernels keep on the
+    CPU and the fused kernel needs beside the parameters (on a GPU, a fused step on a CPU
+    ``step`` fails inside the script's ``optimizer.step()``): ``on`` moves it there, ``off``
+    back. None where it has no fused kernel here or already uses it."""
     optimizer = ctx.optimizer
     if optimizer is None or current_implementation(optimizer) == "fused":
         return None
@@ -359,6 +387,7 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
     saved = [{k: g[k] for k in flags if k in g} for g in groups]
 
     def on() -> None:
+        _place_steps(optimizer, groups, on_device=True)
         for group in groups:
             group.update(flags)
 
@@ -367,6 +396,7 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
             for key in flags:
                 group.pop(key, None)
             group.update(before)
+        _place_steps(optimizer, groups, on_device=False)
 
     return QuickSwitch("optimizer.fused", f"fused {type(optimizer).__name__}", on=on, off=off,
                        setting=Overlay.of(OptimizerConfig, implementation="fused").to_dict())
