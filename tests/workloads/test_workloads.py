@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchboost.workloads import NAMES, REGISTRY, RunResult, train
+from torchboost.workloads import NAMES, REGISTRY, RunResult, Workload, train
 
 # Small batches keep each 100-step run to a second or two on a 2-core CPU.
 _SMALL_BATCH = {"gpt": 8, "vision": 16, "mlp": 32, "data": 16}
@@ -105,6 +105,53 @@ def test_reference_check_detects_a_different_learning_rate():
     broken.make_optimizer = lambda params, **kw: torch.optim.Adam(params, lr=1e-2)
     with pytest.raises(AssertionError):
         _check_matches_reference(_build("mlp"), broken)
+
+
+class _StaticOutput(torch.autograd.Function):
+    """The loss written into one buffer at every call, as a CUDA graph's replay writes its
+    static output (compile's reduce-overhead): each call returns a view of the same storage."""
+
+    @staticmethod
+    def forward(ctx, loss, buffer):
+        buffer.copy_(loss)
+        return buffer.view_as(buffer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _static_loss_workload(seen: list[float]) -> Workload:
+    """A tiny regression whose loss comes out of one buffer; ``seen`` gets each step's own loss."""
+    buffer = torch.zeros(())
+
+    def loss_fn(out, y):
+        loss = torch.nn.functional.mse_loss(out, y)
+        seen.append(float(loss.detach()))
+        return _StaticOutput.apply(loss, buffer)
+
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    return Workload("static", torch.nn.Linear(4, 1), data, loss_fn,
+                    lambda params, **kw: torch.optim.SGD(params, lr=0.1), batch_size=8)
+
+
+def test_the_loop_keeps_each_step_s_loss_when_the_next_step_overwrites_its_tensor():
+    seen: list[float] = []
+    result = train(_static_loss_workload(seen), steps=8, warmup_steps=0, log=None)
+    window = result.loss_window
+    assert len(seen) == 8 and seen[0] != seen[-1]
+    assert result.first_loss == pytest.approx(sum(seen[:window]) / window, rel=1e-6, abs=0)
+    assert result.final_loss == pytest.approx(sum(seen[-window:]) / window, rel=1e-6, abs=0)
+
+
+def test_the_twin_an_alias_of_the_static_loss_reads_the_next_step_s():
+    seen: list[float] = []
+    workload = _static_loss_workload(seen)
+    out = workload.model(torch.randn(8, 4))
+    kept = workload.loss_fn(out, torch.zeros(8, 1)).detach()
+    workload.loss_fn(out, torch.full((8, 1), 5.0))
+    assert float(kept) == seen[1] != seen[0]
 
 
 def test_booster_with_everything_off_is_the_plain_loop(tmp_path, monkeypatch):

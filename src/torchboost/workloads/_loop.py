@@ -184,7 +184,9 @@ def _timed_steps(workload: Workload, parts: _Parts, *, steps: int, warmup: int, 
         backward(loss)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        # A copy, not the tensor: under CUDA graphs (compile's reduce-overhead) a loss the
+        # graph returns is its static output, which the next replay overwrites. One scalar.
+        losses.append(loss.detach().clone())
         if log is not None and log_every and (step + 1) % log_every == 0:
             # .item() syncs with the device; only on logging steps.
             log(f"{workload.name}: step {step + 1}/{steps} loss {loss.item():.4f}")

@@ -1,7 +1,8 @@
 """The loss of each step, as the script computed it, kept as tensors until the facts are written.
 
-The loss is the scalar ``backward`` was called on, detached; under a ``GradScaler`` it is
-divided by the scale so the numbers are the script's own. Tensors are converted to floats
+The loss is the scalar ``backward`` was called on, detached and copied (a CUDA graph's
+replay overwrites the tensor it returned last time); under a ``GradScaler`` it is divided
+by the scale so the numbers are the script's own. Tensors are converted to floats
 only when the facts are built: converting one per step would sync the device per step.
 """
 
@@ -38,7 +39,10 @@ class LossCapture:
         if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
             loss = tensor.detach()
             scale = getattr(self.scaler, "_scale", None)  # GradScaler multiplies the loss
-            self._pending = loss / scale if isinstance(scale, torch.Tensor) else loss
+            # A copy either way, never the tensor itself: under CUDA graphs (compile's
+            # reduce-overhead) the loss is the graph's static output, which the next replay
+            # overwrites before the losses are read. One scalar, on the device: no sync.
+            self._pending = loss / scale if isinstance(scale, torch.Tensor) else loss.clone()
 
     def close_step(self, kind: str | None, index: int) -> None:
         """Keep the step's loss with the steps of ``kind`` (see :meth:`StepTiming.close_step`);
