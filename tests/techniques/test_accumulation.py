@@ -348,6 +348,52 @@ def test_train_step_keeps_the_smaller_size_and_says_so_once():
     assert optimizer.real_steps == 2 and booster.micro_batcher.size == 8
 
 
+class _StaticOutput(torch.autograd.Function):
+    """The loss written into one buffer at every call, as a CUDA graph's replay writes its
+    static output (compile's reduce-overhead): each call returns a view of the same storage."""
+
+    @staticmethod
+    def forward(ctx, loss, buffer):
+        buffer.copy_(loss)
+        return buffer.view_as(buffer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _static_sum_loss(model: nn.Module, sums: list[float]):
+    """``compute_loss`` returning ``(loss_sum, items)`` out of one buffer; ``sums`` gets each call's own."""
+    buffer, loss_fn = torch.zeros(()), nn.CrossEntropyLoss(reduction="sum")
+
+    def compute(batch):
+        loss = loss_fn(model(batch[0]), batch[1])
+        sums.append(float(loss.detach()))
+        return _StaticOutput.apply(loss, buffer), batch[0].shape[0]
+
+    return compute
+
+
+def test_train_step_s_loss_keeps_each_micro_batch_s_own_sum_when_the_next_overwrites_it():
+    model = _model()
+    booster = torchboost.Booster(_config(1, micro_batch_size=8), device="cpu", verbose=False)
+    model, optimizer = booster.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = _data().tensors
+    sums: list[float] = []
+    loss = booster.train_step((x[:32], y[:32]), _static_sum_loss(model, sums))
+    assert len(sums) == 4 and len(set(sums)) == 4
+    assert float(loss) == pytest.approx(sum(sums) / 32, rel=1e-6)
+
+
+def test_the_twin_an_alias_of_the_static_sum_reads_the_next_micro_batch_s():
+    sums: list[float] = []
+    compute = _static_sum_loss(_model(), sums)
+    x, y = _data().tensors
+    kept = compute((x[:8], y[:8]))[0].detach()
+    compute((x[8:16], y[8:16]))
+    assert float(kept) == sums[1] != sums[0]
+
+
 def test_a_non_oom_error_is_not_retried():
     model = _model()
     booster = torchboost.Booster(BoostConfig.off(), device="cpu", verbose=False)

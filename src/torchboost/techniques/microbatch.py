@@ -133,7 +133,9 @@ class MicroBatcher:
                 if isinstance(out, tuple):
                     loss, items = out
                     step.backward(loss, num_items=items)
-                    part, weight = loss.detach().float(), float(items)
+                    # A copy (``float()`` of an fp32 loss is the tensor itself): under CUDA graphs
+                    # the next micro-batch's replay overwrites the loss the graph returned.
+                    part, weight = loss.detach().to(torch.float32, copy=True), float(items)
                 else:
                     step.backward(out)
                     part, weight = out.detach().float() * samples, float(samples)
