@@ -11,6 +11,8 @@ from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
 from torchboost.observe.record.recorder import DATA, FORWARD
 from torchboost.report.doctor_report import run_notes
 
+from _fake_cuda import FakeCuda
+
 
 class _Clock:
     def __init__(self) -> None:
@@ -126,3 +128,25 @@ def test_the_data_wait_of_a_training_batch_after_evaluation_is_training_s(tmp_pa
     loop.rec.loader_batch(loop.train_iter, 50.0)  # the training batch's wait ends the span where it began
     assert loop.rec.timing.acc[DATA] == pytest.approx(50.0)
     assert loop.rec.timing.evaluation.ms == pytest.approx(125.0)
+
+
+def _on_fake_cuda(loop: _Loop, monkeypatch) -> FakeCuda:
+    """The loop's recorder on CUDA, faked: the device runs at half the host's pace (each
+    host millisecond is two on the device), so a device time is told from a host one."""
+    monkeypatch.setattr(loop.rec.built, "uses_cuda", lambda: True)
+    return FakeCuda(lambda: loop.clock.now * 2000.0).install(monkeypatch)
+
+
+@pytest.mark.parametrize("eval_grad", [False, True])
+def test_an_evaluation_s_forwards_are_not_the_training_forward_s_device_time(tmp_path, monkeypatch, eval_grad):
+    # On CUDA the forward's device time (events at its begin and end) replaces its host time:
+    # the evaluation pass's forwards, inside the step before the boundary, must not be in it.
+    loop = _Loop(tmp_path, eval_grad=eval_grad)
+    cuda = _on_fake_cuda(loop, monkeypatch)
+    loop.run()
+    steps = loop.rec.steps
+    assert cuda.events and len(steps) == 6  # timed on the (fake) device
+    if eval_grad:  # twin: with gradients on, the pass is training's, 30 forwards more in its step
+        assert max(s.forward_ms for s in steps) == pytest.approx(2 * 62.0)
+        return
+    assert [s.forward_ms for s in steps] == pytest.approx([2 * 2.0] * 6)  # with a pass inside or not

@@ -8,7 +8,8 @@ steps. It is no part of either: the pass starts at the first call of a trained m
 then where its wait began, and the step's boundary). It began where the script turned to
 it: the first wait for a batch of another loader than the training one, or that loader's
 ``iter()``. Its time is the step's ``eval_ms``,
-outside the step's total and phases. A module only ever called with gradients off (a
+outside the step's total and phases (on CUDA too: its calls get no device events, whose
+times would replace the phases' host times). A module only ever called with gradients off (a
 distillation teacher, a frozen encoder) is part of the step.
 
 The training loader is the one whose batches reach backward

@@ -65,16 +65,18 @@ class StepTiming:
 
     # -- within a step -----------------------------------------------------------------
     def begin(self, phase: int) -> None:
-        """A phase starts (timed on the device on CUDA)."""
-        if self.cuda is not None:
+        """A phase starts (timed on the device on CUDA, unless within evaluation)."""
+        # An evaluation's forwards are no part of the step: on CUDA their device time would
+        # replace the training forward's host time at the boundary, so they get no events.
+        if self.cuda is not None and not self.evaluation.open:
             self.cuda.begin(phase)
 
     def end(self, phase: int, ms: float) -> None:
         """A phase ended after ``ms`` host milliseconds (within evaluation: none of the step's)."""
         if not self.evaluation.open:
             self.acc[phase] += ms
-        if self.cuda is not None:
-            self.cuda.end(phase)
+            if self.cuda is not None:
+                self.cuda.end(phase)
 
     def closure_begin(self) -> None:
         """``optimizer.step``'s closure starts: it counts as one micro-step however often it runs."""
