@@ -8,6 +8,7 @@ milliseconds to a second.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 
 import pytest
@@ -15,8 +16,13 @@ import torch
 import torch._dynamo
 from torch import nn
 
-from torchboost.techniques.compile import CompileConfig
+from torchboost.config import Overlay
+from torchboost.techniques.compile import CompileConfig, CompileFacts, GPU_MODES, TECHNIQUE
 from torchboost.env import Environment
+from torchboost.techniques.compile.compile_candidates import (
+    AUTOTUNE_MIN_COMPILE_S, autotune_compile_s, autotune_refusal,
+)
+from torchboost.techniques.registry import TuneContext
 from torchboost.techniques.compile import (
     CompileStats,
     CompileWarning,
@@ -271,3 +277,52 @@ def test_resolve_compile_turns_reduce_overhead_to_default_off_cuda():
     assert config.mode == "default" and "CUDA graphs" in reason
     cuda = _env(device="cuda", triton=True)
     assert resolve_compile(CompileConfig(mode="reduce-overhead"), cuda)[0].mode == "reduce-overhead"
+
+
+# -------------------------------------------------------- the modes tune tries (its lever)
+
+LONG_RUN = dict(planned_steps=100_000, step_ms=100.0)  # 10,000 s of steps: a tenth repays 1,000 s
+"""A run whose steps could repay minutes of compile."""
+
+
+def _modes(ctx: TuneContext, propose=None) -> list[str]:
+    lever = TECHNIQUE.levers[0] if propose is None else dataclasses.replace(TECHNIQUE.levers[0], proposer=propose)
+    return [change["compile.mode"] for change in lever.propose({}, ctx)]
+
+
+def _old_propose(incumbent, ctx):
+    # The broken twin, as the lever was: every GPU mode on every CUDA run.
+    modes = ("default", *GPU_MODES) if ctx.device == "cuda" else ("default",)
+    return [Overlay.of(CompileConfig, mode=mode) for mode in modes] if ctx.can_compile else []
+
+
+@pytest.mark.parametrize("ctx", [
+    TuneContext(device="cuda", budget_s=150.0, **LONG_RUN),  # the compile would eat the budget
+    TuneContext(device="cuda", budget_s=3600.0, planned_steps=2_000, step_ms=100.0),  # 200 s of steps
+    TuneContext(device="cuda", budget_s=3600.0, step_ms=100.0),  # the run's length unknown
+    TuneContext(device="cuda", **LONG_RUN),  # the budget unknown
+], ids=["150 s budget", "short run", "unknown run", "unknown budget"])
+def test_max_autotune_is_not_proposed_where_its_compile_cannot_be_repaid(ctx):
+    assert _modes(ctx) == ["default", "reduce-overhead"]
+    assert autotune_refusal(ctx)
+    assert "max-autotune" in _modes(ctx, _old_propose)  # the twin: the old lever proposed it all the same
+
+
+def test_max_autotune_is_proposed_for_a_long_run_with_a_large_budget():
+    ctx = TuneContext(device="cuda", budget_s=1200.0, **LONG_RUN)
+    assert autotune_refusal(ctx) is None
+    assert _modes(ctx) == ["default", "reduce-overhead", "max-autotune"]
+
+
+def test_a_measured_compile_sets_max_autotune_s_expected_compile():
+    measured = {"compile": CompileFacts(compile_s=40.0, cache_misses=3)}  # 5 x 40 s = 200 s expected
+    assert autotune_compile_s(TuneContext(techniques=measured))[0] == 200.0
+    assert "max-autotune" not in _modes(TuneContext(device="cuda", budget_s=600.0, techniques=measured, **LONG_RUN))
+    assert "max-autotune" in _modes(TuneContext(device="cuda", budget_s=1000.0, techniques=measured, **LONG_RUN))
+    warm = {"compile": CompileFacts(compile_s=2.0, cache_hits=3)}  # loaded from the cache: not a compile's cost
+    assert autotune_compile_s(TuneContext(techniques=warm))[0] == AUTOTUNE_MIN_COMPILE_S
+
+
+def test_nothing_gpu_only_is_proposed_on_a_cpu_and_nothing_where_compile_cannot_run():
+    assert _modes(TuneContext(device="cpu", budget_s=3600.0, **LONG_RUN)) == ["default"]
+    assert _modes(TuneContext(device="cuda", can_compile=False, budget_s=3600.0, **LONG_RUN)) == []

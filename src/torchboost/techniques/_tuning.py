@@ -82,6 +82,14 @@ class TuneContext:
     peak_memory_bytes: int = 0
     """The baseline's peak memory as the doctor saw it, bytes (the CUDA allocator's peak on
     a GPU, the training process's peak RSS otherwise); 0: not measured."""
+    step_ms: float | None = None
+    """The doctor's mean step, ms (None: no step observed)."""
+    planned_steps: int | None = None
+    """The planned run's length in steps (``--run-steps``, else the doctor's estimate); None:
+    not known."""
+    budget_s: float | None = None
+    """Seconds the search may spend on trials (what ``--budget`` leaves after the
+    diagnosis); None: not known."""
     techniques: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Each technique's own facts as the doctor saw them (``Facts.techniques``)."""
     random_ops: tuple[str, ...] = ()

@@ -117,6 +117,8 @@ def context_from_facts(facts: Facts) -> TuneContext:
     return TuneContext(
         device=str(env.get("device", "cpu")),
         cpu_cores=int(env.get("cpu_cores", 1)),
+        step_ms=statistics.fmean(s.total_ms for s in facts.steps) if facts.steps else None,
+        planned_steps=facts.planned_steps,
         has_loader=facts.loader is not None,
         has_optimizer=facts.optimizer is not None,
         uses_booster=bool(getattr(facts, "uses_booster", False)),
@@ -377,6 +379,8 @@ def tune_script(
     search_options = SearchOptions(budget_s=max(options.budget_s - spent, 0.0), deadline_s=deadline - start - spent,
                                    min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps,
                                    trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS)
+    # What a lever with a long fixed cost (max-autotune's compile) needs to know it can pay.
+    context = dataclasses.replace(context, planned_steps=run_steps, budget_s=search_options.budget_s)
     coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial, deadline)
     outcome = run_search(levers, context, lambda *a, **k: _noted(coverage, measure(*a, **k)), search_options,
                          on_decision=on_decision, reserve=_check_reserve(options))

@@ -8,6 +8,8 @@ The parts, each usable on its own:
 * :mod:`~torchboost.techniques.compile.compile_facts`: what torch.compile did in the
   observed process (its facts);
 * :mod:`~torchboost.techniques.compile.compile_diagnosis`: its finding;
+* :mod:`~torchboost.techniques.compile.compile_candidates`: the modes tune tries (max-autotune
+  only where its compile can be repaid);
 * :mod:`~torchboost.techniques.compile.compile_cache`: the persistent cache tune and run share.
 
 The repeated blocks regional compile compiles are found in :mod:`torchboost.techniques._model`.
@@ -22,6 +24,7 @@ from torch import nn
 from torchboost.config import Overlay
 from torchboost.evidence.observed import Facts
 from torchboost.techniques._model import find_repeated_blocks
+from torchboost.techniques.compile.compile_candidates import compile_modes
 from torchboost.techniques.compile.compile_diagnosis import compile_enable
 from torchboost.techniques.compile.compile_facts import CompileFacts, observe_compile
 from torchboost.techniques.compile.compile_settings import CompileConfig
@@ -69,15 +72,13 @@ def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) ->
 
 GPU_MODES = ("reduce-overhead", "max-autotune")
 """Tried on CUDA only, as measured candidates beside the default: reduce-overhead adds CUDA
-graphs (launch-bound steps), max-autotune searches kernels (a long compile, counted
-against its gain like any compile time)."""
+graphs (launch-bound steps), max-autotune searches kernels (a compile of minutes, proposed
+only where the budget and the planned run leave room for it: :func:`~torchboost.techniques.
+compile.compile_candidates.autotune_refusal`)."""
 
 
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    if not ctx.can_compile:
-        return []
-    modes = ("default", *GPU_MODES) if ctx.device == "cuda" else ("default",)
-    return [Overlay.of(CompileConfig, mode=mode) for mode in modes]
+    return [Overlay.of(CompileConfig, mode=mode) for mode in compile_modes(ctx)]
 
 
 def _tune_context(facts: Facts) -> dict[str, Any]:
