@@ -10,6 +10,8 @@ from torchboost.evidence.observed import Facts
 from torchboost.observe import ObserveSpec, StepRecorder, StopObserving
 from torchboost.observe.record.recorder import BACKWARD, DATA, FORWARD
 
+from _fake_cuda import FakeCuda
+
 
 class _Clock:
     def __init__(self) -> None:
@@ -265,3 +267,54 @@ def test_twin_warm_up_keeps_its_count_without_settling_or_on_fast_steps(tmp_path
             for _ in range(10):
                 _step(rec, clock, data_ms=0.0, fwd_ms=ms / 2, bwd_ms=ms / 2, extra_ms=0.0)
         assert rec.facts().warmup_steps == 5
+
+
+def _on_fake_cuda(rec, clock, monkeypatch) -> FakeCuda:
+    """``rec`` on CUDA, faked: each sync notes whether the profiler was recording then. The
+    profiler itself records the host only (this machine's torch has no CUDA activity)."""
+    from torchboost.observe.probes.profile import ProfileWindow
+
+    start = ProfileWindow.start
+
+    def host_only(window):
+        window.cuda = False
+        start(window)
+
+    monkeypatch.setattr(ProfileWindow, "start", host_only)
+    monkeypatch.setattr(rec.built, "uses_cuda", lambda: True)
+    return FakeCuda(lambda: clock.now * 1000.0, on_sync=lambda: rec.stages.profile.running).install(monkeypatch)
+
+
+def _timed_step(rec, clock, ms=(0.0, 2.0, 4.0)):
+    for phase, phase_ms in zip((DATA, FORWARD, BACKWARD), ms):
+        rec.phase_begin(phase)
+        clock.now += phase_ms / 1000.0
+        rec.phase_end(phase, phase_ms)
+    clock.now += 0.001
+    rec.backward_done()
+
+
+def test_the_observer_never_syncs_the_device_inside_the_profiler_window(tmp_path, monkeypatch):
+    # The profiled steps are in no recorded figure: a sync of ours at their boundaries would
+    # only show in the trace as the script's (gpu.syncs, sync.host_device) and drain the
+    # device each step (gpu.idle). Recorded steps still end in one, their device times with it.
+    rec, clock = _recorder(tmp_path, steps=3, warmup=1, profile_warmup=1, profile_active=2)
+    cuda = _on_fake_cuda(rec, clock, monkeypatch)
+    with pytest.raises(StopObserving):
+        for _ in range(20):
+            _timed_step(rec, clock)
+    assert rec.stages.profile.facts is not None and rec.stages.profile.facts.steps == 2  # the window ran
+    assert cuda.syncs and True not in cuda.syncs
+    assert [s.forward_ms for s in rec.steps] == pytest.approx([2.0] * 3)
+    assert [s.backward_ms for s in rec.steps] == pytest.approx([4.0] * 3)
+
+
+def test_a_step_timed_on_the_device_starts_on_a_drained_device(tmp_path, monkeypatch):
+    # After steps not timed on the device (the first, the profiled ones) the device may still
+    # run their work: the next timed step waits for it first, so it is not counted in that step.
+    rec, clock = _recorder(tmp_path, steps=3, warmup=1)
+    cuda = _on_fake_cuda(rec, clock, monkeypatch)
+    _timed_step(rec, clock)  # the first step, untimed: no sync at its end...
+    assert len(cuda.syncs) == 1  # ...but one before the second starts
+    _timed_step(rec, clock)
+    assert len(cuda.syncs) == 2  # a timed step's own, at its boundary; none more

@@ -8,7 +8,9 @@ forward, backward and optimizer phases are timed with CUDA events instead and th
 recorder calls ``torch.cuda.synchronize()`` once per step, at the boundary, so the
 step's total includes the device work it launched (this removes the overlap of one
 step's device work with the next step's host work, a cost we accept for honest
-per-step numbers; no other sync is added).
+per-step numbers; no other sync is added). The profiler's steps are the exception: they
+are in no recorded figure, so they are timed on the host alone and nothing of ours syncs
+in them; the trace shows the script's own syncs and idle time, as it runs unobserved.
 
 The recorder composes small parts and holds only what is the run's own (how it ended,
 the observer's own errors: a :class:`~torchboost.observe.record.facts_builder.RunState`
@@ -169,7 +171,7 @@ class StepRecorder:
         if self.stages.advance(done, self._uses_cuda):
             self.run.ended = "stopped"
             raise StopObserving
-        timing.next_step(self._uses_cuda())  # our bookkeeping above is not part of the next step
+        timing.next_step(self._uses_cuda(), profiling=self.stages.profile.running)  # after our bookkeeping
 
     def facts(self) -> Facts:
         """Everything seen so far, as :class:`Facts` (converts pending losses: may sync)."""

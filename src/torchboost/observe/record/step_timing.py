@@ -3,7 +3,8 @@
 Host times come from the recorder's clock; on CUDA the phases are timed with CUDA events
 (:class:`~torchboost.observe.record.cuda_phases.CudaPhases`) and :meth:`StepTiming.close_step`
 calls ``torch.cuda.synchronize()``, the one sync per step (see
-:mod:`torchboost.observe.record.recorder`).
+:mod:`torchboost.observe.record.recorder`), except in the profiler's window, whose steps are
+timed on the host alone (:meth:`StepTiming.next_step`).
 """
 
 from __future__ import annotations
@@ -65,9 +66,8 @@ class StepTiming:
 
     # -- within a step -----------------------------------------------------------------
     def begin(self, phase: int) -> None:
-        """A phase starts (timed on the device on CUDA, unless within evaluation)."""
-        # An evaluation's forwards are no part of the step: on CUDA their device time would
-        # replace the training forward's host time at the boundary, so they get no events.
+        """A phase starts (timed on the device on CUDA, unless within evaluation: its device
+        time would replace the step's host time of that phase at the boundary)."""
         if self.cuda is not None and not self.evaluation.open:
             self.cuda.begin(phase)
 
@@ -144,10 +144,18 @@ class StepTiming:
             self.stopped_slow = True
             raise StopObserving
 
-    def next_step(self, cuda: bool) -> None:
-        """The next step starts now (after the boundary's bookkeeping, which is no step's)."""
+    def next_step(self, cuda: bool, *, profiling: bool = False) -> None:
+        """The next step starts now (after the boundary's bookkeeping, which is no step's).
+        ``cuda``: it is timed on the device, ending in a sync; not while ``profiling``: the
+        profiler's steps are in no recorded figure, and a sync of ours would be in their trace
+        as the script's, draining the device each step (its idle time, its sync count)."""
         self.window.begins(self.boundaries)
-        self.cuda = CudaPhases(OPTIMIZER) if cuda else None
+        timed = cuda and not profiling
+        if timed and self.cuda is None:
+            # The step before was not timed on the device (the first, the profiler's last):
+            # its work may still run there, and is no part of this step.
+            torch.cuda.synchronize()
+        self.cuda = CudaPhases(OPTIMIZER) if timed else None
         self._step_start = self.last_boundary = self._clock()
         self.bookkeeping = False
 
