@@ -251,7 +251,9 @@ class Applier:
             return
         self._depth -= 1  # always_call: also after a forward that raised
         root = self._root() if self._root is not None else None
-        if self._depth == 0 and root is module and "forward" not in module.__dict__:
+        # Once: a loop may call the root several times before its first optimizer step
+        # (micro-batches); the coverage watch starting says it was boosted.
+        if self._depth == 0 and root is module and self._coverage is None and "forward" not in module.__dict__:
             self._boost_root(module)
             # The hooks stay until the first optimizer step: which other modules the loop
             # trains, outside the root, is what a technique applied at the root leaves out.

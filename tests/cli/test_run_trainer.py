@@ -48,7 +48,7 @@ def test_run_applies_the_settings_to_the_trainers_loader_and_optimizer(tmp_path,
 
 @pytest.mark.parametrize("setting, trainer_words", [
     ({"accumulation.steps": 4}, "; a Hugging Face Trainer takes TrainingArguments(gradient_accumulation_steps=4)"),
-    ({"memory.channels_last": True}, ""),  # the twin: TrainingArguments has no field for it
+    ({"accumulation.micro_batch_size": "auto"}, ""),  # the twin: TrainingArguments has no field for it
 ])
 def test_what_needs_the_booster_names_the_trainers_field_when_there_is_one(setting, trainer_words):
     applicable, notes = nocode_settings(setting)

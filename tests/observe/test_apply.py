@@ -117,12 +117,13 @@ def test_fp16_is_refused_without_the_booster():
 def test_settings_from_config_applies_only_concrete_changes():
     config = BoostConfig.off().replace(
         loader={"num_workers": 2, "pin_memory": "auto"}, cpu={"threads": 1},
-        memory={"channels_last": True}, precision={"mode": "bf16"},
+        memory={"channels_last": True}, precision={"mode": "bf16"}, accumulation={"steps": 2},
     )
     settings, notes = settings_from_config(config)
-    assert settings == {"loader.num_workers": 2, "cpu.threads": 1, "precision.mode": "bf16"}
+    assert settings == {"loader.num_workers": 2, "cpu.threads": 1, "precision.mode": "bf16",
+                        "memory.channels_last": True}
     assert any("loader.pin_memory" in n and "auto" in n for n in notes)
-    assert any("memory.channels_last" in n and "Booster" in n for n in notes)
+    assert any("accumulation.steps" in n and "Booster" in n for n in notes)
     assert settings_from_config(BoostConfig.off()) == ({}, [])
 
 
@@ -217,3 +218,28 @@ def test_twin_a_pre_hook_that_removes_itself_breaks_the_step():
     finally:
         for handle in handles:
             handle.remove()
+
+
+class _Blocks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@pytest.mark.parametrize("forwards", [1, 3])  # the twin of one: micro-batches before the first step
+def test_the_root_is_boosted_once_however_often_it_runs_before_the_first_step(forwards):
+    model = _Blocks()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    applier = Applier({"checkpointing.scope": "blocks"}).install()
+    try:
+        for _ in range(forwards):
+            model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    finally:
+        applier.uninstall()
+    assert [note.split(" (")[0] for note in applier.notes] == ["activation checkpointing on 3 blocks"]

@@ -5,6 +5,12 @@ tensors; in NCHW they pay for layout conversions around every convolution. In fp
 on CPU, the gain is small or negative, so ``auto`` turns it on only for CUDA with reduced
 precision; an explicit ``true`` is honoured anywhere. The maths is unchanged: only the
 order of elements in memory differs.
+
+The Booster converts the model and each batch its loader yields. From outside (``torchboost
+run``, tune's trials) only the model is converted: a convolution whose weight is
+channels_last computes in channels_last whatever its input's layout (cuDNN's and oneDNN's
+choice follows the weight too), so an NCHW batch is converted once, by the first
+convolution, on the device, and every layer after it gets channels_last tensors.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, cuda_conv_compute_share, dtype_name, r
 from torchboost.techniques.precision import PrecisionConfig, PrecisionFacts, reduced_precision
 from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique, TuneContext,
+    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique,
+    TuneContext,
 )
 
 __all__ = ["MemoryConfig", "apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
@@ -109,12 +116,21 @@ def _apply(prep: Preparation) -> None:
         prep.batch_transforms.append(to_channels_last)
 
 
+def _nocode_root(values: dict[str, Any], module: nn.Module, notes: list[str]) -> None:
+    # After the root's first forward, before its first optimizer step: the parameters are
+    # converted in place (the optimizer holds the same objects, its state still empty).
+    if values.get("channels_last") is True:
+        apply_channels_last(module)
+        notes.append(f"channels_last on {type(module).__name__}'s weights (its first convolution converts "
+                     "the NCHW inputs)")
+
+
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    # Only through the Booster (the inputs are converted too), and on any device: on a
-    # 2-core CPU the vision workload's tune kept it at 1.06x (benchmarks/RESULTS.md).
+    # Through the Booster or from outside, and on any device: tune measures it (on a 2-core
+    # CPU the vision workload's tune kept it at 1.06x, benchmarks/RESULTS.md).
     if ctx.seen(MemoryFacts).channels_last:  # the script converted the model itself
         return []
-    return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.uses_booster and ctx.has_conv2d else []
+    return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.has_conv2d else []
 
 
 def _tune_context(facts: Facts) -> dict[str, Any]:
@@ -181,7 +197,7 @@ TECHNIQUE = Technique(
     section=MemoryConfig,
     resolve=_resolve,
     apply=_apply,
-    nocode_refusal="the inputs must be converted too",
+    nocode=NoCode(wants_root=lambda values: values.get("channels_last") is True, at_root=_nocode_root),
     levers=(Lever("channels_last", "channels_last memory format", Parity.EXACT, _propose, ("memory.channels_last",),
                   priority=90),),
     spell=_spell,

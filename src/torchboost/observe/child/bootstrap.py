@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     polls_parent = not die_with_parent(parent)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"),
                              parent_pid=parent if polls_parent else None).start()
-    # A tuning trial's settings: what only a Booster can apply (fp16, channels_last) is
+    # A tuning trial's settings: what only a Booster can apply (fp16, accumulation) is
     # left to the Booster, which reads the same hand-over; the rest is applied from outside.
     trial = handover.trial_config()
     applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
