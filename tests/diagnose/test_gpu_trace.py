@@ -98,3 +98,82 @@ def test_doctor_trace_bad_input_is_one_line(tmp_path, argv, message):
     proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "doctor", *argv, "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def _hand_trace(marks: int, *, script_sync: bool = False, stop_sync: bool = True, device_marks: bool = False):
+    """Kineto events as torch.profiler writes them for ``marks`` steps of 10 ms on one host
+    thread: each step launches two 3 ms kernels, 2 ms apart on the device; with
+    ``script_sync`` the step then calls ``.item()`` (``aten::item`` > ``_local_scalar_dense`` >
+    ``cudaStreamSynchronize``); with ``stop_sync``, the profiler's own ``cudaDeviceSynchronize``
+    at its stop, after the last step; with ``device_marks``, Kineto's copy of each step's mark
+    on the device's timeline (``gpu_user_annotation``)."""
+    host = {"ph": "X", "pid": 1, "tid": 1}
+    events = []
+    for step in range(marks):
+        t = 10_000.0 * step
+        events.append({**host, "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "ts": t, "dur": 10_000.0})
+        for k, launch in enumerate((1000.0, 3000.0)):
+            corr = 100 + 2 * step + k
+            events += [
+                {**host, "cat": "cpu_op", "name": "aten::mm", "ts": t + launch, "dur": 500.0},
+                {**host, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + launch + 100, "dur": 100.0,
+                 "args": {"correlation": corr}},
+                {"ph": "X", "pid": 0, "tid": 7, "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
+                 "ts": t + 1300 + 5000 * k, "dur": 3000.0, "args": {"stream": 7, "correlation": corr}},
+            ]
+        if script_sync:
+            events += [
+                {**host, "cat": "cpu_op", "name": "aten::item", "ts": t + 8000, "dur": 1000.0},
+                {**host, "cat": "cpu_op", "name": "aten::_local_scalar_dense", "ts": t + 8100, "dur": 800.0},
+                {**host, "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": t + 8200, "dur": 600.0},
+            ]
+        if device_marks:
+            events.append({"ph": "X", "pid": 0, "tid": 7, "cat": "gpu_user_annotation",
+                           "name": f"ProfilerStep#{step + 1}", "ts": t + 1300, "dur": 8000.0, "args": {}})
+    if stop_sync:  # torch.profiler's stop syncs the device before it ends the trace
+        events.append({**host, "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": 10_000.0 * marks + 500,
+                       "dur": 50.0})
+    return events
+
+
+def _hand_facts(events):
+    return facts_from_trace(Path("hand.json"), {"traceEvents": events}, 0)
+
+
+def test_the_profiler_s_own_stop_sync_is_not_the_script_s():
+    # Two step marks, as the doctor's profiler window writes them (one step kept, as HTA
+    # keeps it): a script that never syncs has no sync, and no gpu.syncs finding.
+    facts = _hand_facts(_hand_trace(2))
+    assert facts.gpu["steps"] == 1 and facts.gpu["idle_pct"] >= 10
+    assert facts.gpu["syncs"] == 0 and facts.gpu["sync_ops"] == {}
+    assert "gpu.syncs" not in [f.id for f in diagnose(facts)]
+
+
+def test_twin_the_same_sync_inside_a_step_is_counted_and_fires():
+    events = _hand_trace(2, stop_sync=False)
+    events.append({"ph": "X", "pid": 1, "tid": 1, "cat": "cuda_runtime", "name": "cudaDeviceSynchronize",
+                   "ts": 9500.0, "dur": 50.0})  # the script's torch.cuda.synchronize() in step 1
+    facts = _hand_facts(events)
+    assert facts.gpu["syncs"] == 1 and facts.gpu["sync_ops"] == {"cudaDeviceSynchronize": 1}
+    assert "gpu.syncs" in [f.id for f in diagnose(facts)]
+
+
+def test_a_script_s_item_is_counted_once_per_kept_step_under_the_operator_that_made_it():
+    facts = _hand_facts(_hand_trace(3, script_sync=True))
+    assert facts.gpu["steps"] == 2
+    assert facts.gpu["syncs"] == 2 and facts.gpu["sync_ops"] == {"aten::_local_scalar_dense": 2}
+    finding = next(f for f in diagnose(facts) if f.id == "gpu.syncs")
+    assert finding.evidence["syncs_per_step"] == 1.0
+
+
+def test_the_device_s_copies_of_the_step_marks_are_not_steps():
+    # Kineto also writes each step's mark on the device's timeline; the steps are the host's.
+    plain, marked = (gpu_facts_of(_hand_trace(3, device_marks=flag)) for flag in (False, True))
+    assert marked.steps == plain.steps == 2
+    assert marked.idle_pct == pytest.approx(plain.idle_pct) == pytest.approx(100 * 6 / 18)
+
+
+def gpu_facts_of(events):
+    from torchboost.diagnose.gpu import gpu_facts
+
+    return gpu_facts(events)

@@ -9,12 +9,16 @@ memcpy/memset); *non-compute* is the rest. Percentages are of the span.
 
 The rest is what a GPU run is bounded by and a CPU doctor cannot see: host-to-device
 copies from pageable memory, host-device synchronisations and the operators that caused
-them, the share of tiny kernels (a launch-bound step), and collective kernels' time and
-how much of it overlaps computation.
+them (those the profiled steps called: ``torch.profiler`` syncs the device itself when it
+stops, after the last step, and that is none of the script's), the share of tiny kernels
+(a launch-bound step), and collective kernels' time and how much of it overlaps
+computation. The steps are the host's ProfilerStep marks (Kineto copies each onto the
+device's timeline too, as a ``gpu_user_annotation``: not a step).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
@@ -72,11 +76,17 @@ def _spans(events: Iterable[dict[str, Any]], cats: Sequence[str]) -> list[tuple[
             for e in events if e.get("ph") == "X" and e.get("cat") in cats and "ts" in e]
 
 
-def _profiled(events: Sequence[dict[str, Any]], device: list) -> tuple[list, int]:
+def _step_marks(events: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The (start, end) of each ProfilerStep mark, microseconds, in time order."""
+    return sorted((s, e) for s, e, ev in _spans(events, ("user_annotation", "cpu_op"))
+                  if str(ev.get("name", "")).startswith("ProfilerStep#"))
+
+
+def _profiled(events: Sequence[dict[str, Any]], device: list, marks: list[tuple[float, float]]) -> tuple[list, int]:
     """The device events of the profiled steps, and how many steps: with two or more
-    ProfilerStep marks, those launched before the last step starts (the last may be cut
+    ProfilerStep ``marks``, those launched before the last step starts (the last may be cut
     short by the profiler's stop), as HTA counts them; else all of them."""
-    starts = [float(ev["ts"]) for ev in events if str(ev.get("name", "")).startswith("ProfilerStep#") and "ts" in ev]
+    starts = [start for start, _ in marks]
     if len(starts) < 2:
         return device, len(starts)
     last = max(starts)
@@ -89,7 +99,8 @@ def _profiled(events: Sequence[dict[str, Any]], device: list) -> tuple[list, int
 def gpu_facts(events: Sequence[dict[str, Any]]) -> GpuFacts | None:
     """The :class:`GpuFacts` of one rank's trace events; None when no device event is there."""
     device = [(s, e, ev) for s, e, ev in _spans(events, _DEVICE_CATS) if "stream" in ev.get("args", {})]
-    device, steps = _profiled(events, device)
+    marks = _step_marks(events)
+    device, steps = _profiled(events, device, marks)
     if not device:
         return None
     start, end = min(s for s, _, _ in device), max(e for _, e, _ in device)
@@ -113,12 +124,25 @@ def gpu_facts(events: Sequence[dict[str, Any]]) -> GpuFacts | None:
     pageable = [ev for _, _, ev in device if ev["cat"] == "gpu_memcpy" and "HtoD" in ev["name"] and "Pageable" in ev["name"]]
     facts.h2d_pageable_count = len(pageable)
     facts.h2d_pageable_bytes = sum(int(ev.get("args", {}).get("bytes", 0)) for ev in pageable)
-    facts.syncs, facts.sync_ops = _syncs(events)
+    facts.syncs, facts.sync_ops = _syncs(events, marks)
     return facts
 
 
-def _syncs(events: Sequence[dict[str, Any]]) -> tuple[int, dict[str, int]]:
-    runtime = [(s, e, ev) for s, e, ev in _spans(events, ("cuda_runtime", "cuda_driver")) if _SYNC.match(ev["name"])]
+def _sync_window(marks: list[tuple[float, float]]) -> tuple[float, float]:
+    """Where the counted syncs start, microseconds: the steps :func:`_profiled` keeps (from
+    the first step's start to the last one's; within the one step when there is one; all
+    the trace without marks). A profiler's own sync at its stop falls after them."""
+    if len(marks) >= 2:
+        return marks[0][0], marks[-1][0]
+    if marks:
+        return marks[0]
+    return -math.inf, math.inf
+
+
+def _syncs(events: Sequence[dict[str, Any]], marks: list[tuple[float, float]]) -> tuple[int, dict[str, int]]:
+    low, high = _sync_window(marks)
+    runtime = [(s, e, ev) for s, e, ev in _spans(events, ("cuda_runtime", "cuda_driver"))
+               if _SYNC.match(ev["name"]) and low <= s < high]
     ops = sorted(((s, e, ev) for s, e, ev in _spans(events, ("cpu_op",))), key=lambda t: t[0])
     counted: dict[str, int] = {}
     for s, e, ev in runtime:
