@@ -71,3 +71,59 @@ def test_a_cuda_windows_trace_gives_the_same_gpu_facts_as_doctor_trace(tmp_path)
     file, data = load_traces(recorded)[0]
     assert window.gpu == facts_from_trace(file, data, 0).gpu
     assert abs(window.gpu["idle_pct"] - 16.20) <= 2.0  # HTA's figure for this trace
+
+
+class _Event:
+    """A profiler event and its ``key_averages`` row, as far as the window reads them."""
+
+    def __init__(self, name: str, start_us: float, end_us: float, device_type=torch.autograd.DeviceType.CPU) -> None:
+        from types import SimpleNamespace
+
+        self.name = self.key = name
+        self.device_type = device_type
+        self.thread, self.count = 1, 1
+        self.time_range = SimpleNamespace(start=start_us, end=end_us)
+        self.self_cpu_time_total, self.self_device_time_total = end_us - start_us, 0.0
+
+
+class _Profiled:
+    """What ``torch.profiler`` hands the window when its trace is ready, for events given by hand."""
+
+    def __init__(self, events: list[_Event]) -> None:
+        self._events = events
+
+    def events(self) -> list[_Event]:
+        return self._events
+
+    def key_averages(self) -> list[_Event]:
+        return self._events
+
+    def export_chrome_trace(self, path: str) -> None:
+        with open(path, "w") as fh:
+            json.dump({"traceEvents": []}, fh)
+
+
+def _two_steps(*after: _Event) -> list[_Event]:
+    """Two profiled steps of 100 us, one ``.item()`` in the first and one stream sync in the second."""
+    return [
+        _Event("ProfilerStep*", 0.0, 100.0), _Event("aten::item", 40.0, 70.0),
+        _Event("aten::_local_scalar_dense", 50.0, 60.0),
+        _Event("ProfilerStep*", 100.0, 200.0), _Event("cudaStreamSynchronize", 150.0, 155.0),
+        *after,
+    ]
+
+
+def test_the_profiler_s_own_sync_at_its_stop_is_not_counted(tmp_path):
+    # torch.profiler syncs the device when it stops, after the last step: none of the script's,
+    # even where Kineto's copy of the step's mark on the device's timeline still runs then.
+    window = ProfileWindow(tmp_path / "trace.json", warmup=1, active=2)
+    on_device = _Event("ProfilerStep*", 120.0, 230.0, device_type=torch.autograd.DeviceType.CUDA)
+    window._ready(_Profiled(_two_steps(on_device, _Event("cudaDeviceSynchronize", 210.0, 215.0))))
+    assert window.facts.sync_count_per_step == 1.0
+    assert window.facts.sync_ops == {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
+
+
+def test_twin_a_sync_inside_a_step_is_counted(tmp_path):
+    window = ProfileWindow(tmp_path / "trace.json", warmup=1, active=2)
+    window._ready(_Profiled(_two_steps(_Event("cudaDeviceSynchronize", 190.0, 195.0))))
+    assert window.facts.sync_count_per_step == 1.5 and window.facts.sync_ops["cudaDeviceSynchronize"] == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from torchboost._disk import no_space_words
@@ -21,7 +22,7 @@ from torchboost._intervals import covered, overlap
 from torchboost.evidence.observed import ProfileFacts
 from torchboost.diagnose.gpu import gpu_facts
 
-__all__ = ["ProfileWindow", "SYNC_OPS", "collective_time", "summarize_events"]
+__all__ = ["ProfileWindow", "SYNC_OPS", "collective_time", "step_syncs", "summarize_events"]
 
 SYNC_OPS = (
     "aten::_local_scalar_dense",
@@ -138,11 +139,15 @@ class ProfileWindow:
     def _ready(self, prof: profile) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         written = self._export(prof)
-        self.facts = summarize_events(prof.key_averages(), steps=self.active)
+        events = prof.events()
+        spans = [(e.name, e.thread, e.time_range.start, e.time_range.end) for e in events]
+        # The host's events only: Kineto also copies each step's mark onto the device's
+        # timeline, where it ends with the step's last kernel, after the host's step.
+        host = [span for e, span in zip(events, spans) if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU]
+        self.facts = summarize_events(prof.key_averages(), steps=self.active, syncs=step_syncs(host))
         self.facts.trace_path = self.trace_path.name if written else None
         if self.cuda and written:
             self.read_gpu()
-        spans = [(e.name, e.thread, e.time_range.start, e.time_range.end) for e in prof.events()]
         self.facts.collective_ms_per_step, self.facts.collective_overlap_pct = collective_time(spans, self.active)
 
 
@@ -181,14 +186,30 @@ def collective_time(spans: list[tuple[str, int, float, float]], steps: int) -> t
     return total / 1000.0 / steps, 100.0 * overlap(collectives, compute) / total if total else None
 
 
-def summarize_events(averages: Any, *, steps: int) -> ProfileFacts:
-    """Op table and sync counts from ``prof.key_averages()`` over ``steps`` active steps."""
+def step_syncs(spans: list[tuple[str, int, float, float]]) -> dict[str, int] | None:
+    """The :data:`SYNC_OPS` events that start within a profiler step, counted by name, from
+    the host's ``(name, thread, start_us, end_us)`` events; None when no step is marked. ``torch.profiler``
+    syncs the device itself when it stops, after the last step: that sync is none of the script's."""
+    steps = [(start, end) for name, _, start, end in spans if name.startswith("ProfilerStep")]
+    if not steps:
+        return None
+    counted: dict[str, int] = {}
+    for name, _, start, _ in spans:
+        if name in SYNC_OPS and any(low <= start < high for low, high in steps):
+            counted[name] = counted.get(name, 0) + 1
+    return counted
+
+
+def summarize_events(averages: Any, *, steps: int, syncs: dict[str, int] | None = None) -> ProfileFacts:
+    """Op table and sync counts from ``prof.key_averages()`` over ``steps`` active steps;
+    ``syncs``: the sync events counted within the steps (:func:`step_syncs`), else every one
+    of ``averages``."""
     rows = []
-    syncs: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for event in averages:
         name = event.key
         if name in SYNC_OPS:
-            syncs[name] = syncs.get(name, 0) + int(event.count)
+            counts[name] = counts.get(name, 0) + int(event.count)
         if name.startswith(("ProfilerStep", "torchboost: ")):  # "ProfilerStep#3", our step/phase marks
             continue  # ranges around the ops, not ops
         device_us = getattr(event, "self_device_time_total", None)
@@ -201,6 +222,7 @@ def summarize_events(averages: Any, *, steps: int) -> ProfileFacts:
             "calls": int(event.count),
         })
     rows.sort(key=lambda r: max(r["self_cpu_ms"], r["self_device_ms"]), reverse=True)
+    syncs = counts if syncs is None else syncs
     counted = sum(syncs.get(name, 0) for name in _COUNTED_SYNCS)
     return ProfileFacts(
         steps=steps,
