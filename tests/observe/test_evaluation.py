@@ -150,3 +150,44 @@ def test_an_evaluation_s_forwards_are_not_the_training_forward_s_device_time(tmp
         assert max(s.forward_ms for s in steps) == pytest.approx(2 * 62.0)
         return
     assert [s.forward_ms for s in steps] == pytest.approx([2 * 2.0] * 6)  # with a pass inside or not
+
+
+def _train_and_evaluate(rec, *, device="cuda", held_out_rows=4096) -> None:
+    """A tiny training loop observed by ``rec``, with an evaluation pass after every third
+    step: 20 forwards of ``held_out_rows`` rows under ``no_grad``, its metric read once."""
+    import torch.nn.functional as F
+
+    from torchboost.observe import Instrumentation
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(256, 1024, device=device), torch.randint(0, 10, (256,), device=device)
+    held_out = torch.randn(held_out_rows, 1024, device=device)
+    with Instrumentation(rec):
+        try:
+            for step in range(40):
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if step % 3 == 2:
+                    model.eval()
+                    with torch.no_grad():
+                        correct = sum((model(held_out).argmax(1) == 0).sum() for _ in range(20))
+                    correct.item()  # the metric, read as scripts read it: the pass's work is done here
+                    model.train()
+        except StopObserving:
+            pass
+
+
+@pytest.mark.gpu
+def test_on_cuda_an_evaluation_pass_is_not_in_the_training_forward(tmp_path):
+    # The pass is 20 forwards of a batch 16 times the training one: were its device time in
+    # the training forward's, that forward would be most of the pass's time.
+    rec = StepRecorder(ObserveSpec(out_dir=str(tmp_path), steps=9, warmup=2, profile_active=0))
+    _train_and_evaluate(rec)
+    steps = rec.steps
+    evaluated = [s for s in steps if s.eval_ms > 0]
+    assert len(steps) == 9 and len(evaluated) == 3 and rec.built.uses_cuda()
+    for s in evaluated:
+        assert 0 < s.forward_ms < s.eval_ms / 4, (s.forward_ms, s.eval_ms)

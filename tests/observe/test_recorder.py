@@ -318,3 +318,52 @@ def test_a_step_timed_on_the_device_starts_on_a_drained_device(tmp_path, monkeyp
     assert len(cuda.syncs) == 1  # ...but one before the second starts
     _timed_step(rec, clock)
     assert len(cuda.syncs) == 2  # a timed step's own, at its boundary; none more
+
+
+def _observe_on_cuda(rec, *, until=lambda: False, steps=60, device="cuda"):
+    """A tiny training loop on the GPU, observed in-process by ``rec`` as the doctor's child
+    observes a script, until ``until()``: no sync of its own (no ``.item()``, batches made
+    on the device)."""
+    import torch
+    import torch.nn.functional as F
+
+    from torchboost.observe import Instrumentation
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(256, 512, device=device), torch.randint(0, 10, (256,), device=device)
+    with Instrumentation(rec):
+        try:
+            for _ in range(steps):
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if until():
+                    break
+        except StopObserving:
+            pass
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_phases_device_times_fit_in_their_step(tmp_path):
+    rec = StepRecorder(ObserveSpec(out_dir=str(tmp_path), steps=5, warmup=2, profile_active=0))
+    _observe_on_cuda(rec)
+    assert len(rec.steps) == 5 and rec.built.uses_cuda()
+    for step in rec.steps:
+        assert step.forward_ms > 0 and step.backward_ms > 0 and step.optimizer_ms > 0
+        assert step.data_ms + step.forward_ms + step.backward_ms + step.optimizer_ms <= step.total_ms
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_script_that_never_syncs_shows_no_sync_in_its_profile(tmp_path):
+    # The doctor's window (one profiler warm-up step, two active), read as the doctor reads it;
+    # a full run, so that no quick probe follows the window (the loop ends with it).
+    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=2, profile_warmup=1, profile_active=2, full=True)
+    rec = StepRecorder(spec)
+    _observe_on_cuda(rec, until=lambda: rec.stages.profile.facts is not None)
+    window = rec.stages.profile
+    assert window.error is None and window.facts is not None and window.gpu is not None
+    assert window.gpu["kernels"] > 0 and window.gpu["steps"] >= 1
+    assert window.gpu["syncs"] == 0, window.gpu["sync_ops"]
+    assert window.facts.sync_count_per_step == 0.0, window.facts.sync_ops
