@@ -161,8 +161,9 @@ def test_a_real_profile_of_hand_written_attention_fires_and_sdpa_s_does_not(tmp_
 @pytest.mark.parametrize("fused", [False, True])  # the twin: the same layer through SDPA's fused kernels
 def test_on_cuda_a_profiled_hand_written_attention_fires_and_sdpa_s_does_not(tmp_path, fused):
     torch.manual_seed(0)
-    model = _Attention(fused, width=256, heads=4, length=512, dropout=0.1).cuda()
-    facts = _profiled(model, torch.randn(8, 512, 256, device="cuda"), tmp_path)
+    # Large enough that the attention's kernels, not the host's small ops, lead the op table.
+    model = _Attention(fused, width=512, heads=8, length=1024, dropout=0.1).cuda()
+    facts = _profiled(model, torch.randn(16, 1024, 512, device="cuda"), tmp_path)
     finding = attention_hand_written(facts, attention_pct=0.0)
     assert (finding is not None) is (not fused), facts.profile.top_ops
     if finding is not None:  # the kernels' own time, read from the device's side of the table
