@@ -177,3 +177,10 @@ def gpu_facts_of(events):
     from torchboost.diagnose.gpu import gpu_facts
 
     return gpu_facts(events)
+
+
+def test_doctor_trace_s_steps_are_the_host_s_marks():
+    # The device's copies of the marks would give each step twice, and the step table with them.
+    facts = _hand_facts(_hand_trace(3, device_marks=True))
+    assert [s.index for s in facts.steps] == [1, 2, 3]
+    assert [s.total_ms for s in facts.steps] == pytest.approx([10.0] * 3)

@@ -25,10 +25,13 @@ from typing import Any, Iterable, Sequence
 
 from torchboost._intervals import covered, overlap, union
 
-__all__ = ["GpuFacts", "gpu_facts", "SMALL_KERNEL_US"]
+__all__ = ["GpuFacts", "gpu_facts", "SMALL_KERNEL_US", "STEP_MARK_CATS"]
 
 SMALL_KERNEL_US = 10.0
 """A kernel shorter than this is launch-bound: the host's launch costs about as much."""
+STEP_MARK_CATS = ("user_annotation", "cpu_op")
+"""Categories of the host's ProfilerStep marks (``cpu_op`` in older traces); Kineto's copy of
+each mark on the device's timeline (``gpu_user_annotation``) is not a step."""
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _SYNC = re.compile(r"^cuda(Stream|Device|Event)Synchronize$")
 _COMM = re.compile(r"nccl", re.IGNORECASE)
@@ -78,7 +81,7 @@ def _spans(events: Iterable[dict[str, Any]], cats: Sequence[str]) -> list[tuple[
 
 def _step_marks(events: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     """The (start, end) of each ProfilerStep mark, microseconds, in time order."""
-    return sorted((s, e) for s, e, ev in _spans(events, ("user_annotation", "cpu_op"))
+    return sorted((s, e) for s, e, ev in _spans(events, STEP_MARK_CATS)
                   if str(ev.get("name", "")).startswith("ProfilerStep#"))
 
 

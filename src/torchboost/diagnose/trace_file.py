@@ -3,7 +3,7 @@
 A trace is a Chrome-trace JSON file as ``torch.profiler`` writes it (``.json`` or
 ``.json.gz``), or a folder of them, one per rank. The rank is the file's own
 ``distributedInfo.rank`` when it has one, else the order of the files. From each file
-come the steps (the ``ProfilerStep#N`` ranges, their data-loader wait), the device and
+come the steps (the host's ``ProfilerStep#N`` ranges, their data-loader wait), the device and
 the GPU facts (:mod:`torchboost.diagnose.gpu`); nothing else of a live run (the model,
 the optimizer, memory) can be known from a trace, so those facts stay empty.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from torchboost._intervals import covered
 from torchboost.evidence.observed import Facts, StepRecord
-from torchboost.diagnose.gpu import gpu_facts
+from torchboost.diagnose.gpu import STEP_MARK_CATS, gpu_facts
 from torchboost.usage import UsageError
 
 __all__ = ["facts_from_trace", "load_traces"]
@@ -59,7 +59,8 @@ def facts_from_trace(file: Path, data: dict[str, Any], position: int) -> Facts:
     info = data.get("distributedInfo") or {}
     rank = int(info.get("rank", position)) if isinstance(info, dict) else position
     steps = sorted((int(m.group(1)), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-                   for e in events if e.get("ph") == "X" and (m := _STEP.match(str(e.get("name", "")))))
+                   for e in events if e.get("ph") == "X" and e.get("cat") in STEP_MARK_CATS
+                   and (m := _STEP.match(str(e.get("name", "")))))
     loader = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
               if e.get("ph") == "X" and str(e.get("name", "")).startswith("enumerate(DataLoader)")]
     records = [StepRecord(index, (end - start) / 1e3,
