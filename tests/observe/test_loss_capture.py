@@ -92,7 +92,7 @@ def test_losses_kept_under_cuda_graphs_are_each_step_s_own():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         capture.close_step(WARMUP if step < 2 else RECORDED, step)
-        by_hand.append(float(loss))  # read before the next replay: this step's own
+        by_hand.append(float(loss.detach()))  # read before the next replay: this step's own
     assert counters["inductor"]["cudagraph_skips"] == skips  # the steps ran from a CUDA graph
     assert capture.warmup_values() + capture.values() == by_hand
     assert len(set(by_hand)) == len(by_hand)  # each step's loss differs: the check can tell them apart
