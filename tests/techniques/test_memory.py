@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchboost import cli
+from torchboost import cli, handover
 from torchboost.config import BoostConfig
 from torchboost.nocode import Applier
 from torchboost.techniques.memory import (
@@ -205,6 +205,8 @@ def test_torchboost_run_applies_channels_last_to_the_script_s_model(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the script runs here: run sets sys.path[0]
     monkeypatch.setattr(sys, "argv", list(sys.argv))
+    # A fresh process's claims: a Booster an earlier test prepared in this process claimed its techniques.
+    monkeypatch.setattr(handover, "_PROCESS_CLAIMS", handover.Claims())
     (tmp_path / "train.py").write_text(CONV_SCRIPT)
     BoostConfig.off().replace(memory={"channels_last": True}).to_toml(tmp_path / "torchboost.toml")
     assert cli.main(["run", "--", "python", "train.py", "run.json"]) == 0
