@@ -1,4 +1,4 @@
-"""Optimizer implementation: rebuild a torch optimizer with its foreach or fused kernels.
+"""Optimizer implementations: rebuild a torch optimizer with its foreach or fused kernels.
 
 torch's built-in optimizers have up to three implementations of the same update: a
 per-parameter for-loop ("default" here, torch's choice on CPU), "foreach" (one kernel
@@ -14,53 +14,22 @@ from __future__ import annotations
 
 import copy
 import inspect
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from torchboost.config import AUTO, Overlay, check_choice
-from torchboost.evidence.findings import Finding
-from torchboost.evidence.observed import Facts
-from torchboost.evidence.rulekit import amdahl, r, view
-from torchboost.techniques.registry import (
-    FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
-    Technique, TuneContext,
-)
-
 __all__ = [
-    "OptimizerConfig",
     "FOREACH_OPTIMIZERS",
     "FUSED_DEVICES",
     "IMPLEMENTATIONS",
     "apply_optimizer_implementation",
-    "switch_implementation_in_place",
     "current_implementation",
     "resolve_optimizer",
-    "quick_switch",
+    "switch_implementation_in_place",
 ]
 
 IMPLEMENTATIONS = ("default", "foreach", "fused")
 """The concrete implementations; "auto" resolves to one of these."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimizerConfig:
-    """Optimizer implementation."""
-
-    section: ClassVar[str] = "optimizer"
-    IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("auto", "default", "foreach", "fused")
-
-    implementation: str = AUTO
-    """auto | default (leave the optimizer as built) | foreach | fused."""
-
-    def __post_init__(self) -> None:
-        check_choice("optimizer.implementation", self.implementation, self.IMPLEMENTATIONS)
-
-    @classmethod
-    def off(cls) -> "OptimizerConfig":
-        """The optimizer as the script built it."""
-        return cls(implementation="default")
 
 _O = torch.optim
 FUSED_DEVICES: dict[type, frozenset[str]] = {
@@ -250,170 +219,3 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-# -- the descriptor ---------------------------------------------------------------------
-
-def _resolve(ctx: ResolveContext) -> Resolution:
-    if ctx.optimizer is None:
-        implementation, reason = "default", "no optimizer given"
-    else:
-        implementation, reason = resolve_optimizer(ctx.config.optimizer.implementation, ctx.optimizer,
-                                                   device=ctx.device)
-    return Resolution(Overlay.of(OptimizerConfig, implementation=implementation),
-                      {"optimizer.implementation": reason})
-
-
-def _apply(prep: Preparation) -> None:
-    # Last: fused kernels need the parameters on their device. The Booster's step
-    # (torchboost.step) then drives the optimizer left in prep.optimizer.
-    if prep.optimizer is None:
-        return
-    inner = apply_optimizer_implementation(prep.optimizer, prep.config.optimizer.implementation)
-    if prep.scheduler is not None and inner is not prep.optimizer:
-        prep.scheduler.optimizer = inner  # the schedule must drive the rebuilt optimizer
-    prep.optimizer = inner
-
-
-def _nocode_first_step(values: dict[str, Any], optimizer: torch.optim.Optimizer, notes: list[str]) -> None:
-    implementation = values.get("implementation", "default")
-    if implementation in ("default", "auto"):
-        return
-    try:
-        switched = switch_implementation_in_place(optimizer, implementation)
-    except ValueError as exc:  # this optimizer has no such kernel: leave it as the script built it
-        notes.append(f"{type(optimizer).__name__} kept as built: {exc}")
-        return
-    if switched:
-        notes.append(f"{type(optimizer).__name__} switched to {implementation}")
-
-
-def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    if not ctx.has_optimizer:
-        return []
-    return [Overlay.of(OptimizerConfig, implementation="fused"), Overlay.of(OptimizerConfig, implementation="foreach")]
-
-
-def _fused_alone(change: Overlay) -> bool:
-    # The fused kernel is the quick switch's (group flags read at every step); foreach has none.
-    return change == Overlay.of(OptimizerConfig, implementation="fused")
-
-
-def _spell(section: OptimizerConfig) -> FrameworkSpelling:
-    if section.implementation not in ("fused", "foreach"):
-        return FrameworkSpelling()
-    code = (f"optimizer = torch.optim.AdamW(model.parameters(), ..., {section.implementation}=True)"
-            "  # Adam, SGD, ... take it too",)
-    # The Trainer builds AdamW itself; its fused kernel has a name of its own.
-    transformers = {"optim": "adamw_torch_fused"} if section.implementation == "fused" else {}
-    return FrameworkSpelling(transformers=transformers, code=code)
-
-
-# -- its diagnosis ------------------------------------------------------------------------
-
-_FUSED_OVER_FOREACH = 1.5  # fused optimizer vs the foreach one (assumed)
-_FUSED_OVER_LOOP = 3.0  # fused optimizer vs the per-parameter loop (assumed)
-
-
-def optimizer_fused(facts: Facts, *, optimizer_pct: float = 5.0) -> Finding | None:
-    """The optimizer step takes at least ``optimizer_pct`` percent of the step and the optimizer
-    supports ``fused=True`` on this device but does not use it."""
-    opt, v = facts.optimizer, view(facts)
-    if opt is None or not opt.supports_fused or opt.fused or v.share["optimizer"] * 100 < optimizer_pct:
-        return None
-    # foreach=None means the default: foreach on CUDA, the per-parameter loop on CPU.
-    foreach = opt.foreach if opt.foreach is not None else v.device == "cuda"
-    factor = _FUSED_OVER_FOREACH if foreach else _FUSED_OVER_LOOP
-    f = v.share["optimizer"]
-    speedup = amdahl(f, factor)
-    name = opt.class_name or "AdamW"
-    return Finding(
-        id="optimizer.fused",
-        title=f"{name} steps {'with foreach kernels' if foreach else 'parameter by parameter'} "
-              f"({f * 100:.0f}% of the step); use the fused implementation",
-        evidence={
-            "optimizer_pct": r(f * 100, 1),
-            "optimizer_ms_per_step": r(v.ms["optimizer"]),
-            "optimizer": name,
-            "implementation": "foreach" if foreach else "for-loop",
-        },
-        fix=Overlay.of(OptimizerConfig, implementation="fused"),
-        expected_speedup=speedup,
-        formula=f"1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} optimizer share, "
-                f"s = {factor} fused over {'foreach' if foreach else 'for-loop'} (assumed)",
-        notes=["Same update maths; fused kernels round slightly differently at the last bit."],
-    )
-
-
-def _place_steps(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]], *, on_device: bool) -> None:
-    """Move each parameter's ``state["step"]`` tensor where the implementation about to step
-    needs it: beside its parameter (``on_device``: the fused kernel reads it there, as a
-    float32 tensor), or on the CPU, where torch's for-loop and foreach Adam keep it when
-    neither ``capturable`` nor ``fused`` is set. Steps that are already there stay put; the
-    ones that come back from a device do so in one copy (one wait for the device)."""
-    moving: list[tuple[dict[str, Any], torch.Tensor]] = []
-    for group in groups:
-        if not on_device and group.get("capturable"):
-            continue  # a capturable optimizer keeps its steps on the device itself
-        for param in group["params"]:
-            state = optimizer.state.get(param)
-            step = state.get("step") if state else None
-            if not isinstance(step, torch.Tensor):
-                continue
-            if on_device and (step.device != param.device or step.dtype != torch.float32):
-                state["step"] = step.to(device=param.device, dtype=torch.float32)
-            elif not on_device and step.device.type != "cpu":
-                moving.append((state, step))
-    if moving:
-        # One stacked copy: a tensor per parameter would wait for the device once each.
-        for (state, _), value in zip(moving, torch.stack([s.float() for _, s in moving]).cpu().unbind()):
-            state["step"] = value.clone()
-
-
-def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
-    """The script's optimizer stepping with its fused kernel, as a switch the doctor turns on
-    for a step and off again: each group's ``foreach``/``fused`` flags are set, then put back
-    as they were (torch reads them at every step). The state carries over both ways but one
-    tensor: Adam's and Adagrad's ``step``, which their for-loop and foreach kernels keep on the
-    CPU and the fused kernel needs beside the parameters (on a GPU, a fused step on a CPU
-    ``step`` fails inside the script's ``optimizer.step()``): ``on`` moves it there, ``off``
-    back. None where it has no fused kernel here or already uses it."""
-    optimizer = ctx.optimizer
-    if optimizer is None or current_implementation(optimizer) == "fused":
-        return None
-    devices = {p.device.type for g in optimizer.param_groups for p in g["params"]}
-    if not devices or not devices <= FUSED_DEVICES.get(type(optimizer), frozenset()) or _blocker(optimizer):
-        return None
-    flags = _flags(optimizer, "fused")
-    groups = [*optimizer.param_groups]
-    saved = [{k: g[k] for k in flags if k in g} for g in groups]
-
-    def on() -> None:
-        _place_steps(optimizer, groups, on_device=True)
-        for group in groups:
-            group.update(flags)
-
-    def off() -> None:
-        for group, before in zip(groups, saved):
-            for key in flags:
-                group.pop(key, None)
-            group.update(before)
-        _place_steps(optimizer, groups, on_device=False)
-
-    return QuickSwitch("optimizer.fused", f"fused {type(optimizer).__name__}", on=on, off=off,
-                       setting=Overlay.of(OptimizerConfig, implementation="fused").to_dict())
-
-
-TECHNIQUE = Technique(
-    name="optimizer",
-    title="optimizer implementation",
-    after=('accumulation',),
-    placed="last: the optimizer is rebuilt for the final parameters, and its step wraps precision's scaler and accumulation's window",
-    section=OptimizerConfig,
-    resolve=_resolve,
-    apply=_apply,
-    nocode=NoCode(at_first_step=_nocode_first_step),
-    levers=(Lever("optimizer", "fused/foreach optimizer", Parity.EXACT, _propose, ("optimizer.fused",),
-                  priority=60, switchable=_fused_alone),),
-    spell=_spell,
-    rules=(Rule("optimizer.fused", optimizer_fused),),
-    quick_probe=quick_switch,
-)
