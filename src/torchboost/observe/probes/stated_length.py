@@ -9,7 +9,9 @@ named as one of :data:`SETTING_NAMES` (any case), or such a field of an
 ``argparse.Namespace``, a ``SimpleNamespace``, a dataclass or a dict held in one. A
 Lightning ``Trainer`` is read from its own ``fit`` on the stack: its ``max_steps``, and its
 ``max_epochs`` of the batches it takes per epoch (``limit_train_batches``) over
-``accumulate_grad_batches``.
+``accumulate_grad_batches``. Where the epochs are written into the loop itself
+(``for epoch in range(3): for x, y in tqdm(loader)``), the ``range`` around the loop over
+the DataLoader gives them (:mod:`~torchboost.observe.probes.loop_epochs`).
 
 A loop's counter is no length: a step count no larger than the steps already run when it
 is read (``total_steps += 1``) is left out.
@@ -27,6 +29,7 @@ from typing import Any, Mapping
 
 from torchboost.reach import frames
 from torchboost.observe.probes.describe import self_on_stack
+from torchboost.observe.probes.loop_epochs import loop_epochs
 
 __all__ = ["EPOCH_FLAGS", "SETTING_NAMES", "STEP_FLAGS", "Stated", "lightning_plan", "stated_on_stack"]
 
@@ -103,6 +106,7 @@ def stated_on_stack(after: int = 0, frame: types.FrameType | None = None, max_de
     Lightning Trainer's plan; ``after``: the steps already run (a count not above it is a
     counter). Reads only."""
     frame = frame or sys._getframe(1)
+    loop = loop_epochs(frame, max_depth)
     steps: list[tuple[str, int]] = []
     epochs: list[tuple[str, float]] = []
     for _ in range(max_depth):
@@ -114,7 +118,12 @@ def stated_on_stack(after: int = 0, frame: types.FrameType | None = None, max_de
                 steps += found[0]
                 epochs += found[1]
         frame = frame.f_back
-    return Stated(steps[0] if steps else None, epochs[0] if epochs else None, lightning_plan())
+    named = epochs[0] if epochs else None
+    # The loop is what runs: it wins over a setting named like epochs, but where the two
+    # agree the setting's words say it (``range(1, args.epochs + 1)``: "args.epochs = 3").
+    if loop is not None and (named is None or named[1] != loop[1]):
+        named = loop
+    return Stated(steps[0] if steps else None, named, lightning_plan())
 
 
 def lightning_plan() -> tuple[str, int] | None:
