@@ -134,7 +134,7 @@ def test_gpu_candidates_are_proposed_on_cuda_and_inert_on_a_cpu():
     cuda = _proposals(TuneContext(device="cuda", cuda_bf16=True, tf32=True, uses_booster=True, has_conv2d=True,
                                   budget_s=1200.0, planned_steps=100_000, step_ms=100.0))  # max-autotune can repay
     assert [c["compile.mode"] for c in cuda["compile"]] == ["default", "reduce-overhead", "max-autotune"]
-    assert cuda["precision"] == [{"precision.mode": "bf16"}] and cuda["tf32"] == [{"precision.mode": "tf32"}]
+    assert cuda["precision"] == [{"precision.mode": "bf16"}] and cuda["tf32"] == [{"fp32_math.mode": "tf32"}]
     assert cuda["pin_memory"] == [{"loader.pin_memory": True}] and cuda["cudnn"]
     assert cuda["channels_last"] == [{"memory.channels_last": True}]
     assert {"optimizer.implementation": "fused"} in cuda["optimizer"]

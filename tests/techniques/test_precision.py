@@ -6,7 +6,9 @@ and each check has a broken twin that must fail it.
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torchboost.env
+from torchboost import _fp32_precision
 from torchboost.config import ConfigError
 from torchboost.env import Environment
 from torchboost.techniques import precision as prec
@@ -25,6 +28,14 @@ from torchboost.techniques.precision import (
     make_precision,
     resolve_precision,
 )
+from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts, probe_precision
+from torchboost.techniques.registry import ProbeContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _tf32_helpers import (HAS_NEW_API, legacy_writes, read_both_apis, script_used_the_new_api,  # noqa: E402,F401
+                           torch_switches)
+
+new_api = pytest.mark.skipif(not HAS_NEW_API, reason="this torch has no per-library fp32_precision switches")
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -239,16 +250,45 @@ def test_fp32_is_plain_pytorch_and_touches_nothing():
         p.load_state_dict({"scale": 1.0})
 
 
-def test_tf32_sets_matmul_precision_high_and_teardown_restores():
-    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+@pytest.mark.parametrize("script", ["default", "new api"])
+def test_tf32_allows_tf32_and_teardown_puts_both_apis_back(torch_switches, script):
+    if script == "new api":
+        if not HAS_NEW_API:
+            pytest.skip("this torch has no per-library fp32_precision switches")
+        script_used_the_new_api()  # the older flags raise when read from here on
+    before = read_both_apis()
     p = make_precision("tf32", "cuda")  # building needs no GPU; only the switches change
     try:
         p.setup()
-        assert torch.get_float32_matmul_precision() == "high"
-        assert torch.backends.cudnn.allow_tf32
+        p.setup()  # twice: teardown still gives back what the first found
+        state = _fp32_precision.tf32_state()
+        assert state.matmul and state.cudnn
     finally:
         p.teardown()
-    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before
+    assert read_both_apis() == before
+
+
+@new_api
+def test_tf32_writes_the_new_switches_alone(legacy_writes):
+    p = make_precision("tf32", "cuda")
+    p.setup()
+    p.teardown()
+    assert legacy_writes == []
+
+
+@new_api
+def test_the_probe_reads_tf32_a_script_set_through_the_new_api(torch_switches):
+    script_used_the_new_api()
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    seen = probe_precision(ProbeContext(model=None, optimizer=None, loader=None, device="cuda"))
+    assert seen == PrecisionFacts(tf32_matmul=True, tf32_cudnn=False)
+
+
+@new_api
+def test_twin_the_older_flags_raise_on_that_state(torch_switches):
+    script_used_the_new_api()
+    with pytest.raises(RuntimeError, match="legacy and new APIs"):
+        torch.backends.cuda.matmul.allow_tf32
 
 
 def test_bf16_autocasts_and_owns_no_scaler():

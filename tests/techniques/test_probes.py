@@ -6,17 +6,25 @@ what each returns under the technique's name; the rules read it back with ``seen
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
+from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 from torchboost.evidence.observed import Facts
+from torchboost.observe.probes import describe
 from torchboost.observe.probes.describe import describe_model, probe_techniques
 from torchboost.techniques.cudnn import CudnnFacts
 from torchboost.techniques.memory import MemoryFacts
 from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts
 from torchboost.techniques.registry import ProbeContext, techniques
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _tf32_helpers import HAS_NEW_API, script_used_the_new_api, torch_switches  # noqa: E402,F401
 
 
 def _context(model: nn.Module, **kwargs) -> ProbeContext:
@@ -65,3 +73,31 @@ def test_technique_facts_round_trip_through_json_as_their_classes():
 def test_a_compiled_model_is_described_as_compiled():
     # the script's own compile (the lazy wrapper: nothing compiles until it is called)
     assert describe_model(torch.compile(_conv())).compiled and not describe_model(_conv()).compiled
+
+
+@pytest.mark.skipif(not HAS_NEW_API, reason="this torch has no per-library fp32_precision switches")
+def test_a_script_that_set_tf32_through_the_new_api_keeps_every_technique_s_facts(torch_switches):
+    script_used_the_new_api()  # torch's older TF32 flags now raise when read
+    errors: list[str] = []
+    found = probe_techniques(_context(_conv()), errors)
+    assert errors == [] and found["precision"].tf32_matmul and found["memory"] == MemoryFacts(channels_last=False)
+
+
+def _failing(name: str):
+    def probe(ctx):
+        raise RuntimeError("boom")
+    return [dataclasses.replace(t, probe=probe) if t.name == name else t for t in techniques()]
+
+
+def test_one_probe_that_raises_leaves_the_other_techniques_facts_and_says_why(monkeypatch):
+    monkeypatch.setattr(describe, "techniques", lambda: _failing("precision"))
+    errors: list[str] = []
+    found = probe_techniques(_context(_conv()), errors)
+    assert "precision" not in found and found["memory"] == MemoryFacts(channels_last=False)
+    assert errors == ["probe of precision: RuntimeError: boom"]
+
+
+def test_twin_without_a_list_for_the_notes_the_failure_is_raised(monkeypatch):
+    monkeypatch.setattr(describe, "techniques", lambda: _failing("precision"))
+    with pytest.raises(RuntimeError, match="boom"):
+        probe_techniques(_context(_conv()))

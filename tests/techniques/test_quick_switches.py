@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from torchboost import _fp32_precision
 from torchboost.techniques import fp32_math, optimizer as optimizer_technique, precision
 from torchboost.techniques.registry import ProbeContext, techniques
 
@@ -113,7 +114,7 @@ def test_an_autocast_forward_that_raises_falls_back_and_says_so():
 @pytest.fixture
 def torchs_default_fp32_math():
     """The backends at torch's default ("none") for the test, whatever an earlier test left; put back after."""
-    holders = fp32_math._backends("cpu")
+    holders = [h for h in map(_fp32_precision.holder, _fp32_precision.CPU_SWITCHES) if h is not None]
     if not holders:
         pytest.skip("this torch has no mkldnn fp32_precision")
     saved = [h.fp32_precision for h in holders]

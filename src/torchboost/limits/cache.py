@@ -23,7 +23,7 @@ from torchboost.limits.cpu_peak import cpu_info
 from torchboost.limits.machine import MachineLimits
 from torchboost.limits.measure import measure_limits
 
-__all__ = ["cache_dir", "machine_key", "machine_limits"]
+__all__ = ["cache_dir", "cached_limits", "machine_key", "machine_limits"]
 
 
 def cache_dir() -> Path:
@@ -50,6 +50,14 @@ def _cached(path: Path, key: str) -> MachineLimits | None:
     except (OSError, ValueError, TypeError, KeyError):
         return None  # absent or from an older layout: measure again
     return found if found.key == key else None
+
+
+def cached_limits(device: str = "cpu", threads: int | None = None, *,
+                  folder: Path | None = None) -> MachineLimits | None:
+    """This machine's limits as the cache holds them, None when it holds none: never
+    measures (a file read), so a probe inside the user's run may ask."""
+    key = machine_key(device, threads or torch.get_num_threads())
+    return _cached(_path(folder or cache_dir(), key), key)
 
 
 def machine_limits(device: str = "cpu", threads: int | None = None, *, refresh: bool = False,

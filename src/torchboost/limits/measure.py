@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from torchboost import _fp32_precision
 from torchboost.limits.cpu_peak import cpu_info, cpu_theoretical_peak
 from torchboost.limits.machine import MachineLimits, MatmulRate
 
@@ -67,12 +68,13 @@ def _matmul_rate(dtype: str, size: int, device: str, sync: Callable[[], None]) -
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, generator=g, device=device).to(_TORCH_DTYPES[dtype])
     b = torch.randn(size, size, generator=g, device=device).to(_TORCH_DTYPES[dtype])
-    tf32_before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # fp32 means fp32 on the GPU too
+    # fp32 means fp32 on the GPU too: cuBLAS's TF32 is allowed for "tf32" alone (the switch
+    # touches CUDA's matmuls only, so a CPU's rates are the same), and put back after.
+    saved = _fp32_precision.set_tf32(dtype == "tf32", cudnn=False)
     try:
         seconds, cores = _best_seconds(lambda: torch.mm(a, b), sync)
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+        saved.restore()
     share = min(1.0, cores / torch.get_num_threads()) if device == "cpu" else 1.0
     return MatmulRate(dtype, size, 2.0 * size**3 / seconds, share)
 

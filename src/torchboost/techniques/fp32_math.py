@@ -22,11 +22,15 @@ from typing import Any, ClassVar
 
 import torch
 
+from torchboost import _fp32_precision as switches
 from torchboost.config import AUTO, KEEP, Overlay, check_choice
 from torchboost.env import probe as probe_env
 from torchboost.evidence.findings import Finding
-from torchboost.evidence.observed import Facts, StepRecord
+from torchboost.evidence.observed import Facts, ModelFacts, ProfileFacts, StepRecord
 from torchboost.evidence.rulekit import amdahl, matmul_share, r, view
+from torchboost.limits.cache import cached_limits
+from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts, reduced_precision
+from torchboost.techniques.precision.precision_settings import PrecisionConfig
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
     Technique, TuneContext,
@@ -36,8 +40,6 @@ __all__ = ["Fp32MathConfig", "Fp32MathFacts", "apply_fp32_math", "fp32_math_lowe
            "quick_switch"]
 
 MODES = ("ieee", "bf16", "tf32")
-_DEVICE_MODE = {"cpu": "bf16", "cuda": "tf32"}
-"""The one reduced mode each device's fp32 kernels offer."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,38 +61,30 @@ class Fp32MathConfig:
         return cls(mode=KEEP)
 
 
-def _backends(device_type: str) -> list[Any]:
-    """The ``fp32_precision`` holders of ``device_type``'s matmul and convolution libraries."""
-    if device_type == "cpu":
-        mkldnn = torch.backends.mkldnn
-        return [b for b in (getattr(mkldnn, "matmul", None), getattr(mkldnn, "conv", None))
-                if b is not None and hasattr(b, "fp32_precision")]
-    if device_type == "cuda":
-        return [b for b in (getattr(torch.backends.cuda, "matmul", None), getattr(torch.backends.cudnn, "conv", None))
-                if b is not None and hasattr(b, "fp32_precision")]
-    return []
+_SWITCHES = {"cpu": switches.CPU_SWITCHES, "cuda": switches.CUDA_SWITCHES}
+"""Each device's switches for the arithmetic in fp32 matmuls and convolutions
+(:mod:`torchboost._fp32_precision`, the one place they are read and written)."""
+
+
+def _has_switches(device_type: str) -> bool:
+    """Whether this torch can set ``device_type``'s fp32 arithmetic: oneDNN's from PyTorch 2.9
+    on; CUDA's always (the ``allow_tf32`` flags before 2.9)."""
+    return device_type == "cuda" or any(switches.has_switch(n) for n in _SWITCHES.get(device_type, ()))
 
 
 def apply_fp32_math(mode: str, device_type: str) -> str | None:
     """Set ``mode`` ("ieee", "bf16", "tf32") on ``device_type``'s fp32 matmuls and convolutions;
     "keep" and "auto" leave them. Returns what was set, in words, or None."""
-    if mode not in MODES:
+    if mode not in MODES or not _has_switches(device_type):
         return None
     wanted = "none" if mode == "ieee" else mode
-    holders = _backends(device_type)
-    if holders:
-        for holder in holders:
-            holder.fp32_precision = wanted
-        return f"fp32 matmuls and convolutions on {device_type} compute in {mode}"
-    if device_type == "cuda":  # an older torch: the flags before fp32_precision
-        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        torch.backends.cudnn.allow_tf32 = mode == "tf32"
-        return f"fp32 matmuls and convolutions on cuda compute in {mode} (allow_tf32)"
-    return None
+    switches.set_switches({name: wanted for name in _SWITCHES[device_type]})
+    older = "" if device_type != "cuda" or switches.has_switch("cuda.matmul") else " (allow_tf32)"
+    return f"fp32 matmuls and convolutions on {device_type} compute in {mode}{older}"
 
 
 def _check_device(mode: str, env: Any) -> None:
-    if mode == "bf16" and not (env.device == "cpu" and env.cpu_bf16 and _backends("cpu")):
+    if mode == "bf16" and not (env.device == "cpu" and env.cpu_bf16 and _has_switches("cpu")):
         raise ValueError('fp32_math.mode "bf16" needs a CPU with AMX or avx512_bf16 and PyTorch 2.9 or newer '
                          f'(this run: {env.device}, bf16 instructions {bool(env.cpu_bf16)}); use "auto" or "ieee"')
     if mode == "tf32" and not (env.device == "cuda" and env.tf32):
@@ -126,10 +120,18 @@ def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
 
 
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    # On a CPU only: on CUDA, precision.mode "tf32" is the tuner's TF32 candidate.
-    if ctx.device != "cpu" or not ctx.cpu_bf16 or not _backends("cpu"):
+    # bf16 math on a CPU; on CUDA the "tf32" lever below.
+    if ctx.device != "cpu" or not ctx.cpu_bf16 or not _has_switches("cpu"):
         return []
     return [Overlay.of(Fp32MathConfig, mode="bf16")]
+
+
+def _propose_tf32(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
+    # Not on top of a kept autocast: its matmuls already run in bf16/fp16, and what stays
+    # fp32 there (norms, reductions, the loss) TF32 does not touch.
+    if ctx.device != "cuda" or not ctx.tf32 or incumbent.section(PrecisionConfig):
+        return []
+    return [Overlay.of(Fp32MathConfig, mode="tf32")]
 
 
 def _hopeless(ctx: TuneContext) -> str | None:
@@ -141,19 +143,20 @@ def _hopeless(ctx: TuneContext) -> str | None:
 def _spell(section: Fp32MathConfig) -> FrameworkSpelling:
     if section.mode not in MODES:
         return FrameworkSpelling()
-    backend = ("torch.backends.mkldnn" if section.mode == "bf16" else "torch.backends.cuda")
-    conv = ("torch.backends.mkldnn" if section.mode == "bf16" else "torch.backends.cudnn")
     value = "none" if section.mode == "ieee" else section.mode
+    names = switches.CPU_SWITCHES if section.mode == "bf16" else switches.CUDA_SWITCHES
+    lines = switches.spelling({name: value for name in names})
+    if section.mode == "bf16" and not lines:  # a torch without oneDNN's switch: the lines to write on one with it
+        lines = tuple(f'torch.backends.{name}.fp32_precision = "bf16"' for name in names)
     # No framework has a flag for it: the plain lines, before the model is built.
-    return FrameworkSpelling(unflagged=(f'{backend}.matmul.fp32_precision = "{value}"',
-                                        f'{conv}.conv.fp32_precision = "{value}"'))
+    return FrameworkSpelling(unflagged=lines)
 
 
 # -- its facts and diagnosis ----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Fp32MathFacts:
-    """The fp32 arithmetic the script's kernels ran with, and what bf16 math gives here."""
+    """The fp32 arithmetic the script's kernels ran with, and what bf16 math or TF32 gives here."""
 
     technique: ClassVar[str] = "fp32_math"
 
@@ -162,6 +165,10 @@ class Fp32MathFacts:
     bf32_speedup: float | None = None
     """A 512x512 fp32 CPU matmul's median time, ieee over bf16 math, measured in the script's
     process (None: not measured: no bf16 path here, or not a CPU run)."""
+    tf32_peak_ratio: float | None = None
+    """On CUDA, this GPU's TF32 matmul peak over its fp32 one as the limits probe measured
+    them (``torchboost probe``; read from its cache, never measured in the run); None when
+    the cache has no TF32 peak for this GPU (not yet probed, or not a GPU with TF32)."""
 
 
 def measure_bf32_speedup(size: int = 512, repeats: int = 9) -> float | None:
@@ -169,15 +176,14 @@ def measure_bf32_speedup(size: int = 512, repeats: int = 9) -> float | None:
     arithmetic over its time with bf16 math (~0.1 s; pairs, so a neighbour taking the CPU
     for a moment slows both sides of one pair, not one side of the figure); the setting is
     restored. None where the CPU path has no such switch."""
-    holders = _backends("cpu")
-    if not holders:
+    if not switches.has_switch("mkldnn.matmul"):
         return None
     g = torch.Generator().manual_seed(0)  # never the user's global random stream
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
-    before = [h.fp32_precision for h in holders]
+    saved = switches.set_switches({"mkldnn.matmul": "none"})
 
     def timed(mode: str) -> float:
-        holders[0].fp32_precision = mode
+        switches.set_switches({"mkldnn.matmul": mode})
         start = time.perf_counter()
         torch.mm(a, b)
         return time.perf_counter() - start
@@ -187,17 +193,22 @@ def measure_bf32_speedup(size: int = 512, repeats: int = 9) -> float | None:
         ratios = sorted(timed("none") / timed("bf16") for _ in range(repeats))
         return ratios[len(ratios) // 2]
     finally:
-        for holder, value in zip(holders, before):
-            holder.fp32_precision = value
+        saved.restore()
+
+
+def _tf32_peak_ratio() -> float | None:
+    limits = cached_limits("cuda")
+    tf32, fp32 = (limits.peak_flops_per_s("tf32"), limits.peak_flops_per_s("fp32")) if limits else (None, None)
+    return tf32 / fp32 if tf32 and fp32 else None
 
 
 def _probe(ctx: ProbeContext) -> Fp32MathFacts:
-    holders = _backends("cpu")
-    current = holders[0].fp32_precision if holders else "n/a"
+    current = switches.read_switches(("mkldnn.matmul",)).get("mkldnn.matmul", "n/a")
     measured = None
-    if ctx.device == "cpu" and holders and current == "none" and probe_env().cpu_bf16:
+    if ctx.device == "cpu" and current == "none" and _has_switches("cpu") and probe_env().cpu_bf16:
         measured = measure_bf32_speedup()
-    return Fp32MathFacts(cpu_precision=str(current), bf32_speedup=measured)
+    ratio = _tf32_peak_ratio() if ctx.device == "cuda" else None
+    return Fp32MathFacts(cpu_precision=str(current), bf32_speedup=measured, tf32_peak_ratio=ratio)
 
 
 def fp32_math_lower(facts: Facts, *, compute_pct: float = 50.0, bf32_min_speedup: float = 1.05) -> Finding | None:
@@ -229,25 +240,99 @@ def fp32_math_lower(facts: Facts, *, compute_pct: float = 50.0, bf32_min_speedup
     )
 
 
-def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
-    """bf16 math (TF32 on CUDA) in fp32 matmuls and convolutions, as a switch the doctor turns
-    on for a step and off again (each holder's own value put back); None where the device has
-    no such switch or the script already set one."""
-    mode = _DEVICE_MODE.get(ctx.device)
-    holders = _backends(ctx.device)
-    if mode is None or not holders:
+_TF32_ASSUMED = 2.0
+"""fp32 matmul kernels in TF32 over IEEE fp32 where the limits probe has not measured this
+GPU's peaks (assumed; ``torchboost probe`` measures them, and the doctor's quick probe times
+the step itself)."""
+_TF32_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+"""cuBLAS's fp32 matmuls: what ``torch.backends.cuda.matmul.fp32_precision`` switches."""
+_CONV_OPS = ("aten::convolution", "aten::_convolution", "aten::cudnn_convolution", "aten::convolution_backward")
+"""cuDNN's convolutions: what ``torch.backends.cudnn.conv.fp32_precision`` switches."""
+
+
+def _tf32_share(profile: ProfileFacts | None, ops: tuple[str, ...]) -> float | None:
+    """Share (0..1) of the profiled GPU op time (host time where no device time was recorded)
+    in ``ops``; None without a profile."""
+    rows = profile.top_ops if profile else []
+    key = "self_device_ms" if any(float(op.get("self_device_ms") or 0.0) > 0 for op in rows) else "self_cpu_ms"
+    total = sum(float(op.get(key) or 0.0) for op in rows)
+    if total <= 0:
         return None
-    before = [h.fp32_precision for h in holders]
-    if any(value != "none" for value in before):
-        return None  # the script chose its fp32 arithmetic itself
+    return sum(float(op.get(key) or 0.0) for op in rows if str(op.get("name", "")).startswith(ops)) / total
+
+
+def fp32_math_tf32(facts: Facts, *, compute_pct: float = 50.0, tf32_ops_pct: float = 10.0) -> Finding | None:
+    """A CUDA step on a GPU with TF32 (Ampere on) whose fp32 matmuls run without it: forward
+    and backward take at least ``compute_pct`` percent of the step, and the matmuls (with
+    the convolutions, where cuDNN's TF32 is off too) at least ``tf32_ops_pct`` percent of
+    the profiled GPU op time. Silent on a CPU, under autocast, and once TF32 is on."""
+    v, p = view(facts), facts.seen(PrecisionFacts)
+    if v.device != "cuda" or not facts.env.get("tf32") or p.tf32_matmul or reduced_precision(facts):
+        return None
+    f = v.compute_share
+    ops = _TF32_OPS + (() if p.tf32_cudnn else _CONV_OPS)
+    m = _tf32_share(facts.profile, ops)
+    if f * 100 < compute_pct or m is None or m * 100 < tf32_ops_pct:
+        return None
+    ratio = facts.seen(Fp32MathFacts).tf32_peak_ratio
+    s = ratio if ratio else _TF32_ASSUMED
+    how = (f"the TF32/fp32 matmul peak ratio the limits probe measured on this GPU" if ratio
+           else "assumed (the limits probe has not measured this GPU's TF32 peak: torchboost probe)")
+    speedup = amdahl(f * m, s)
+    what = "matmuls" if p.tf32_cudnn else "matmuls and convolutions"
+    return Finding(
+        id="fp32_math.tf32",
+        title=f"fp32 {what} run without TF32 ({m * 100:.0f}% of the GPU's op time); allow TF32",
+        evidence={"compute_pct": r(f * 100, 1), "device": "cuda", "tf32_matmul": "false",
+                  "tf32_cudnn": str(p.tf32_cudnn).lower(), "tf32_ops_pct": r(m * 100, 1),
+                  **({"tf32_peak_ratio": r(ratio)} if ratio else {})},
+        fix=Overlay.of(Fp32MathConfig, mode="tf32"),
+        expected_speedup=speedup,
+        dtype="tf32",
+        formula=f"1 / (1 - f m + f m / s) = {speedup:.3f}; f = {f:.3f} forward+backward share, m = {m:.2f} "
+                f"fp32 {what}' share of the profiled GPU op time, s = {s:.2f}: {how}",
+        notes=["The tensors stay fp32, but TF32 rounds matmul inputs to a 10-bit mantissa: torchboost tune keeps "
+               "it only if the loss trajectory stays within the reduced-precision tolerance."],
+    )
+
+
+def _cpu_switch(ctx: ProbeContext) -> QuickSwitch | None:
+    found = switches.read_switches(switches.CPU_SWITCHES)
+    if not found or any(value != "none" for value in found.values()):
+        return None  # no such switch, or the script chose its fp32 arithmetic itself
+    saved: list[switches.Saved] = []
 
     def off() -> None:
-        for holder, value in zip(holders, before):
-            holder.fp32_precision = value
+        while saved:
+            saved.pop().restore()
 
-    return QuickSwitch("fp32_math.bf16", f"{mode} math in fp32 matmuls",
-                       on=lambda: apply_fp32_math(mode, ctx.device), off=off,
-                       setting=Overlay.of(Fp32MathConfig, mode=mode).to_dict())
+    return QuickSwitch("fp32_math.bf16", "bf16 math in fp32 matmuls",
+                       on=lambda: saved.append(switches.set_switches(dict.fromkeys(found, "bf16"))), off=off,
+                       setting=Overlay.of(Fp32MathConfig, mode="bf16").to_dict())
+
+
+def _cuda_switch(ctx: ProbeContext) -> QuickSwitch | None:
+    if not probe_env().tf32 or switches.tf32_state().matmul:
+        return None  # no TF32 on this GPU, or the script allowed it itself
+    saved: list[switches.Saved] = []
+
+    def off() -> None:
+        while saved:
+            saved.pop().restore()
+
+    return QuickSwitch("fp32_math.tf32", "TF32 in fp32 matmuls and convolutions",
+                       on=lambda: saved.append(switches.set_tf32(True)), off=off,
+                       setting=Overlay.of(Fp32MathConfig, mode="tf32").to_dict())
+
+
+def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
+    """bf16 math in fp32 matmuls and convolutions on a CPU, TF32 on a CUDA GPU (Ampere on), as a
+    switch the doctor turns on for a step and off again (each switch's own value put back,
+    through :mod:`torchboost._fp32_precision`); None where the device has no such switch or
+    the script already set one."""
+    if ctx.device == "cpu":
+        return _cpu_switch(ctx)
+    return _cuda_switch(ctx) if ctx.device == "cuda" else None
 
 
 def _example() -> Facts:
@@ -255,6 +340,19 @@ def _example() -> Facts:
     steps = [StepRecord(i, 100.0, 5.0, 40.0, 40.0, 5.0) for i in range(10)]
     return Facts(env={"device": "cpu", "cpu_cores": 8, "cpu_bf16": True}, steps=steps,
                  techniques={"fp32_math": Fp32MathFacts(cpu_precision="none", bf32_speedup=2.0)})
+
+
+def _tf32_example() -> Facts:
+    """A CUDA step on an Ampere GPU, forward and backward 80% of it in fp32 with TF32 off, its
+    matmuls 75% of the GPU's op time, where the limits probe measured TF32 at 8x fp32."""
+    steps = [StepRecord(i, 100.0, 5.0, 40.0, 40.0, 5.0) for i in range(10)]
+    ops = [{"name": "aten::mm", "self_cpu_ms": 2.0, "self_device_ms": 60.0, "calls": 6},
+           {"name": "aten::add_", "self_cpu_ms": 1.0, "self_device_ms": 20.0, "calls": 12}]
+    return Facts(env={"device": "cuda", "tf32": True, "cuda_bf16": True}, steps=steps,
+                 model=ModelFacts(class_name="MLP", param_dtypes=["float32"], device="cuda:0"),
+                 profile=ProfileFacts(steps=1, top_ops=ops),
+                 techniques={"precision": PrecisionFacts(tf32_matmul=False),
+                             "fp32_math": Fp32MathFacts(tf32_peak_ratio=8.0)})
 
 
 TECHNIQUE = Technique(
@@ -268,10 +366,13 @@ TECHNIQUE = Technique(
     apply=_apply,
     nocode=NoCode(at_start=_nocode_start),
     levers=(Lever("fp32_math", "bf16 math in fp32 matmuls (fp32_math)", Parity.REDUCED, _propose,
-                  ("fp32_math.bf16",), priority=35, hopeless=_hopeless, probed_by="fp32_math.bf16"),),
+                  ("fp32_math.bf16",), priority=35, hopeless=_hopeless, probed_by="fp32_math.bf16"),
+            Lever("tf32", "TF32 in fp32 matmuls and convolutions", Parity.REDUCED, _propose_tf32,
+                  ("fp32_math.tf32",), priority=40, probed_by="fp32_math.tf32"),),
     spell=_spell,
     facts=Fp32MathFacts,
     probe=_probe,
-    rules=(Rule("fp32_math.bf16", fp32_math_lower, example=_example),),
+    rules=(Rule("fp32_math.bf16", fp32_math_lower, example=_example),
+           Rule("fp32_math.tf32", fp32_math_tf32, example=_tf32_example)),
     quick_probe=quick_switch,
 )

@@ -78,9 +78,22 @@ def _is_compiled(module: torch.nn.Module) -> bool:
     return optimized is not None and isinstance(module, optimized)
 
 
-def probe_techniques(ctx: ProbeContext) -> dict[str, Any]:
-    """Each technique's own facts, read by its probe from the live objects, by technique name."""
-    return {t.name: t.probe(ctx) for t in techniques() if t.probe is not None}
+def probe_techniques(ctx: ProbeContext, errors: list[str] | None = None) -> dict[str, Any]:
+    """Each technique's own facts, read by its probe from the live objects, by technique name.
+
+    With ``errors``, a probe that raises is left out (its technique then reads as nothing
+    seen) and why is appended there, the other techniques' facts kept; without, it raises."""
+    found: dict[str, Any] = {}
+    for technique in techniques():
+        if technique.probe is None:
+            continue
+        try:
+            found[technique.name] = technique.probe(ctx)
+        except Exception as exc:  # noqa: BLE001 - one technique's probe never empties the others' facts
+            if errors is None:
+                raise
+            errors.append(f"probe of {technique.name}: {type(exc).__name__}: {exc}")
+    return found
 
 
 def observe_techniques(since: float) -> dict[str, Any]:

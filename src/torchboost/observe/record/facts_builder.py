@@ -138,7 +138,7 @@ def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tupl
         live = seen.primary_optimizer()
         if live is not None:
             optimizer = describe.describe_optimizer(live, device)
-        by_technique = describe.probe_techniques(probe_context(parts, device))
+        by_technique = describe.probe_techniques(probe_context(parts, device), parts.errors)
     except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
         parts.errors.append(f"build_facts: {type(exc).__name__}: {exc}")
     return model, optimizer, by_technique

@@ -5,7 +5,8 @@ Four concrete modes, each a small policy object in
 
 * ``fp32``: plain PyTorch; touches nothing.
 * ``tf32``: fp32 tensors, but CUDA matmuls and convolutions use TF32 tensor cores
-  (``torch.set_float32_matmul_precision("high")`` and ``cudnn.allow_tf32``).
+  (``torch.backends.cuda.matmul.fp32_precision = "tf32"`` and cuDNN's likewise; the
+  ``allow_tf32`` flags on a torch before 2.9).
 * ``bf16``: autocast to bfloat16. bf16 has fp32's exponent range, so it never needs a
   loss scaler and never owns one.
 * ``fp16``: autocast to float16 plus a :class:`torch.amp.GradScaler`; a step whose
@@ -264,12 +265,6 @@ def _propose_precision(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(PrecisionConfig, mode="bf16")]
 
 
-def _propose_tf32(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    if not ctx.tf32 or incumbent.section(PrecisionConfig):
-        return []
-    return [Overlay.of(PrecisionConfig, mode="tf32")]
-
-
 HOPELESS_CPU_BF16_SPEEDUP = 0.5
 """A CPU whose bf16 matmul the probe measured below this fraction of fp32's speed is not
 worth a bf16 trial: nothing around the matmuls can make up for it."""
@@ -324,8 +319,7 @@ TECHNIQUE = Technique(
         Lever("precision", "lower precision (autocast)", Parity.REDUCED, _propose_precision,
               ("precision.lower", "precision.slower_on_cpu"), priority=30, subject=_subject, hopeless=_hopeless,
               probed_by="precision.lower", retry_after=("compile",)),
-        Lever("tf32", "TF32 matmuls", Parity.REDUCED, _propose_tf32, ("precision.lower",), priority=40,
-              subject=_subject),
+        # TF32 is tuned as fp32_math's "tf32" lever: its finding and quick switch are there.
     ),
     spell=_spell,
     facts=PrecisionFacts,

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
-
+from torchboost import _fp32_precision
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
@@ -36,15 +35,21 @@ class PrecisionFacts:
     grad_scaler: bool = False
     """A GradScaler drove the optimizer step."""
     tf32_matmul: bool = False
-    """torch.backends.cuda.matmul.allow_tf32 or float32 matmul precision below "highest"."""
+    """cuBLAS may run fp32 matmuls in TF32 (``torch.backends.cuda.matmul.fp32_precision`` is
+    "tf32"; on a torch before 2.9, the float32 matmul precision below "highest")."""
+    tf32_cudnn: bool = True
+    """cuDNN may run fp32 convolutions in TF32 (``torch.backends.cudnn.conv.fp32_precision``
+    is "tf32"; before 2.9 ``torch.backends.cudnn.allow_tf32``): torch's default, so facts
+    written before this field was read say True."""
 
 
 def probe_precision(ctx: ProbeContext) -> PrecisionFacts:
-    """What the forward hooks saw of autocast and the scaler, with torch's TF32 switches."""
-    matmul = torch.backends.cuda.matmul
-    tf32 = bool(getattr(matmul, "allow_tf32", False)) or torch.get_float32_matmul_precision() != "highest"
+    """What the forward hooks saw of autocast and the scaler, with torch's TF32 switches
+    (read through :mod:`torchboost._fp32_precision`: never raises, whichever API the script
+    set them with)."""
+    tf32 = _fp32_precision.tf32_state()
     return PrecisionFacts(autocast=ctx.autocast_dtype is not None, autocast_dtype=ctx.autocast_dtype,
-                          grad_scaler=ctx.grad_scaler, tf32_matmul=tf32)
+                          grad_scaler=ctx.grad_scaler, tf32_matmul=tf32.matmul, tf32_cudnn=tf32.cudnn)
 
 
 def tune_context(facts: Facts) -> dict[str, Any]:

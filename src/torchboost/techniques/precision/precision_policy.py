@@ -2,7 +2,8 @@
 
 * ``fp32``: plain PyTorch; touches nothing.
 * ``tf32``: fp32 tensors, but CUDA matmuls and convolutions use TF32 tensor cores
-  (``torch.set_float32_matmul_precision("high")`` and ``cudnn.allow_tf32``).
+  (``torch.backends.cuda.matmul.fp32_precision = "tf32"`` and cuDNN's likewise; the
+  ``allow_tf32`` flags on a torch before 2.9).
 * ``bf16``: autocast to bfloat16. bf16 has fp32's exponent range, so it never needs a
   loss scaler and never owns one.
 * ``fp16``: autocast to float16 plus a :class:`torch.amp.GradScaler`; a step whose
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from torchboost import _fp32_precision
 from torchboost.config import ConfigError
 from torchboost.step import scaled_step
 
@@ -121,21 +123,20 @@ class Tf32Precision(Precision):
 
     def __init__(self, device_type: str) -> None:
         super().__init__(device_type)
-        self._saved: tuple[str, bool] | None = None
+        self._saved: _fp32_precision.Saved | None = None
 
     def setup(self) -> None:
-        """Switch matmul precision to "high" and allow TF32 in cuDNN (remembered for
-        :meth:`teardown`)."""
+        """Allow TF32 in cuBLAS matmuls and cuDNN convolutions (and RNNs), through the
+        per-library switches where torch has them (:mod:`torchboost._fp32_precision`); what
+        was there is remembered for :meth:`teardown`."""
+        saved = _fp32_precision.set_tf32(True)
         if self._saved is None:
-            self._saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.allow_tf32 = True
+            self._saved = saved
 
     def teardown(self) -> None:
-        """Put back the matmul precision and cuDNN setting found by :meth:`setup`."""
+        """Put back exactly the switches found by the first :meth:`setup`."""
         if self._saved is not None:
-            torch.set_float32_matmul_precision(self._saved[0])
-            torch.backends.cudnn.allow_tf32 = self._saved[1]
+            self._saved.restore()
             self._saved = None
 
 
