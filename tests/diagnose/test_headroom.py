@@ -129,3 +129,95 @@ def test_twin_without_a_bf16_peak_a_bf16_finding_is_capped_as_before():
     h = headroom_of(_facts(flops=4e9), FP32_ONLY)
     capped, = cap_findings([_finding(1.9, dtype="bf16")], h)
     assert capped.expected_speedup == pytest.approx(1.25) and "measured fp32 matmul peak" in capped.notes[-1]
+
+
+# -- a GPU's fp32 convolutions run in TF32 where cuDNN allows it (torch's default) ---------------
+
+GPU = MachineLimits(key="k", device="cuda", name="Example GPU", threads=8,
+                    matmul=[MatmulRate("fp32", 4096, 2.0e13), MatmulRate("tf32", 4096, 1.6e14),
+                            MatmulRate("bf16", 4096, 3.2e14)])
+
+
+def _conv_net(*, tf32_cudnn: bool = True, tf32_matmul: bool = False, mm: float = 0.0) -> Facts:
+    """A conv net on a (fake) CUDA GPU: 4e12 FLOPs of convolutions a 100 ms step (40 TFLOP/s:
+    twice the fp32 peak, a quarter of TF32's), plus ``mm`` FLOPs of fp32 matmuls."""
+    steps = [StepRecord(i, 100.0, 0.0, 30.0, 60.0, 5.0) for i in range(5)]
+    by_op = {"aten.convolution": 1.4e12, "aten.convolution_backward": 2.6e12, **({"aten.mm": mm} if mm else {})}
+    return Facts(steps=steps, flops_per_step=4e12 + mm, flops_by_op=by_op,
+                 model=ModelFacts(param_dtypes=["float32"], device="cuda:0", has_conv2d=True),
+                 techniques={"precision": PrecisionFacts(tf32_matmul=tf32_matmul, tf32_cudnn=tf32_cudnn)})
+
+
+def test_a_conv_net_whose_cudnn_allows_tf32_is_held_against_the_tf32_peak():
+    h = headroom_of(_conv_net(), GPU)
+    assert (h.dtype, h.peak_flops_per_s) == ("tf32", 1.6e14) and h.mfu_pct == pytest.approx(25.0)
+    assert h.best_speedup == pytest.approx(4.0) and h.notes == ()
+
+
+def test_twin_held_against_the_fp32_peak_it_reads_over_100_percent():
+    h = headroom_of(_conv_net(tf32_cudnn=False), GPU)  # as every conv net was held before
+    assert (h.dtype, h.mfu_pct) == ("fp32", pytest.approx(200.0)) and h.best_speedup == 1.0
+
+
+def test_convolutions_in_tf32_beside_fp32_matmuls_are_each_held_against_their_own_peak():
+    # 4e12 FLOPs of convolutions at 1.6e14 (25 ms) and 1e12 of matmuls at 2e13 (50 ms): 5e12 in 75 ms
+    h = headroom_of(_conv_net(mm=1e12), GPU)
+    assert h.dtype == "tf32" and h.peak_flops_per_s == pytest.approx(5e12 / 0.075)
+    assert h.mfu_pct == pytest.approx(100.0 * 5e13 / (5e12 / 0.075))
+    assert h.notes == ("the matmuls (20% of the FLOPs) are held against the fp32 peak (TF32 is off for them), "
+                       "the rest against the tf32 peak",)
+    moved, = cap_findings([_finding(9.0, dtype="tf32")], h)  # TF32 in the matmuls too: the TF32 peak's cap
+    assert moved.expected_speedup == pytest.approx(1.6e14 / 5e13)
+
+
+def test_on_the_roofline_each_op_has_its_own_dtype_s_roof():
+    facts = _conv_net(mm=1e12)
+    facts.profile = ProfileFacts(steps=1, top_ops=[
+        {"name": name, "self_cpu_ms": 1.0, "self_device_ms": ms, "calls": 1}
+        for name, ms in (("aten::convolution", 20.0), ("aten::convolution_backward", 40.0), ("aten::mm", 30.0))])
+    roofs = {r.name: r.roof_flops_per_s for r in headroom_of(facts, GPU).ops}
+    assert roofs == {"aten::convolution": 1.6e14, "aten::convolution_backward": 1.6e14, "aten::mm": 2.0e13}
+
+
+def test_with_cublas_s_tf32_on_too_every_op_is_held_against_the_tf32_peak():
+    h = headroom_of(_conv_net(mm=1e12, tf32_matmul=True), GPU)
+    assert (h.dtype, h.peak_flops_per_s, h.notes) == ("tf32", 1.6e14, ())
+
+
+def test_twin_a_cpu_conv_net_is_held_against_the_fp32_peak_whatever_cudnn_says():
+    facts = _conv_net()
+    facts.model.device = "cpu"
+    assert step_dtype(facts) == "fp32"
+
+
+@pytest.mark.gpu
+def test_gpu_a_tiny_cuda_conv_net_counted_and_probed_for_real_is_held_against_the_tf32_peak():
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from torchboost.techniques.precision.precision_diagnosis import probe_precision
+    from torchboost.techniques.registry import ProbeContext
+
+    if torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("this GPU has no TF32 (before Ampere)")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
+                              torch.nn.Flatten(), torch.nn.Linear(16 * 12 * 12, 10)).cuda()
+    from torchboost import _fp32_precision
+
+    saved = [_fp32_precision.set_tf32(True, matmul=False), _fp32_precision.set_tf32(False, cudnn=False)]
+    try:  # torch's defaults, whatever ran before: cuDNN's TF32 on, cuBLAS's off
+        with FlopCounterMode(display=False) as counter:
+            net(torch.randn(8, 3, 16, 16, device="cuda")).sum().backward()
+        seen = probe_precision(ProbeContext(model=net, optimizer=None, loader=None, device="cuda"))
+    finally:
+        for one in reversed(saved):
+            one.restore()
+    by_op = {str(op): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
+    steps = [StepRecord(i, 10.0, 0.0, 3.0, 6.0, 1.0) for i in range(5)]
+    facts = Facts(steps=steps, flops_per_step=int(counter.get_total_flops()), flops_by_op=by_op,
+                  model=ModelFacts(param_dtypes=["float32"], device="cuda:0", has_conv2d=True),
+                  techniques={"precision": seen})
+    assert {"aten.convolution", "aten.convolution_backward"} <= set(by_op)  # the names the roof reads
+    assert seen.tf32_cudnn and not seen.tf32_matmul  # read back from the real switches
+    h = headroom_of(facts, GPU)
+    assert h.dtype == "tf32" and "matmuls" in h.notes[0] and "against the fp32 peak" in h.notes[0]

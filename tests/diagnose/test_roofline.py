@@ -51,3 +51,12 @@ def test_without_a_profile_or_any_count_there_is_no_roofline():
     assert op_roofs(Facts(), PEAK, BANDWIDTH) == ()
     no_counts = Facts(profile=_facts().profile)
     assert op_roofs(no_counts, PEAK, BANDWIDTH) == ()
+
+
+def test_an_op_with_a_peak_of_its_own_is_held_against_it():
+    """``aten::mm`` held against a peak 4x the step's (an fp32 step's convolutions in TF32
+    are held so): 50 GFLOP/s against 400 reads 12.5%; the others keep the step's peak."""
+    roofs = {r.name: r for r in op_roofs(_facts(), PEAK, BANDWIDTH, {"aten.mm": 4 * PEAK})}
+    assert roofs["aten::mm"].roof_flops_per_s == pytest.approx(4 * PEAK)
+    assert roofs["aten::mm"].pct_of_roof == pytest.approx(12.5)
+    assert roofs["aten::bmm"].pct_of_roof == pytest.approx(50.0)  # memory-bound, as before

@@ -6,8 +6,13 @@ the probe's :class:`~torchboost.limits.MachineLimits` and returns a :class:`Head
 
     achieved_flops_per_s = flops_per_step / median step time
     mfu_pct              = 100 x achieved / peak (the probe's, for the step's dtype:
-                           autocast's or the parameters' bf16/fp16, tf32 when allowed on
-                           a GPU, else fp32; fp32's when that dtype was not measured)
+                           autocast's or the parameters' bf16/fp16, else on a GPU tf32
+                           for the kind of op torch lets use it: convolutions when cuDNN's
+                           TF32 is on (torch's default), matmuls when cuBLAS's is; else
+                           fp32; fp32's when that dtype was not measured. Where an fp32
+                           step's convolutions and matmuls differ, each op's FLOPs are
+                           held against its own dtype's peak: peak = FLOPs / sum(FLOPs_op
+                           / peak_op), and a note says so)
     best_speedup         = 100 / mfu_pct: the step's FLOPs at the peak, the most any
                            setting can give in the step's dtype (1.0 when the step already
                            runs at the peak)
@@ -68,7 +73,9 @@ class Headroom:
     achieved_flops_per_s: float | None
     """FLOPs per step over the median step time."""
     peak_flops_per_s: float | None
-    """The probe's matmul peak for ``dtype``."""
+    """The probe's matmul peak for ``dtype``; where an fp32 step's convolutions and matmuls
+    run in different dtypes (cuDNN's TF32 on, cuBLAS's off), each op's FLOPs at its own
+    dtype's peak (the step's FLOPs over the time they take at those peaks)."""
     dtype: str
     """The dtype the step's matmuls run in, as the probe names it ("fp32", "bf16"...)."""
     mfu_pct: float | None
@@ -92,7 +99,7 @@ class Headroom:
     def best_speedup_in(self, dtype: str) -> float | None:
         """The most a change that moves the step's matmuls to ``dtype`` can give: the step's
         FLOPs at that dtype's peak (the step's own cap where ``dtype`` was not measured)."""
-        peak = self.peak_of(dtype) if dtype and dtype != self.dtype else None
+        peak = self.peak_of(dtype) if dtype else None
         if peak is None or not self.achieved_flops_per_s:
             return self.best_speedup
         return max(1.0, peak / self.achieved_flops_per_s)
@@ -130,9 +137,37 @@ class Headroom:
         return {**dataclasses.asdict(self), "notes": list(self.notes), "line": self.line}
 
 
+def _is_conv(op: str) -> bool:
+    """A convolution among the FLOP count's ops ("aten.convolution", its backward)."""
+    return "convolution" in op
+
+
+def fp32_kinds(facts: Facts) -> dict[str, str]:
+    """The dtype whose peak holds each kind of op of an fp32 step: {"matmul": ..., "conv": ...}.
+    On CUDA, "tf32" where torch allows TF32 for that kind (cuBLAS's matmul switch; cuDNN's
+    convolution switch, on by default), else "fp32"; on any other device "fp32" for both."""
+    precision = facts.precision
+    cuda = bool(facts.model and facts.model.device.startswith("cuda"))
+    return {"matmul": "tf32" if cuda and precision.tf32_matmul else "fp32",
+            "conv": "tf32" if cuda and precision.tf32_cudnn else "fp32"}
+
+
+def _by_op(facts: Facts) -> dict[str, int]:
+    """The FLOP count's ops that carried FLOPs."""
+    return {op: flops for op, flops in facts.flops_by_op.items() if flops}
+
+
+def _conv_flop_share(facts: Facts) -> float:
+    """Share (0..1) of the step's counted FLOPs in convolutions; 0 without a count by op."""
+    by_op = _by_op(facts)
+    total = facts.flops_per_step or sum(by_op.values())
+    return sum(flops for op, flops in by_op.items() if _is_conv(op)) / total if total else 0.0
+
+
 def step_dtype(facts: Facts) -> str:
-    """The dtype the step's matmuls run in: autocast's, else the parameters' reduced one,
-    else tf32 where a GPU allows it, else fp32."""
+    """The dtype the step's FLOPs run in: autocast's, else the parameters' reduced one, else,
+    in fp32, the dtype of the kind of op that carries most of them (:func:`fp32_kinds`:
+    tf32 for a conv net on a GPU whose cuDNN allows it, for matmuls where cuBLAS does)."""
     precision = facts.precision
     if precision.autocast_dtype in _DTYPES:
         return _DTYPES[precision.autocast_dtype]
@@ -140,8 +175,40 @@ def step_dtype(facts: Facts) -> str:
     reduced = [_DTYPES[d] for d in params if d in _DTYPES]
     if reduced and len(reduced) == len(params):
         return reduced[0]
-    cuda = bool(facts.model and facts.model.device.startswith("cuda"))
-    return "tf32" if cuda and precision.tf32_matmul else "fp32"
+    kinds = fp32_kinds(facts)
+    return kinds["conv"] if _conv_flop_share(facts) > 0.5 else kinds["matmul"]
+
+
+def _op_peaks(facts: Facts, limits: MachineLimits, dtype: str) -> tuple[dict[str, float], str | None]:
+    """The peak of each counted op whose kind runs in another dtype than the step's (an fp32
+    step's convolutions in TF32 beside matmuls in fp32, or the reverse), by op, and the
+    note that says so; ({}, None) when every op runs in ``dtype``."""
+    if dtype not in ("fp32", "tf32"):
+        return {}, None
+    kinds, by_op = fp32_kinds(facts), _by_op(facts)
+    peaks = {op: limits.peak_flops_per_s(kinds["conv" if _is_conv(op) else "matmul"]) for op in by_op}
+    other = {op: p for op, p in peaks.items() if p and kinds["conv" if _is_conv(op) else "matmul"] != dtype}
+    if not other:
+        return {}, None
+    conv = _is_conv(next(iter(other)))
+    kind = "convolutions" if conv else "matmuls"
+    held = kinds["conv" if conv else "matmul"]
+    why = "cuDNN allows TF32 in fp32 convolutions" if held == "tf32" and conv else (
+        "cuBLAS allows TF32 in fp32 matmuls" if held == "tf32" else "TF32 is off for them")
+    share = sum(by_op[op] for op in other) / max(1, facts.flops_per_step or sum(by_op.values()))
+    return other, (f"the {kind} ({100 * share:.0f}% of the FLOPs) are held against the {held} peak ({why}), "
+                   f"the rest against the {dtype} peak")
+
+
+def _blended_peak(facts: Facts, peak: float | None, op_peaks: dict[str, float]) -> float | None:
+    """The step's peak with each op at its own (``op_peaks``; ``peak`` for the rest, the ops
+    outside the count's few included): its FLOPs over the time they take at those peaks."""
+    flops = facts.flops_per_step
+    if not op_peaks or not flops or not peak:
+        return peak
+    by_op = _by_op(facts)
+    seconds = sum(f / op_peaks.get(op, peak) for op, f in by_op.items()) + max(0, flops - sum(by_op.values())) / peak
+    return flops / seconds if seconds > 0 else peak
 
 
 def _matmul_time_pct(facts: Facts) -> float | None:
@@ -186,6 +253,9 @@ def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) ->
         notes.append(f"the probe measured no {dtype} peak here ({dtype} does not run natively); "
                      "the fp32 peak is used")
         peak = limits.peak_flops_per_s("fp32")
+    op_peaks, held = _op_peaks(facts, limits, dtype)
+    notes += [held] if held else []
+    roof_peak, peak = peak, _blended_peak(facts, peak, op_peaks)
     median = summary.step_time_ms["median"]
     flops = facts.flops_per_step
     achieved = flops / (median / 1000.0) if flops and median else None
@@ -202,7 +272,7 @@ def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) ->
     return Headroom(flops_per_step=flops, achieved_flops_per_s=achieved, peak_flops_per_s=peak, dtype=dtype,
                     mfu_pct=mfu, bound=bound, why=why, best_speedup=max(1.0, 100.0 / mfu) if mfu else None,
                     machine=machine, notes=tuple(notes),
-                    ops=op_roofs(facts, peak, limits.bandwidth_bytes_per_s or None))
+                    ops=op_roofs(facts, roof_peak, limits.bandwidth_bytes_per_s or None, op_peaks))
 
 
 def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Finding]:

@@ -7,8 +7,9 @@ counted step gave it (:mod:`torchboost.observe.flop_count`, :mod:`torchboost.obs
     roof      = min(peak, intensity x bandwidth)     (FLOP/s the machine allows at that intensity)
     achieved  = FLOPs / time,  share = achieved / roof
 
-``peak`` is the probe's matmul peak for the step's dtype and ``bandwidth`` its triad
-bandwidth (:mod:`torchboost.limits`). The op is memory-bound when ``intensity x bandwidth``
+``peak`` is the probe's matmul peak for the op's dtype (the step's; on a GPU an fp32 step's
+convolutions run in TF32 where cuDNN allows it, its matmuls where cuBLAS does) and
+``bandwidth`` its triad bandwidth (:mod:`torchboost.limits`). The op is memory-bound when ``intensity x bandwidth``
 is below the peak (the ridge point is ``peak / bandwidth``), else compute-bound. An op that
 carries no FLOPs (elementwise, norms, copies) has no place on the FLOP roofline; its bytes
 per second against the bandwidth is its share. The bytes are what the op must read and
@@ -19,7 +20,7 @@ share is then over 100%, and says the op's data fits in the caches.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from torchboost.evidence.observed import Facts
 
@@ -77,9 +78,13 @@ def _roof(name: str, ms: float, flops: int | None, moved: int | None, peak: floa
                   pct_of_roof=pct, bound=bound)
 
 
-def op_roofs(facts: Facts, peak: float | None, bandwidth: float | None) -> tuple[OpRoof, ...]:
+def op_roofs(facts: Facts, peak: float | None, bandwidth: float | None,
+             peaks: Mapping[str, float] | None = None) -> tuple[OpRoof, ...]:
     """The profiler's top operators of ``facts`` (by time per step) against their roofs;
-    () without a profile, or when neither FLOPs nor bytes were counted."""
+    () without a profile, or when neither FLOPs nor bytes were counted. ``peaks``: the peak of
+    an op whose kind runs in another dtype than the step's (an fp32 step's convolutions in
+    TF32), by the FLOP count's op name ("aten.convolution"); ``peak`` for the others."""
+    peaks = peaks or {}
     ops = facts.profile.top_ops if facts.profile else []
     if not ops or not (facts.flops_by_op or facts.bytes_by_op):
         return ()
@@ -89,6 +94,6 @@ def op_roofs(facts: Facts, peak: float | None, bandwidth: float | None) -> tuple
         ms = max(op["self_cpu_ms"], op["self_device_ms"]) / steps
         key = op["name"].replace("::", ".")
         if ms > 0:
-            roofs.append(_roof(op["name"], ms, facts.flops_by_op.get(key), facts.bytes_by_op.get(key), peak,
-                               bandwidth))
+            roofs.append(_roof(op["name"], ms, facts.flops_by_op.get(key), facts.bytes_by_op.get(key),
+                               peaks.get(key, peak), bandwidth))
     return tuple(roofs)
