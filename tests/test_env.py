@@ -42,3 +42,13 @@ def test_the_snapshot_says_rank_and_sizes():
     alone = dataclasses.replace(probe(), dist_env={})
     assert (alone.rank, alone.local_rank, alone.world_size, alone.local_world_size, alone.distributed) == (
         0, 0, 1, 1, False)
+
+
+def test_a_load_meter_s_share_is_never_over_the_whole_machine(monkeypatch):
+    # Coarse machine counters over a short span can read more busy time than the span holds.
+    from torchboost import env as env_module
+    readings = iter([10.0, 10.0 + 50.0 * (env_module.psutil.cpu_count() or 1)])
+    monkeypatch.setattr(env_module, "_busy_s", lambda: next(readings))
+    meter = env_module.LoadMeter(own=lambda: 0.0)
+    meter.start()
+    assert meter.stop() == 100.0

@@ -318,7 +318,10 @@ class LoadMeter:
         wall, busy, own = (time.monotonic(), _busy_s(), self._own())
         span = (wall - self._start[0]) * (psutil.cpu_count() or 1)
         others = (busy - self._start[1]) - (own - self._start[2])
-        self.pct = max(0.0, 100.0 * others / span) if span > 0 else 0.0
+        # The machine's counters tick in hundredths of a second and this process's at another
+        # pace: over a short span their difference can pass the whole machine. A share of it
+        # is at most all of it.
+        self.pct = min(100.0, max(0.0, 100.0 * others / span)) if span > 0 else 0.0
         self.measured = True
         return self.pct
 
