@@ -19,10 +19,12 @@ torch.manual_seed(0)
 # One thread and a plain SGD: on a machine shared with other processes the doctor's ranking
 # then rests on this script's leftover alone, not on the cores the others leave it.
 torch.set_num_threads(1)
-model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                      nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+layers = [nn.Linear(64, 256), nn.ReLU()]
+for _ in range(7):
+    layers += [nn.Linear(256, 256), nn.ReLU()]
+model = nn.Sequential(*layers, nn.Linear(256, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
 for step in range(1, args.steps + 1):
     if step == 3:
         print(f"anomaly detection at step 3: {torch.is_anomaly_enabled()}", flush=True)
