@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from torchboost.diagnose.headroom import cap_findings
@@ -119,3 +120,21 @@ def test_twin_pairs_that_agree_slower_rank_it_last():
                              switched_ms=[130.0, 150.0, 100.0], warmup_ms=1.0)
     out = ranked(with_measured(FINDINGS, Facts(quick_probes=[slower])))
     assert out[-1].id == "precision.lower" and out[-1].measured.agree and out[-1].measured.hopeless
+
+
+def test_a_finding_with_no_figure_of_its_own_is_said_not_estimated_beside_its_measurement():
+    facts = Facts(quick_probes=[_probe("debug.anomaly", 100.0, 40.0)])
+    [top] = with_measured([_finding("debug.anomaly", 1.0)], facts)
+    assert top.notes == ["measured over 6 steps: x2.50 (debug.anomaly on against plain steps, interleaved; "
+                         "not estimated); ranked by the measurement"]
+    entry = {"expected_speedup": 1.0, "measured": dataclasses.asdict(top.measured)}
+    assert fmt.gain(entry) == "measured x2.50, not estimated"
+    assert fmt.gain({"expected_speedup": 1.0}) == "not estimated" and fmt.expected(1.0) == "not estimated"
+
+
+def test_twin_an_estimated_finding_keeps_its_figure_beside_its_measurement():
+    facts = Facts(quick_probes=[_probe("fp32_math.bf16", 100.0, 40.0)])
+    [top] = with_measured([_finding("fp32_math.bf16", 1.1)], facts)
+    assert "estimated x1.10); ranked by the measurement" in top.notes[0]
+    entry = {"expected_speedup": 1.1, "measured": dataclasses.asdict(top.measured)}
+    assert fmt.gain(entry) == "x1.10 est., measured x2.50" and fmt.expected(1.1) == "x1.10"

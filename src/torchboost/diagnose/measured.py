@@ -19,14 +19,17 @@ __all__ = ["with_measured", "ranked"]
 
 
 def _measured_note(measured: Measured, estimate: float) -> str:
+    # 1.0 is no estimate: the finding has no figure of its own (no rule fires for no gain).
+    guessed = estimate != 1.0
     if not measured.agree:
         return (f"{measured.words()} ({measured.label} against plain steps, interleaved; another process "
-                f"slowed some steps many times over); ranked by its estimate, x{estimate:.2f}")
+                f"slowed some steps many times over); " +
+                (f"ranked by its estimate, x{estimate:.2f}" if guessed else "not estimated: ranked as no gain"))
     if measured.hopeless:
         return (f"{measured.words()} ({measured.label} against plain steps, interleaved): slower than the "
-                f"script as it is, where x{estimate:.2f} was estimated; ranked last")
-    return (f"{measured.words()} ({measured.label} against plain steps, interleaved; estimated "
-            f"x{estimate:.2f}); ranked by the measurement")
+                f"script as it is{f', where x{estimate:.2f} was estimated' if guessed else ''}; ranked last")
+    return (f"{measured.words()} ({measured.label} against plain steps, interleaved; "
+            f"{f'estimated x{estimate:.2f}' if guessed else 'not estimated'}); ranked by the measurement")
 
 
 def with_measured(findings: list[Finding], facts: Facts) -> list[Finding]:

@@ -27,16 +27,32 @@ def speedup(value: float) -> str:
     return f"x{value:.2f}"
 
 
+def estimated(expected_speedup: float) -> bool:
+    """Whether a finding's ``expected_speedup`` is an estimate: 1.0 is what a finding with no
+    defensible figure carries (a debugger attached, dev mode on); no rule fires for no gain."""
+    return expected_speedup != 1.0
+
+
+def expected(value: float) -> str:
+    """"x1.25", or "not estimated" (see :func:`estimated`)."""
+    return speedup(value) if estimated(value) else "not estimated"
+
+
 def gain(finding: Mapping[str, Any]) -> str:
     """A report finding's expected gain: its quick probe's measurement beside the estimate
     where it has one ("x1.25 est., measured x2.30"), else the estimate labelled rough ("x1.25
     rough est.": estimates from the profile and the machine probe land anywhere from a third
-    to twice the measured ratio, see benchmarks/RESULTS.md), or "fix first" for a blocking
-    one (a NaN loss)."""
+    to twice the measured ratio, see benchmarks/RESULTS.md), "not estimated" (or "measured x2.30,
+    not estimated") for one with no figure of its own, or "fix first" for a blocking one (a
+    NaN loss)."""
     if finding.get("blocking"):
         return "fix first"
-    estimate = speedup(finding["expected_speedup"])
     measured = finding.get("measured")
+    if not estimated(finding["expected_speedup"]):
+        if measured and not _disagree(measured):
+            return f"measured {speedup(measured['ratio'])}, not estimated"
+        return "not estimated" + (", pairs disagreed" if measured else "")
+    estimate = speedup(finding["expected_speedup"])
     if measured and _disagree(measured):
         return f"{estimate} rough est., pairs disagreed"
     return f"{estimate} est., measured {speedup(measured['ratio'])}" if measured else f"{estimate} rough est."

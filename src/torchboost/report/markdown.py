@@ -31,7 +31,7 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
         f"### {rank}. `{f['id']}`: {_cell(f['title'])}",
         "",
         ("**Fix this first**: the run is wrong before it is slow." if f.get("blocking") else
-         f"Expected speedup **{fmt.speedup(f['expected_speedup'])}** per {f.get('unit', 'step')} "
+         f"Expected speedup **{fmt.expected(f['expected_speedup'])}** per {f.get('unit', 'step')} "
          f"({f['severity']})." + (f" {fmt.measured(f).capitalize()}." if fmt.measured(f) else "")),
         "",
         "| evidence | value |",

@@ -22,7 +22,7 @@ from torchboost.techniques.debug.debug_settings import DebugConfig
 __all__ = ["anomaly_on", "cpp_stacktraces_on", "deterministic_on", "dev_mode_on", "launch_blocking_on", "profiler_on",
            "torch_logs_on", "tracer_on", "EXAMPLES"]
 
-_NOT_ESTIMATED = "none: not estimated"
+_NOT_ESTIMATED = "not estimated"
 
 
 def _where(seen: DebugFacts, name: str, default: str, flag: str = "debug") -> tuple[str, str]:
