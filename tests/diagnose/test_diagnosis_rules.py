@@ -254,6 +254,23 @@ def test_fused_optimizer_not_when_fused_unsupported_or_small():
     assert R.optimizer_fused(small) is None
 
 
+def test_fused_optimizer_under_its_share_fires_when_its_quick_switch_measured_it_faster():
+    """A busy machine can shrink the optimizer's share under the threshold while the fused
+    step measured faster in every pair: the measurement keeps the finding. Twins: pairs on
+    both sides of 1, or a probe that failed, leave it silent."""
+    from torchboost.evidence.quick_probe import QuickProbeFacts
+
+    small = with_(make_facts(optimizer=2.0, other=8.0), optimizer={"fused": None})
+
+    def probed(plain, switched, error=None):
+        return with_(small, quick_probes=[QuickProbeFacts("optimizer.fused", "fused Adam", plain, switched, error=error)])
+
+    f = check_finding(R.optimizer_fused(probed([10.0, 11.0, 10.5], [8.0, 9.0, 8.5])), "optimizer.fused")
+    assert f.evidence["optimizer_pct"] == pytest.approx(2.0)
+    assert R.optimizer_fused(probed([10.0, 11.0, 10.5], [8.0, 12.0, 8.5])) is None  # one pair slower
+    assert R.optimizer_fused(probed([], [], error="was not run")) is None
+
+
 # memory.headroom ------------------------------------------------------------------------
 
 def test_headroom_on_cuda_suggests_a_larger_batch():

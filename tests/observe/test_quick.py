@@ -208,10 +208,15 @@ def test_the_doctor_measures_the_fused_optimizer_and_full_never_probes(tmp_path)
 
     report = doctor(tmp_path / "bounded")
     probes = {p["finding_id"]: p for p in report["facts"]["quick_probes"]}
-    fused = next(f for f in report["findings"] if f["id"] == "optimizer.fused")  # AdamW steps parameter by parameter
     assert "optimizer.fused" in probes and report["facts"]["steps"][-1]["index"] == 2 + 10 - 1
     probe = probes["optimizer.fused"]
-    if probe["error"] is None:
+    fused = next((f for f in report["findings"] if f["id"] == "optimizer.fused"), None)  # Adam's for-loop step
+    pairs = sorted(p / s for p, s in zip(probe["plain_ms"], probe["switched_ms"]))
+    if fused is None:
+        # Only where the step's share fell under the rule's threshold (other work on the machine
+        # slowing the compute) and the probe did not measure the fused step faster in every pair.
+        assert probe["error"] is not None or not pairs or pairs[0] <= 1.0, probe
+    elif probe["error"] is None:
         assert fused["measured"]["steps"] == 2 * min(len(probe["plain_ms"]), len(probe["switched_ms"]))
     else:  # a machine so busy that the budget ran out: said in the finding's notes
         assert any("not measured" in note for note in fused["notes"])

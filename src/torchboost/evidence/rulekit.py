@@ -98,6 +98,18 @@ def cuda_conv_compute_share(facts: Facts, compute_pct: float) -> float | None:
     return f if f * 100 >= compute_pct else None
 
 
+def measured_faster(facts: Facts, finding_id: str) -> bool:
+    """The doctor's quick probe of ``finding_id``'s fix measured it faster than plain steps in
+    every pair: a rule whose share threshold its noisy estimate missed still fires, since its
+    gain was measured, not guessed (another process slowing the compute can shrink a phase's
+    share below a threshold while the fix measured x1.4)."""
+    for probe in facts.quick_probes:
+        if probe.finding_id == finding_id and probe.ratio is not None:
+            pairs = probe.pair_ratios
+            return min(pairs) > 1.0
+    return False
+
+
 def r(value: float, digits: int = 3) -> float:
     """Round for evidence and reports (keeps JSON readable)."""
     return round(float(value), digits)

@@ -9,7 +9,7 @@ import torch
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
-from torchboost.evidence.rulekit import amdahl, r, view
+from torchboost.evidence.rulekit import amdahl, measured_faster, r, view
 from torchboost.techniques.optimizer.optimizer_impl import FUSED_DEVICES, _blocker, _flags, current_implementation
 from torchboost.techniques.optimizer.optimizer_settings import OptimizerConfig
 from torchboost.techniques.registry import ProbeContext, QuickSwitch
@@ -21,10 +21,13 @@ _FUSED_OVER_LOOP = 3.0  # fused optimizer vs the per-parameter loop (assumed)
 
 
 def optimizer_fused(facts: Facts, *, optimizer_pct: float = 5.0) -> Finding | None:
-    """The optimizer step takes at least ``optimizer_pct`` percent of the step and the optimizer
-    supports ``fused=True`` on this device but does not use it."""
+    """The optimizer step takes at least ``optimizer_pct`` percent of the step (or the doctor's
+    quick switch measured the fused step faster in every pair) and the optimizer supports
+    ``fused=True`` on this device but does not use it."""
     opt, v = facts.optimizer, view(facts)
-    if opt is None or not opt.supports_fused or opt.fused or v.share["optimizer"] * 100 < optimizer_pct:
+    if opt is None or not opt.supports_fused or opt.fused:
+        return None
+    if v.share["optimizer"] * 100 < optimizer_pct and not measured_faster(facts, "optimizer.fused"):
         return None
     # foreach=None means the default: foreach on CUDA, the per-parameter loop on CPU.
     foreach = opt.foreach if opt.foreach is not None else v.device == "cuda"
