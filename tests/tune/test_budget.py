@@ -43,7 +43,7 @@ def test_the_check_takes_what_the_budget_leaves_or_is_skipped_and_said(monkeypat
 
 @pytest.mark.parametrize("step_ms, checked", [(1500.0, True), (10.0, False)])
 def test_slow_steps_are_checked_in_runs_short_enough_for_what_is_left(monkeypatch, tmp_path, step_ms, checked):
-    """1.5 s steps: a trial took 68 s, but a pair of runs stopped after 21 steps (10 s + 31.5 s
+    """1.5 s steps: a trial took 68 s, but a pair of runs stopped after 20 steps (10 s + 30 s
     each) fits the 110 s left. Twin: a baseline whose start-up alone (60 s) leaves no pair."""
     seen = {}
 
@@ -59,7 +59,7 @@ def test_slow_steps_are_checked_in_runs_short_enough_for_what_is_left(monkeypatc
                                     time_left_s=110.0)
     assert (e2e is not None) is checked
     if checked:
-        assert seen["steps"] == 21
+        assert seen["steps"] == 20
     else:
         assert verdict.startswith("not verified end to end: --budget left 110 s")
 
@@ -88,14 +88,26 @@ def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words)
         assert result.error.endswith("give tune a larger --budget")
 
 
-@pytest.mark.parametrize("run_s, kept", [(10.0, 40.0), (30.0, 60.0), (100.0, 0.0)])
-def test_the_checks_reserve_is_two_pairs_else_one_else_none(run_s, kept):
-    """Runs of 10 s: two pairs (40 s) fit the 75 s the check may have. 30 s: one pair (60 s).
-    100 s: not even a pair fits, so nothing is kept back from the search (the check is
-    skipped and says so)."""
+@pytest.mark.parametrize("run_s, kept", [(5.0, 40.0), (10.0, 20.0), (30.0, 60.0), (100.0, 0.0)])
+def test_the_checks_reserve_is_four_pairs_else_one_else_none(run_s, kept):
+    """Runs of 5 s: four pairs (40 s) fit the 75 s the check may have. 10 s or 30 s: one
+    pair (a second pair cannot make a claim either; the search has the time). 100 s: not even
+    a pair fits, so nothing is kept back from the search (the check is skipped and says so)."""
     from torchboost.tune.verify import reserve_s
 
     assert reserve_s(run_s, run_s, 10.0, trial_steps=30, warmup=5, most_s=75.0) == kept
+
+
+@pytest.mark.parametrize("most_s, kept", [(225.0, 2 * (6.0 + 17 * 4.0)), (100.0, 2 * (6.0 + 9 * 4.0))])
+def test_the_reserve_of_a_slow_step_holds_a_pair_at_its_pace_shortened_where_it_must(most_s, kept):
+    """A 4 s-step baseline (a busy machine), 6 s outside its steps: a pair of runs of 17 steps
+    (5 warm-up, 12 a trial's) fits 225 s; 100 s holds a pair only of runs cut to the warm-up
+    and 4 steps. Twin: the reserve of the runs the check cannot shorten (17 steps) would
+    keep nothing at 100 s."""
+    from torchboost.tune.verify import reserve_s, shortest_run_s
+
+    assert reserve_s(2000.0, 6.0, 4000.0, trial_steps=12, warmup=5, most_s=most_s) == pytest.approx(kept)
+    assert 2 * shortest_run_s(2000.0, 6.0, 4000.0, trial_steps=12, warmup=5) > 100.0
 
 
 @pytest.mark.parametrize("budget_s", [120.0, 300.0, 600.0])

@@ -46,7 +46,8 @@ def test_the_plan_falls_back_to_as_many_steps_as_fit():
     assert plan.steps is None and plan.run_limit_s == pytest.approx(10.0)
     assert plan.fallback_steps == 550  # (10 s x 0.75 - 2 s) / 10 ms
     tight = plan_verification(pairs=3, budget_s=6, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5)
-    assert tight.fallback_steps == 35  # never fewer than a trial's steps
+    # One pair, its runs shortened below a trial's 35 steps to what three quarters of 6 s hold.
+    assert tight.pairs == 1 and tight.fallback_steps == 25
 
 
 def test_capped_runs_are_sized_for_a_pair_of_a_slow_baseline_and_its_faster_tuning():
@@ -362,12 +363,14 @@ def test_pairs_that_agree_on_a_noisy_machine_still_get_an_interval_as_wide_as_th
 
 def test_slow_steps_verify_in_shorter_capped_runs_than_a_trial():
     """1.5 s steps: a second half of 8 steps (12 s, over the 2 s floor) after warm-up, 21 steps,
-    not a trial's 35, so a pair fits what --budget leaves. Twin: 10 ms steps keep a trial's count."""
+    not a trial's 35; what --budget leaves holds one pair of them but for the plan's margin,
+    so its runs are cut to the 20 steps that fit. Twin: 10 ms steps keep a trial's count."""
     from torchboost.tune.trials.trial_length import least_capped_steps
 
     slow = plan_verification(pairs=3, budget_s=110, step_ms=1500.0, fixed_s=10.0, trial_steps=30, warmup=5,
                              whole_run_s=3000.0)
-    assert slow.steps == slow.fallback_steps == 21 == least_capped_steps(1500.0, 30, 5)
+    assert slow.pairs == 1 and slow.steps == slow.fallback_steps == 20
+    assert least_capped_steps(1500.0, 30, 5) == 21
     assert least_capped_steps(10.0, 30, 5) == 35  # 2 s of 10 ms steps would be 405: the trial's 35 is fewer
     assert least_capped_steps(400.0, 30, 5) == 5 + 2 * 8 and least_capped_steps(100.0, 30, 5) == 35
     assert least_capped_steps(float("inf"), 30, 5) == 35
@@ -381,3 +384,21 @@ def test_the_times_shown_are_of_whole_pairs_as_the_ratio_is():
     assert e2e.pairs == 3 and e2e.speedup > 1.0
     assert e2e.tuned_s == 8.9 < e2e.baseline_s == 9.0
     assert statistics.median(e2e.tuned_runs_s) > e2e.baseline_s
+
+
+def test_a_check_reserved_at_a_busy_baselines_pace_fits_a_pair_of_its_runs():
+    """A 4 s-step baseline beside a busy loop, tuned to 1 s a step, 6 s outside the steps:
+    the search kept one pair of 17-step runs (148 s) for the check. Its plan holds one pair
+    whose two runs fit that time and each fits the limit a run of the plan gets. Twin: four
+    pairs of the same 17-step runs, the plan before (a run cut off after twice an eighth of
+    the time, 37 s, where the baseline's takes 74 s): no pair could finish."""
+    from torchboost.tune.verify import reserve_s
+    from torchboost.tune.verify.check import CAPPED_RUN_SLACK
+
+    budget = reserve_s(2000.0, 6.0, 4000.0, trial_steps=12, warmup=5, most_s=225.0)
+    plan = plan_verification(pairs=4, budget_s=budget, step_ms=1000.0, fixed_s=6.0, trial_steps=12, warmup=5,
+                             whole_run_s=8000.0, baseline_ms=4000.0)
+    baseline_s, tuned_s = 6.0 + plan.steps * 4.0, 6.0 + plan.steps * 1.0
+    assert plan.pairs == 1 and baseline_s + tuned_s <= budget
+    assert max(baseline_s, tuned_s) <= CAPPED_RUN_SLACK * plan.run_limit_s
+    assert 6.0 + 17 * 4.0 > CAPPED_RUN_SLACK * budget / (2 * 4)  # the twin: four pairs' limit cuts every run

@@ -297,9 +297,10 @@ def _verify(command: Sequence[str], options: TuneOptions, base: BoostConfig, out
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return outcome.settings, None, "" if outcome.settings else nothing_kept(outcome)
     budget = min(_check_most_s(options), time_left_s)
-    baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the fewest steps
+    baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the warm-up's need
     shortest_s = shortest_run_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
-                                trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup)
+                                trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
+                                shortened=True)
     if budget < 2 * max(shortest_s, 1.0):
         return outcome.settings, None, (f"not verified end to end: --budget left {max(budget, 0):.0f} s, not enough "
                                         "for one pair of runs; the figures are the search's per step")

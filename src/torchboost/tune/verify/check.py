@@ -41,7 +41,8 @@ from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
 from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import least_capped_steps
 
-__all__ = ["PLAN_FILL", "EndToEnd", "VerifyPlan", "plan_verification", "reserve_s", "shortest_run_s", "verify"]
+__all__ = ["PLAN_FILL", "SHORTEST_MEASURED_STEPS", "EndToEnd", "VerifyPlan", "plan_verification", "reserve_s",
+           "shortest_capped_steps", "shortest_run_s", "verify"]
 
 
 @dataclass(frozen=True)
@@ -76,23 +77,49 @@ runs' noise. Planned to fill all of it, the demo's runs took 7-9 s where 6.9 s w
 and three of its four pairs fitted."""
 
 
+SHORTEST_MEASURED_STEPS = 4
+"""Steps after the warm-up in the shortest run the check plans: a run too long for what the
+check has left is shortened to this (its second half gives its pace), never left to be cut
+off mid-run (a 4 s-step baseline's 17-step runs outlasted a 79 s check: no pair finished)."""
+
+
+def shortest_capped_steps(warmup: int) -> int:
+    """The fewest steps a run of the check is shortened to: the warm-up's and
+    :data:`SHORTEST_MEASURED_STEPS` after it."""
+    return warmup + SHORTEST_MEASURED_STEPS
+
+
 def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: float, trial_steps: int,
                       warmup: int, whole_run_s: float | None = None, planned_steps: int | None = None,
                       baseline_ms: float | None = None) -> VerifyPlan:
-    """Whole runs, each allowed :data:`PLAN_FILL` of a ``2 * pairs``-th of ``budget_s``, unless
-    ``whole_run_s`` (the baseline's whole run, estimated) says they will not fit; the fallback
-    is as many steps as that share holds at the pace of a pair (the mean of the tuned ``step_ms`` and
-    ``baseline_ms``: a pair runs one of each), never fewer than :func:`least_capped_steps`.
+    """The most pairs, up to ``pairs``, whose runs fit :data:`PLAN_FILL` of ``budget_s``:
+    whole runs, unless ``whole_run_s`` (the baseline's whole run, estimated) says they will
+    not fit; else runs stopped after as many steps as a run's share holds at the pace of a
+    pair (the mean of the tuned ``step_ms`` and ``baseline_ms``: a pair runs one of each).
     Sized at the tuned pace alone, a pair of a 1.2 s-step baseline and its 0.8 s bf16 ran
-    longer than its share, and three of four pairs fitted."""
-    run_limit = budget_s / (2 * pairs)
-    share = run_limit * PLAN_FILL
+    longer than its share, and three of four pairs fitted.
+
+    A run holds at least :func:`least_capped_steps`; where that leaves fewer pairs than a
+    claim rests on (:data:`CLAIM_PAIRS`), the claim's pairs are kept and the runs shortened,
+    down to :func:`shortest_capped_steps`; where not even one pair fits at that, the one
+    pair is planned at the shortest runs (the check then says it could not finish)."""
     pace_ms = (step_ms + baseline_ms) / 2 if baseline_ms and baseline_ms > 0 else step_ms
-    fitting = int(max(0.0, share - fixed_s) * 1e3 / pace_ms) if pace_ms > 0 else trial_steps
-    fallback = max(least_capped_steps(step_ms, trial_steps, warmup), fitting)
-    too_long = whole_run_s is not None and whole_run_s > share
-    return VerifyPlan(pairs=pairs, steps=fallback if too_long else None, run_limit_s=run_limit,
-                      fallback_steps=fallback, budget_s=budget_s, max_pairs=pairs + EXTRA_PAIRS,
+    least = least_capped_steps(step_ms, trial_steps, warmup)
+    shortest = min(least, shortest_capped_steps(warmup))
+
+    def fitting(n: int) -> int:
+        share = budget_s / (2 * n) * PLAN_FILL
+        return int(max(0.0, share - fixed_s) * 1e3 / pace_ms) if pace_ms > 0 else trial_steps
+
+    chosen, steps = 1, shortest
+    for n in range(max(1, pairs), 0, -1):
+        fits = fitting(n)
+        if fits >= least or (fits >= shortest and (n >= CLAIM_PAIRS or n == 1)):
+            chosen, steps = n, fits
+            break
+    too_long = whole_run_s is not None and whole_run_s > budget_s / (2 * chosen) * PLAN_FILL
+    return VerifyPlan(pairs=chosen, steps=steps if too_long else None, run_limit_s=budget_s / (2 * chosen),
+                      fallback_steps=steps, budget_s=budget_s, max_pairs=max(pairs, chosen) + EXTRA_PAIRS,
                       planned_steps=planned_steps)
 
 
@@ -100,22 +127,34 @@ RESERVED_PAIRS = CLAIM_PAIRS
 """Pairs of runs the search keeps time for (:func:`reserve_s`): the fewest a claim rests on."""
 
 
-def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int) -> float:
+def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
+                   shortened: bool = False) -> float:
     """Seconds of the check's shortest run of a configuration measured at ``step_ms`` a step
     with ``fixed_s`` outside its steps: the whole script (a run of ``wall_s``), or one stopped
-    after the fewest steps (:func:`least_capped_steps`), whichever is shorter."""
-    capped = fixed_s + least_capped_steps(step_ms, trial_steps, warmup) * step_ms / 1e3
+    after the fewest steps (:func:`least_capped_steps`; ``shortened``: the fewest a run is
+    cut to when no pair of those fits, :func:`shortest_capped_steps`), whichever is shorter."""
+    steps = least_capped_steps(step_ms, trial_steps, warmup)
+    if shortened:
+        steps = min(steps, shortest_capped_steps(warmup))
+    capped = fixed_s + steps * step_ms / 1e3
     return min(wall_s, capped) if wall_s > 0 else capped
 
 
 def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
               most_s: float) -> float:
-    """Seconds to keep for the end-to-end check, from the baseline's trial: :data:`RESERVED_PAIRS`
-    pairs of its shortest runs (:func:`shortest_run_s`), else two (a measured figure, said
-    unverified), else one, whichever fits in ``most_s``; 0 when not even one pair does (the
-    check is then skipped and says so, and the search has the time)."""
-    pair_s = 2 * max(shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup), 1.0)
-    return next((pairs * pair_s for pairs in (RESERVED_PAIRS, 2, 1) if pairs * pair_s <= most_s), 0.0)
+    """Seconds to keep for the end-to-end check, from the baseline's trial, both runs of a
+    pair at its pace, start-up included: the first that fits in ``most_s`` of
+    :data:`RESERVED_PAIRS` pairs of its shortest runs (:func:`shortest_run_s`), as many of
+    runs shortened to the warm-up's need, one pair of the shortest runs, one of shortened
+    runs (said unverified, with the command that verifies it); 0 when not even that fits
+    (the check is then skipped and says so, and the search has the time). Past one pair, the
+    search's time is worth more than a second pair that cannot make a claim either."""
+    def pair_s(shortened: bool) -> float:
+        return 2 * max(shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup,
+                                      shortened=shortened), 1.0)
+
+    options = ((RESERVED_PAIRS, False), (RESERVED_PAIRS, True), (1, False), (1, True))
+    return next((n * pair_s(cut) for n, cut in options if n * pair_s(cut) <= most_s), 0.0)
 
 
 def users_own_command(command: Sequence[str]) -> list[str]:
