@@ -130,3 +130,50 @@ def test_the_check_may_take_all_the_search_kept_for_it(monkeypatch, tmp_path, bu
     assert kept > 0 and seen["budget_s"] >= kept
     if budget_s == 300.0:
         assert kept > budget_s * tuner.BUDGET_SLACK  # the old check's budget would not hold it
+
+
+def test_a_trial_is_told_the_time_left_before_the_checks_reserve():
+    """The search keeps 100 s of a 300 s deadline for the check: a trial started at 150 s may
+    run 50 s, not the 150 s the deadline alone leaves (a burst trial of 4 s steps ran into
+    the check's time, which then finished no pair). Twin: a measure that takes no limit is
+    not given one."""
+    from torchboost.tune.search.pairs import Runner
+
+    now, seen = [0.0], []
+
+    def measure(settings, repeat, limit_s=None):
+        seen.append(limit_s)
+        now[0] += 150.0
+        return TrialResult(settings=dict(settings), step_ms=[10.0])
+
+    runner = Runner(measure, budget_s=1000.0, clock=lambda: now[0], deadline_s=300.0)
+    runner.keep_back(100.0)
+    runner(Overlay())
+    runner(Overlay())
+    assert seen == [pytest.approx(200.0), pytest.approx(50.0)]
+    plain = Runner(lambda settings, repeat: TrialResult(settings=dict(settings)), budget_s=1000.0,
+                   clock=lambda: 0.0, deadline_s=300.0)
+    plain(Overlay())  # a measure without limit_s: called as before, no keyword it cannot take
+
+
+def test_a_burst_trial_is_not_started_where_the_typical_burst_trial_would_not_fit():
+    """Screening trials stopped early took 10 s each, burst trials 80 s: at 150 s of a search
+    that must end by 200 s, another burst trial would run into the check's time; a screening
+    trial still fits. The search's seconds are told apart by kind."""
+    from torchboost.observe.spec import Bursts
+    from torchboost.tune.search.pairs import Runner
+
+    now = [0.0]
+
+    def measure(settings, repeat, bursts=None):
+        now[0] += 80.0 if bursts else 10.0
+        return TrialResult(settings=dict(settings))
+
+    runner = Runner(measure, budget_s=1000.0, clock=lambda: now[0], deadline_s=300.0)
+    runner.keep_back(100.0)
+    for _ in range(3):
+        runner(Overlay())
+    runner(Overlay(), bursts=Bursts(change={"precision.mode": "bf16"}, steps=1, pairs=6))
+    now[0] = 150.0
+    assert runner.out_of_budget(bursts=True) and not runner.out_of_budget()
+    assert runner.spent_s == {"bursts": 80.0, "trials": 30.0}

@@ -34,8 +34,8 @@ from torchboost.tune.search.probe_order import measured_from_facts
 from torchboost.tune.search.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
 from torchboost.tune.trials.trial import failure_words, last_traceback, run_trial
-from torchboost.tune.trials.trial_length import (BURST_TRIAL_STEPS, DIAGNOSIS_RECORD_S, DIAGNOSIS_STEPS, MIN_TRIAL_STEPS,
-                                          auto_trial_steps)
+from torchboost.tune.trials.trial_length import (BURST_TRIAL_STEPS, BURST_WARMUP, DIAGNOSIS_RECORD_S, DIAGNOSIS_STEPS,
+                                                 MIN_TRIAL_STEPS, auto_trial_steps)
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
 from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
@@ -163,22 +163,29 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
     trials_dir = options.out_dir / "trials"
 
     def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None,
-                decide: tuple[float, float] | None = None, bursts: Bursts | None = None) -> TrialResult:
+                decide: tuple[float, float] | None = None, bursts: Bursts | None = None,
+                limit_s: float | None = None) -> TrialResult:
+        """One trial; ``limit_s``: the seconds the search has before the time it keeps for
+        the end-to-end check (the trial is ended there rather than run into it)."""
         recorded = journal.lookup(settings, repeat, bursts.change if bursts else None)
         if recorded is not None:
             return recorded
         if on_trial is not None:
             on_trial(settings, repeat, None)
         steps = BURST_TRIAL_STEPS if bursts else options.steps_per_trial
-        left_s = max(deadline - time.monotonic(), 1.0)
+        left_s = max(min(deadline - time.monotonic(), math.inf if limit_s is None else limit_s), 1.0)
         timeout_s = min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10), left_s)
-        result = run_trial(command, settings, repeat, base=base, steps=steps, warmup=options.warmup,
+        # A burst trial's figures are its bursts: its warm-up only readies them (its first
+        # switched step is set aside too); 5 steps of 4 s were 20 s of each such trial.
+        warmup = min(options.warmup, BURST_WARMUP) if bursts else options.warmup
+        result = run_trial(command, settings, repeat, base=base, steps=steps, warmup=warmup,
                            out_dir=trials_dir / "current", timeout_s=timeout_s,
                            slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
                            writes_ledger=options.writes_ledger, decide=decide, bursts=bursts)
         if not result.ok and timeout_s == left_s and (result.error or "").startswith("timed out"):
-            result.error = (f"ran past the end of --budget {options.budget_s:.0f} s and its slack ({left_s:.0f} s were "
-                            "left for this trial): give tune a larger --budget")
+            kept = "" if limit_s is None else ", less the time kept for the end-to-end check"
+            result.error = (f"ran past the end of --budget {options.budget_s:.0f} s and its slack{kept} ({left_s:.0f} s "
+                            "were left for this trial): give tune a larger --budget")
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)

@@ -168,7 +168,8 @@ class Confirming(SearchState):
         self.bursted.add((describe_settings(self.incumbent), describe_settings(best.change)))
         ratios: list[float] = []
         runs, error = 0, None
-        while not self.run.out_of_budget() and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs)):
+        while (not self.run.out_of_budget(bursts=True)
+               and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs))):
             trial = self.run(self.incumbent, bursts=plan)  # the switch on what is kept: _bursts_first
             runs += 1
             if not trial.ok or not trial.burst_ratios:

@@ -22,7 +22,9 @@ Measure = Callable[[Overlay, int], TrialResult]
 class Runner:
     """Counts repeats per settings so each measurement has a stable (settings, repeat) key,
     and keeps the search within its budget: no trial starts after ``budget_s``, nor one that
-    would run into the time kept for what comes after the search (:meth:`keep_back`)."""
+    would run into the time kept for what comes after the search (:meth:`keep_back`), and a
+    measure that takes ``limit_s`` is told the seconds left before that time, so that no
+    trial runs into it either."""
 
     def __init__(self, measure: Measure, budget_s: float, clock: Callable[[], float],
                  deadline_s: float | None = None):
@@ -31,12 +33,14 @@ class Runner:
         self._budget_s = budget_s
         self._deadline_s = deadline_s
         self._kept_back_s = 0.0
-        self._takes = _keywords(measure, ("slower_than_ms", "decide", "bursts"))
+        self._takes = _keywords(measure, ("slower_than_ms", "decide", "bursts", "limit_s"))
         self._clock = clock
         self.start = clock()
         self.trials = 0
         self.durations_s: list[float] = []
         """Seconds each trial took, in order."""
+        self.burst_durations_s: list[float] = []
+        """Seconds each burst trial took (also in ``durations_s``), in order."""
         self.max_load_pct = 0.0
         """The most of the machine other processes took during any trial so far, percent."""
 
@@ -46,19 +50,32 @@ class Runner:
         self._kept_back_s = max(0.0, seconds)
 
     @property
+    def kept_back_s(self) -> float:
+        """Seconds kept for after the search (:meth:`keep_back`)."""
+        return self._kept_back_s
+
+    @property
     def search_end_s(self) -> float:
         """Seconds from the start by which the search's trials must have ended (inf: none)."""
         return math.inf if self._deadline_s is None else self._deadline_s - self._kept_back_s
 
-    def out_of_budget(self, trials: int = 1) -> bool:
+    def out_of_budget(self, trials: int = 1, *, bursts: bool = False) -> bool:
         """No further trial starts: the budget is spent, or ``trials`` trials as long as the
-        typical one so far (a pair: two) would run into the time kept back."""
+        typical one so far (a pair: two; ``bursts``: the typical burst trial, where one ran)
+        would run into the time kept back."""
         elapsed = self._clock() - self.start
-        typical = statistics.median(self.durations_s) if self.durations_s else 0.0
+        kind = self.burst_durations_s if bursts and self.burst_durations_s else self.durations_s
+        typical = statistics.median(kind) if kind else 0.0
         return elapsed >= self._budget_s or elapsed + trials * typical > self.search_end_s
 
     def elapsed_s(self) -> float:
         return self._clock() - self.start
+
+    @property
+    def spent_s(self) -> dict[str, float]:
+        """Seconds the search's trials took: burst trials ("bursts") and the others ("trials")."""
+        bursts = sum(self.burst_durations_s)
+        return {"bursts": bursts, "trials": sum(self.durations_s) - bursts}
 
     @property
     def takes_bursts(self) -> bool:
@@ -75,11 +92,16 @@ class Runner:
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
-        given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts}
+        left = self.search_end_s - self.elapsed_s()
+        given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts,
+                 "limit_s": left if math.isfinite(left) else None}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
         began = self._clock()
         result = self._measure(Overlay(settings), repeat, **stops)
-        self.durations_s.append(max(0.0, self._clock() - began))
+        took = max(0.0, self._clock() - began)
+        self.durations_s.append(took)
+        if bursts is not None:
+            self.burst_durations_s.append(took)
         self.max_load_pct = max(self.max_load_pct, result.load_pct)
         return result
 

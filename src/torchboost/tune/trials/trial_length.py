@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["MIN_TRIAL_STEPS", "MIN_SLOW_TRIAL_STEPS", "SLOW_STEP_MS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S", "BURST_TRIAL_STEPS", "auto_trial_steps",
-           "least_capped_steps", "CAPPED_HALF_MIN_STEPS", "CAPPED_HALF_MIN_MS", "DIAGNOSIS_RECORD_S"]
+           "least_capped_steps", "BURST_WARMUP", "CAPPED_HALF_MIN_STEPS", "CAPPED_HALF_MIN_MS", "DIAGNOSIS_RECORD_S"]
 
 MIN_TRIAL_STEPS = 30
 """Fewest measured steps per trial: many more than a loader's prefetch queue, whose
@@ -56,6 +56,9 @@ beside a busy loop) were 130 s of a 300 s budget."""
 BURST_TRIAL_STEPS = 2
 """Steps a burst trial records before its bursts (:mod:`torchboost.tune.search.bursts`): its figures
 are the bursts'."""
+BURST_WARMUP = 2
+"""Warm-up steps of a burst trial at most: its bursts alternate on warm steps, and the first
+switched step is set aside as the switch's own warm-up."""
 
 
 CAPPED_HALF_MIN_STEPS = 8
