@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from torchboost.diagnose.headroom import cap_findings
 from torchboost.diagnose.measured import ranked, with_measured
 from torchboost.evidence.findings import Finding, Measured
@@ -113,6 +115,21 @@ def test_a_probe_whose_pairs_disagree_measured_nothing():
     report = build_report(Facts(quick_probes=[_shaken("precision.lower")]), out)
     assert fmt.gain(report["findings"][0]) == "x1.50 rough est., pairs disagreed"
     assert "no measurement either way" in fmt.measured(report["findings"][0])
+
+
+def test_pairs_on_both_sides_of_one_but_close_to_it_bound_the_estimate():
+    """bf16's pairs from x0.98 to x1.08 beside anomaly detection measured at x1.69: the
+    estimate, x1.92, is held to the best pair, so the measured switch ranks first. Twin: the
+    shaken pairs above (up to x3.28) leave the estimate as it is."""
+    close = QuickProbeFacts("precision.lower", "bf16 on", plain_ms=[100.0, 108.0, 101.0],
+                            switched_ms=[102.0, 100.0, 100.0], warmup_ms=1.0)
+    anomaly = QuickProbeFacts("debug.anomaly", "anomaly off", plain_ms=[169.0] * 3, switched_ms=[100.0] * 3,
+                              warmup_ms=1.0)
+    findings = [_finding("precision.lower", 1.92), _finding("debug.anomaly", 1.0)]
+    out = ranked(with_measured(findings, Facts(quick_probes=[close, anomaly])))
+    assert _ids(out) == ["debug.anomaly", "precision.lower"] and out[1].rank_speedup == pytest.approx(1.08)
+    shaken = with_measured(FINDINGS, Facts(quick_probes=[_shaken("precision.lower")]))
+    assert shaken[0].rank_speedup == 1.5
 
 
 def test_twin_pairs_that_agree_slower_rank_it_last():
