@@ -214,3 +214,49 @@ def test_a_second_switchable_lever_on_the_same_busy_machine_is_measured_too():
     assert by_lever["fp32_math"].status != "unconfirmed" and not outcome.stopped_by_budget
     assert sum("fp32_math.mode" in settings for settings, _, _ in script.calls) >= 1  # screened, then bursts
     assert any(b.change == {"fp32_math.mode": "bf16"} for b in script.burst_trials)
+
+
+def _busy_four_second_search(*, in_process_first=True):
+    """A 4 s-step script beside a busy loop (runs apart vary by 40%): one thread 0.26 of the
+    step, bf16 0.8, bf16 math and the fused optimizer about 1, compile 0.9."""
+    factors = {("cpu.threads", 1): 0.26, ("precision.mode", "bf16"): 0.8, ("optimizer.implementation", "fused"): 0.99,
+               ("fp32_math.mode", "bf16"): 0.99, ("compile.mode", "default"): 0.9}
+    script = BusyScript(step_ms=4000.0, factors=factors, noise=0.4, warmup=2, fixed_s=6.0, steps=12)
+    measured = {"threads.contended": Measured(3.86, 6, "1 thread", 3.5, 4.0)}
+    context = dataclasses.replace(CPU2, measured=measured, has_loader=False, cpu_bf16=True, planned_steps=2000)
+    estimates = {"threads.contended": 2.0, "compile.enable": 1.3, "precision.lower": 1.25, "fp32_math.bf16": 1.1,
+                 "optimizer.fused": 1.05}
+    levers = order_levers(default_levers(), estimates, measured)
+    if not in_process_first:  # the order before: by gain alone
+        levers = sorted(levers, key=lambda lv: -max([measured[lv.probed_by].ratio] if lv.probed_by in measured else
+                                                    [estimates.get(f, 1.0) for f in lv.finding_ids] or [1.0]))
+    outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=400, trial_steps=12, run_steps=2000),
+                         clock=script.clock)
+    return script, outcome
+
+
+@pytest.mark.parametrize("in_process_first", [True, False])
+def test_a_busy_slow_script_decides_its_switches_in_bursts_before_any_run_per_candidate(in_process_first):
+    """Threads, bf16, bf16 math and the fused optimizer are each decided in one burst trial,
+    before compile's first trial; the two that gain nothing cost no run of their own, the two
+    kept one run each (their losses judged). Twin: ordered by gain alone, compile's trials
+    (x1.3 estimated) come before bf16 is tried."""
+    script, outcome = _busy_four_second_search(in_process_first=in_process_first)
+    compile_at = script.first_call("compile.mode")
+    decided = {d.lever: d for d in outcome.decisions if d.lever in ("host", "precision", "fp32_math", "optimizer")
+               and d.in_bursts}
+    bf16_at = script.first_call("precision.mode")
+    if not in_process_first:
+        assert compile_at is not None and (bf16_at is None or compile_at < bf16_at)
+        return
+    assert set(decided) == {"host", "precision", "fp32_math", "optimizer"}
+    statuses = [d.status for d in decided.values()]
+    assert statuses[:2] == ["kept", "kept"] and set(statuses[2:]) <= {"not_beyond_noise", "slower"}
+    assert [b.change for b in script.burst_trials] == [{"cpu.threads": 1}, {"precision.mode": "bf16"},
+                                                       {"fp32_math.mode": "bf16"},
+                                                       {"optimizer.implementation": "fused"}]
+    assert script.first_call("fp32_math.mode") is None
+    assert not any(s.get("optimizer.implementation") == "fused" for s, _, _ in script.calls)
+    assert bf16_at is not None and (compile_at is None or bf16_at < compile_at)
+    assert outcome.settings == {"cpu.threads": 1, "precision.mode": "bf16", **(
+        {"compile.mode": "default"} if outcome.settings.get("compile.mode") else {})}

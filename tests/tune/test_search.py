@@ -145,9 +145,14 @@ def test_same_measurements_same_choice():
     assert [d.status for d in first.decisions] == [d.status for d in second.decisions]
 
 
-def test_order_follows_expected_gain():
-    levers = order_levers(default_levers(), {"compile.enable": 1.4, "data.workers": 1.1})
-    assert [lv.id for lv in levers][:2] == ["compile", "host"]
+def test_order_follows_expected_gain_in_process_switches_first():
+    """Among the levers that cost a run per candidate, the largest expected gain first
+    (compile's x1.4 before the sharing strategy's x1.1); every in-process switch before them,
+    by its own gain (bf16's x1.2, then the host's). Twin: without the grouping, compile led."""
+    levers = order_levers(default_levers(), {"compile.enable": 1.4, "data.workers": 1.1, "precision.lower": 1.2})
+    ids = [lv.id for lv in levers]
+    assert ids[:2] == ["precision", "host"] and all(lv.in_process for lv in levers[:ids.index("compile")])
+    assert ids.index("compile") < ids.index("sharing") and not levers[ids.index("compile")].in_process
 
 
 def test_break_even():

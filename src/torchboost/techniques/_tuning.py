@@ -155,6 +155,12 @@ class Lever:
     candidates lowest bound first, and one whose bound cannot beat the configuration kept
     so far is not screened."""
 
+    @property
+    def in_process(self) -> bool:
+        """Some candidate of it is an in-process switch with no fixed cost: decided in
+        alternating bursts inside one run, not in a run of its own per candidate."""
+        return bool(self.probed_by or self.switchable) and not self.fixed_cost and not self.for_memory
+
     def switches(self, change: Overlay) -> bool:
         """``change`` is an in-process switch (see :attr:`switchable`)."""
         return self.switchable(change) if self.switchable is not None else bool(self.probed_by)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 
+from torchboost.config import Overlay
 from torchboost.tune.search.bursts import burst_decision, more_bursts, plan_bursts
 from torchboost.tune.search.decision import Status
 from torchboost.tune.search.levers import Lever
@@ -24,6 +25,8 @@ from torchboost.tune.search.search_state import SearchState
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["Confirming"]
+
+Settings = Overlay
 
 
 class Confirming(SearchState):
@@ -73,9 +76,65 @@ class Confirming(SearchState):
         """Its first confirmation is alternating bursts in one run, not pairs of runs: an
         in-process switch (a lever the doctor's quick probes time, no fixed cost) on the
         configuration kept so far, which the measure can alternate."""
-        compiled = any(d.status is Status.KEPT and d.amortised for d in self.decisions)  # no switch on a compiled model
-        return (lever.switches(best.change) and not lever.fixed_cost and self.run.takes_bursts and not compiled
-                and best.settings == self.incumbent | best.change)
+        return (self._switches_here(lever, best.change) and best.settings == self.incumbent | best.change
+                and (describe_settings(self.incumbent), describe_settings(best.change)) not in self.bursted)
+
+    def _switches_here(self, lever: Lever, change: Settings) -> bool:
+        """``change`` is an in-process switch (no fixed cost) that the measure can alternate
+        in bursts on the configuration kept so far (none on a compiled model)."""
+        compiled = any(d.status is Status.KEPT and d.amortised for d in self.decisions)
+        return lever.switches(change) and not lever.fixed_cost and self.run.takes_bursts and not compiled
+
+    def _burst_screen(self, lever: Lever, change: Settings, kept: Screened | None) -> tuple[bool, Screened | None]:
+        """An in-process switch decided in alternating bursts before any run of its own (a
+        run per candidate costs a process, minutes on a busy machine's seconds-long steps):
+        slower, or no gain, is recorded with the bursts' figures and costs no run; faster is
+        then run once on its own, from the script's start, so its losses are judged (and its
+        memory) as any candidate's, and kept when they hold. (True, the run kept or None)
+        once the bursts decided; (False, None) when they gave no ratio (the candidate is then
+        screened as any other). ``kept``: a sibling kept before it, which it replaces."""
+        ratios, runs, error = self._burst_ratios(change)
+        if not ratios:
+            if runs == 0:
+                self.stopped = True
+                self.record(lever, change, Status.UNCONFIRMED, "the budget ran out before its alternating bursts")
+                return True, None
+            return False, None
+        noise = self.floor.noise if self.floor.count else None
+        status, said, ratio = burst_decision(ratios, self.options.min_gain, noise, runs=runs, error=error)
+        candidate_ms = self.incumbent_ms * ratio
+        if status is not Status.KEPT:
+            self.record(lever, change, status or Status.NOT_BEYOND_NOISE, said, ratio=ratio, ratios=ratios,
+                        ms_per_step=candidate_ms, in_bursts=True)
+            return True, None
+        screened = self._screen_one(lever, self.incumbent, change, early_stop=False)  # its losses, judged
+        if screened is None:
+            return True, None  # failed, incorrect or over memory: recorded there
+        self.screened.setdefault(lever.id, []).append((screened.ms, change))
+        self._keep(lever, screened, Pairs(ratios, [], [], candidate_fixed=[screened.result.fixed_s],
+                                          peak_memory_bytes=screened.result.peak_memory_bytes), candidate_ms)
+        self.record(lever, change, Status.KEPT, f"{said}; its own run kept the losses", ratio=ratio, ratios=ratios,
+                    ms_per_step=candidate_ms, peak_memory_bytes=screened.result.peak_memory_bytes, in_bursts=True)
+        self._was_kept(lever, kept)
+        return True, screened
+
+    def _burst_ratios(self, change: Settings) -> tuple[list[float], int, str | None]:
+        """``change`` alternated with the configuration kept so far in bursts inside one run,
+        more runs pooled while the gain is hidden by the noise (:func:`more_bursts`): the
+        pairs' ratios, the burst trials run, and why the last gave none (or None)."""
+        plan = plan_bursts(change, self.incumbent_ms, self.options.trial_steps)
+        self.bursted.add((describe_settings(self.incumbent), describe_settings(change)))
+        ratios: list[float] = []
+        runs, error = 0, None
+        while (not self.run.out_of_budget(bursts=True)
+               and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs))):
+            trial = self.run(self.incumbent, bursts=plan)  # the switch on what is kept
+            runs += 1
+            if not trial.ok or not trial.burst_ratios:
+                error = trial.burst_error or trial.error
+                break
+            ratios += trial.burst_ratios
+        return ratios, runs, error
 
     def _confirm(self, lever: Lever, best: Screened) -> Pairs:
         """The screening ratio compares with an incumbent measured earlier; at least one
@@ -164,18 +223,7 @@ class Confirming(SearchState):
         pooled while the gain is hidden by the noise (:func:`more_bursts`); (True, "", the
         pairs' ratios) once that decided it (the decision recorded, a faster one kept), else
         (False, why, the ratios: none when no burst trial gave any)."""
-        plan = plan_bursts(best.change, self.incumbent_ms, self.options.trial_steps)
-        self.bursted.add((describe_settings(self.incumbent), describe_settings(best.change)))
-        ratios: list[float] = []
-        runs, error = 0, None
-        while (not self.run.out_of_budget(bursts=True)
-               and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs))):
-            trial = self.run(self.incumbent, bursts=plan)  # the switch on what is kept: _bursts_first
-            runs += 1
-            if not trial.ok or not trial.burst_ratios:
-                error = trial.burst_error or trial.error
-                break
-            ratios += trial.burst_ratios
+        ratios, runs, error = self._burst_ratios(best.change)
         if runs == 0:
             return False, "no budget was left to measure it in alternating bursts", []
         noise = self.floor.noise if self.floor.count else None

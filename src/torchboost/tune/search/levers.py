@@ -25,9 +25,12 @@ def default_levers() -> list[Lever]:
 
 def order_levers(levers: list[Lever], expected_speedup: dict[str, float],
                  measured: Mapping[str, Measured] | None = None) -> list[Lever]:
-    """Largest gain first: the doctor's quick-probe ratio of the lever's own change
-    (``measured`` by finding id, see ``Lever.probed_by``) where its pairs agree, else the
-    largest expected speedup of its findings (by id); the rest keep their order."""
+    """The in-process switches first (``Lever.in_process``: decided in bursts inside one run,
+    where any other lever costs a run per candidate; on a busy machine's 4 s steps the search
+    spent its budget on process trials before bf16 was tried), each group largest gain
+    first: the doctor's quick-probe ratio of the lever's own change (``measured`` by finding
+    id, see ``Lever.probed_by``) where its pairs agree, else the largest expected speedup of
+    its findings (by id); the rest keep their order."""
     measured = measured or {}
 
     def gain(lever: Lever) -> float:
@@ -35,7 +38,7 @@ def order_levers(levers: list[Lever], expected_speedup: dict[str, float],
             return measured[lever.probed_by].ratio
         return max((expected_speedup.get(fid, 1.0) for fid in lever.finding_ids), default=1.0)
 
-    ranked = sorted(enumerate(levers), key=lambda item: (-gain(item[1]), item[0]))
+    ranked = sorted(enumerate(levers), key=lambda item: (not item[1].in_process, -gain(item[1]), item[0]))
     return [lever for _, lever in ranked]
 
 

@@ -143,6 +143,11 @@ class _Search(Confirming):
             if no_room is not None:
                 self.record(lever, change, Status.SKIPPED, no_room)
                 continue
+            if self._switches_here(lever, change) and self.incumbent == base:
+                decided, kept = self._burst_screen(lever, change, won)
+                won = kept or won
+                if decided:
+                    continue
             screened = self._screen_one(lever, base, change)
             if screened is None:
                 continue
@@ -200,11 +205,12 @@ class _Search(Confirming):
         self.screened[lever.id] = [(s.ms, s.change) for s in survivors]
         return survivors
 
-    def _screen_one(self, lever: Lever, base: Settings, change: Settings) -> Screened | None:
+    def _screen_one(self, lever: Lever, base: Settings, change: Settings, *, early_stop: bool = True) -> Screened | None:
         """Measure ``change`` once on ``base`` (the settings kept before its lever); record it
         when it fails, breaks parity or peaks over the memory limit (None), else return it. A
-        memory lever runs in full: its time cost is not a reason to stop it."""
-        slower_than_ms = None if lever.for_memory else self.options.early_stop * self.incumbent_ms
+        memory lever runs in full: its time cost is not a reason to stop it; so does a
+        candidate whose speed bursts already decided (``early_stop`` False)."""
+        slower_than_ms = None if lever.for_memory or not early_stop else self.options.early_stop * self.incumbent_ms
         settings = base | change
         result = self.run(settings, slower_than_ms=slower_than_ms)
         again = result.ok and result.stopped_early and self._busy(result) and not self.run.out_of_budget()
