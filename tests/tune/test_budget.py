@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.config import BoostConfig, Overlay
-from torchboost.tune import tuner
+from torchboost.tune import ending, tuner
 from torchboost.tune.search.decision import TuneOutcome
 from torchboost.tune.trials.trial_result import TrialResult
 from torchboost.tune.verify.end_to_end import EndToEnd
@@ -29,9 +29,9 @@ def test_the_check_takes_what_the_budget_leaves_or_is_skipped_and_said(monkeypat
         seen["budget_s"] = plan.budget_s
         return EndToEnd(baseline_runs_s=[10.0] * 4, tuned_runs_s=[8.0] * 4)
 
-    monkeypatch.setattr(tuner, "verify", fake_verify)
+    monkeypatch.setattr(ending, "verify", fake_verify)
     options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=300.0)
-    settings, e2e, verdict = tuner._verify(["python", "x.py"], options, BoostConfig.off(), _outcome(), None, None,
+    settings, e2e, verdict = ending.verify_outcome(["python", "x.py"], options, BoostConfig.off(), _outcome(), None, None,
                                            {}, time_left_s=time_left_s)
     assert settings == Overlay({"cpu.threads": 1})
     if checked:  # twin: time enough, the check runs within it (not the configured 150 s)
@@ -51,11 +51,11 @@ def test_slow_steps_are_checked_in_runs_short_enough_for_what_is_left(monkeypatc
         seen["steps"] = plan.fallback_steps
         return EndToEnd(baseline_runs_s=[68.0] * 3, tuned_runs_s=[50.0] * 3)
 
-    monkeypatch.setattr(tuner, "verify", fake_verify)
+    monkeypatch.setattr(ending, "verify", fake_verify)
     options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=300.0,
                                 steps_per_trial=30, warmup=5)
     outcome = _outcome(step_ms, wall_s=68.0, fixed_s=10.0 if step_ms > 100 else 60.0)
-    _, e2e, verdict = tuner._verify(["python", "x.py"], options, BoostConfig.off(), outcome, 3000, None, {},
+    _, e2e, verdict = ending.verify_outcome(["python", "x.py"], options, BoostConfig.off(), outcome, 3000, None, {},
                                     time_left_s=110.0)
     assert (e2e is not None) is checked
     if checked:
@@ -122,14 +122,14 @@ def test_the_check_may_take_all_the_search_kept_for_it(monkeypatch, tmp_path, bu
         seen["budget_s"] = plan.budget_s
         return EndToEnd(baseline_runs_s=[28.0] * 4, tuned_runs_s=[18.0] * 4)
 
-    monkeypatch.setattr(tuner, "verify", fake_verify)
+    monkeypatch.setattr(ending, "verify", fake_verify)
     options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=budget_s)
     outcome = _outcome(step_ms=1125.0, wall_s=2300.0, fixed_s=3.0)
-    kept = tuner._check_reserve(options)(outcome.baseline)
-    tuner._verify(["python", "x.py"], options, BoostConfig.off(), outcome, 2000, None, {}, time_left_s=1e6)
+    kept = ending.check_reserve(options)(outcome.baseline)
+    ending.verify_outcome(["python", "x.py"], options, BoostConfig.off(), outcome, 2000, None, {}, time_left_s=1e6)
     assert kept > 0 and seen["budget_s"] >= kept
     if budget_s == 300.0:
-        assert kept > budget_s * tuner.BUDGET_SLACK  # the old check's budget would not hold it
+        assert kept > budget_s * ending.BUDGET_SLACK  # the old check's budget would not hold it
 
 
 def test_a_trial_is_told_the_time_left_before_the_checks_reserve():

@@ -330,12 +330,16 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
     assert limits[:2] == [20.0, 15.0]  # twin: with 15 s left, the second run gets 15, not 20
 
 
-def test_a_check_that_finished_no_pair_says_so_and_keeps_nothing():
+def test_a_check_that_finished_no_pair_says_so_and_leaves_the_search_pick_unverified():
+    """No pair finished: nothing measured against the search's pick, which stands, said
+    unverified (the tuner writes it apart). Twin: a pair that measured it slower drops it."""
     from torchboost.tune.verify.end_to_end import end_to_end_verdict
 
     none = EndToEnd(baseline_runs_s=[10.0], steps=100, planned_steps=5000, baseline_pace_ms=[80.0], out_of_time=True)
     kept, why = end_to_end_verdict(Overlay({"cpu.threads": 1}), [], none, 0.03)
-    assert not kept and "finished no pair of runs of 100 steps" in why
+    assert kept and why.startswith("not verified end to end: the check finished no pair of runs of 100 steps")
+    slower = EndToEnd(baseline_runs_s=[10.0], tuned_runs_s=[12.0], steps=100)
+    assert not end_to_end_verdict(Overlay({"cpu.threads": 1}), [], slower, 0.03)[0]
 
 
 def test_a_one_sided_interval_reaches_as_far_on_the_other_side():

@@ -92,9 +92,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     console.rule("3. before / after")
     print_outcome(tuned, options, console)
+    written = tuned.unverified.path if tuned.unverified is not None else options.config_path  # said unverified above
     console.print(
         f"\nApply it to the unmodified script: "
-        f"torchboost run --config {options.config_path} -- python -m torchboost.workloads.{args.workload}",
+        f"torchboost run --config {written} -- python -m torchboost.workloads.{args.workload}",
         highlight=False,
     )
     return 0

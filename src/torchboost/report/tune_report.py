@@ -101,7 +101,13 @@ is baseline step time / this step time (above 1 is faster)::
     writes             {line, runs, paths: [{path, times, runs}], not_restored: [{path, why}]} | null
                        what the script wrote in your folders over every run, moved out of
                        them, and whether your files are as they were
-    notes              [str]   what a reader needs to trust the figures (the writes' line last)
+    unverified         {path, measured: [str], command: [str], expected_s: float | null} | null
+                       the search's pick the end-to-end check could not confirm for lack of
+                       time, written to torchboost.unverified.toml (torchboost.toml left as it
+                       was): each kept change with its measure, and the torchboost compare
+                       command that verifies it, with its expected seconds
+    spent_s            {diagnosis, bursts, trials, check, total}   seconds of the tune by part
+    notes              [str]   what a reader needs to trust the figures (how the time went last)
 
 Non-finite numbers are written as null, so any JSON parser reads the file.
 
@@ -172,7 +178,24 @@ def _notes(summary: dict[str, Any]) -> list[str]:
         notes.append(f"The search finished within its time budget ({summary['elapsed_s']:.0f} s).")
     if summary.get("writes"):
         notes.append(summary["writes"]["line"])
+    spent = _spent_line(summary)
+    if spent:
+        notes.append(spent)
     return notes
+
+
+def _spent_line(summary: dict[str, Any]) -> str:
+    """How the budget went, in seconds ("" when not recorded): the diagnosis, the burst trials,
+    the other trials, the end-to-end check, and the whole tune against --budget."""
+    spent = summary.get("spent_s") or {}
+    if "total" not in spent:
+        return ""
+    trials, bursts = summary["trials"]["total"], summary.get("burst_trials", 0)
+    budget = summary.get("budget_s") or 0.0
+    against = f" for --budget {budget:.0f} s" if budget else ""
+    return (f"How the time went: the diagnosis {spent.get('diagnosis', 0.0):.0f} s, {bursts} burst trial(s) "
+            f"{spent.get('bursts', 0.0):.0f} s, {trials - bursts} other trial(s) {spent.get('trials', 0.0):.0f} s, "
+            f"the end-to-end check {spent.get('check', 0.0):.0f} s: {spent['total']:.0f} s in all{against}.")
 
 
 def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
@@ -212,6 +235,8 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
         "config": summary["config"],
         "next_step": summary.get("next_step") or {"how": "booster", "text": _BOOSTER_STEP},
         "writes": summary.get("writes"),
+        "unverified": summary.get("unverified"),
+        "spent_s": summary.get("spent_s") or {},
         "notes": _notes(summary),
     })
 

@@ -214,4 +214,8 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
         "elapsed_s": outcome.elapsed_s,
         "config": _config(run, config_path),
         "writes": run.writes,
+        "unverified": run.unverified.to_dict() if run.unverified is not None else None,
+        "spent_s": dict(run.spent_s),
+        "budget_s": run.budget_s,
+        "burst_trials": outcome.burst_trials,
     }

@@ -126,6 +126,10 @@ class TuneOutcome:
     """What makes the figures less trustworthy (a busy machine, a wide noise floor)."""
     memory_limit_bytes: int | None = None
     """The peak memory a kept configuration had to stay under, bytes (None: no limit known)."""
+    spent_s: dict[str, float] = field(default_factory=dict)
+    """Seconds the search's trials took by kind: "bursts" (burst trials) and "trials" (the others)."""
+    burst_trials: int = 0
+    """How many of ``trials_run`` were burst trials."""
 
     @property
     def speedup(self) -> float:

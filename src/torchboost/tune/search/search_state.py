@@ -106,7 +106,8 @@ class SearchState:
         return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
                            self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.floor.noise,
                            aa_ratios=list(self.floor.aa_ratios), warnings=self._warnings(),
-                           memory_limit_bytes=self.memory.limit)
+                           memory_limit_bytes=self.memory.limit, spent_s=self.run.spent_s,
+                           burst_trials=len(self.run.burst_durations_s))
 
     def _warnings(self) -> list[str]:
         options, top = self.options, self.top

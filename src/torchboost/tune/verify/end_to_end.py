@@ -202,9 +202,10 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
                        min_gain: float) -> tuple[Overlay, str]:
     """What to write after the end-to-end check, and why: the tuned settings when they are
     faster by ``min_gain`` at the lower end of their interval (the runs' noise in it) over
-    :data:`CLAIM_PAIRS` pairs or more ("verified"; on fewer, faster still, they are written
-    and said unverified), or when a memory lever was kept to bring the peak under the memory
-    limit (the check then gives its cost); else nothing ("no proven win")."""
+    :data:`CLAIM_PAIRS` pairs or more ("verified"; on fewer, faster still, or on none at all,
+    they are said unverified, and the tuner writes them apart: :mod:`torchboost.tune.unverified`),
+    or when a memory lever was kept to bring the peak under the memory limit (the check then
+    gives its cost); else nothing ("no proven win")."""
     how, took = e2e.how, "would take" if e2e.projected_to else "took"
     if e2e.faster(min_gain) and e2e.pairs >= CLAIM_PAIRS:
         return settings, (f"verified end to end: {e2e.words()} faster ({e2e.tuned_s:.1f} s against "
@@ -215,9 +216,9 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
                           f"({e2e.tuned_s:.1f} s against {e2e.baseline_s:.1f} s); give tune a larger --budget")
     if e2e.error is not None:
         return Overlay(), f"not kept: {e2e.error}; your configuration is left as it was"
-    if not e2e.pairs:
-        return Overlay(), (f"not kept: the end-to-end check finished no pair of {how} within its time (a run "
-                           "took longer than the check had left); your configuration is left as it was")
+    if not e2e.pairs:  # nothing measured against it: the search's pick stands, unverified
+        return settings, (f"not verified end to end: the check finished no pair of {how} within its time (a run "
+                          "took longer than the check had left)")
     if any(d.status == "kept" and d.memory_lever for d in decisions):
         # Kept to fit under the memory limit, not for speed: the check gives its cost.
         return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "

@@ -1,0 +1,138 @@
+"""The end of a tune: the end-to-end check of the search's pick, and where it is written.
+
+The search keeps the check's time (:func:`check_reserve`); the check runs in what the
+budget leaves (:func:`verify_outcome`); its verdict decides where the configuration goes
+(:func:`write_result`): ``torchboost.toml`` when verified (or when the check was turned
+off), ``torchboost.unverified.toml`` when the check could not finish for lack of time
+(:mod:`torchboost.tune.unverified`), nowhere when it refuted it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from torchboost.config import BoostConfig, Overlay
+from torchboost.tune.config_file import TunedFor, write_config
+from torchboost.tune.run_data import TuneOptions, TuneRun
+from torchboost.tune.search.decision import TuneOutcome
+from torchboost.tune.trials.journal import RunJournal
+from torchboost.tune.trials.trial_length import MIN_TRIAL_STEPS
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
+from torchboost.tune.unverified import check_unfinished, write_unverified
+from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
+from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
+
+__all__ = ["BUDGET_SLACK", "check_most_s", "check_reserve", "toml_header", "unfinished", "verify_outcome",
+           "write_result"]
+
+
+BUDGET_SLACK = 0.5
+"""The whole tune, diagnosis, search and end-to-end check together, ends within
+``--budget`` x (1 + this): the diagnosis and the search share the budget, the check has
+what is left of the slack."""
+
+
+def toml_header(run: TuneRun, command: Sequence[str], *, apart: bool = False) -> str:
+    """Comment lines for torchboost.toml: what it was tuned for (the command, the script's
+    hash: :class:`~torchboost.tune.config_file.TunedFor`), the verified figure, each kept change.
+    ``apart``: for torchboost.unverified.toml, beside the user's file rather than in its place."""
+    outcome = run.outcome
+    lines = TunedFor.of(command).lines()
+    if run.verdict:
+        lines.append(run.verdict[0].upper() + run.verdict[1:] + ".")
+    lines.append(f"Search: baseline {outcome.baseline.ms_per_step:.2f} ms/step; tuned "
+                 f"{outcome.waterfall[-1].ms_per_step:.2f} ms/step ({outcome.speedup:.2f}x per step).")
+    kept = [d for d in outcome.decisions if d.status == "kept"]
+    for d in kept if run.settings else []:
+        lines.append(f"kept {describe_settings(d.settings)}: {1 / d.ratio:.2f}x faster ({d.reason})")
+    if kept and not run.settings:
+        lines.append("the search's pick did not hold end to end: nothing changed")
+    elif not kept:
+        lines.append("no technique was faster beyond noise and still correct: nothing changed")
+    if run.base is not None and run.base != BoostConfig.off():
+        lines.append("Every other setting is your torchboost.toml's." if apart else
+                     "Every other setting is the one this file had before (kept as torchboost.toml.bak).")
+    return "\n".join(lines)
+
+
+def _whole_run_estimate(outcome: TuneOutcome, run_steps: int | None) -> float | None:
+    """The baseline's whole run in seconds, from its trial (None: its length is unknown)."""
+    if run_steps is None:
+        return None
+    return outcome.baseline.fixed_s + run_steps * outcome.baseline.ms_per_step / 1e3
+
+
+def verify_outcome(command: Sequence[str], options: TuneOptions, base: BoostConfig, outcome: TuneOutcome,
+            run_steps: int | None, on_verify: Callable[[str, int], None] | None,
+            ident: dict[str, Any], time_left_s: float = math.inf) -> tuple[Overlay, EndToEnd | None, str]:
+    """The settings to write, the end-to-end figures, and the verdict in words; the check
+    takes at most ``time_left_s`` (what --budget leaves), and is skipped, said so, when
+    not even one pair of the baseline's runs fits."""
+    if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
+        return outcome.settings, None, "" if outcome.settings else nothing_kept(outcome)
+    budget = min(check_most_s(options), time_left_s)
+    baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the warm-up's need
+    shortest_s = shortest_run_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
+                                trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
+                                shortened=True)
+    if budget < 2 * max(shortest_s, 1.0):
+        return outcome.settings, None, (f"not verified end to end: --budget left {max(budget, 0):.0f} s, not enough "
+                                        "for one pair of runs")
+    plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
+                             step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
+                             trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
+                             whole_run_s=_whole_run_estimate(outcome, run_steps), planned_steps=run_steps,
+                             baseline_ms=baseline.ms_per_step)
+    journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
+    e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
+                 journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger)
+    settings, verdict = end_to_end_verdict(outcome.settings, outcome.decisions, e2e, options.min_gain)
+    return settings, e2e, verdict
+
+
+def check_reserve(options: TuneOptions) -> Callable[[TrialResult], float] | None:
+    """The seconds the search keeps for the end-to-end check, from the baseline's trial (at
+    most half of the whole tune's time); None when there is no check."""
+    if options.verify_pairs < 1:
+        return None
+    most_s = check_most_s(options)
+    return lambda baseline: reserve_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
+                                      trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS,
+                                      warmup=options.warmup, most_s=most_s)
+
+
+def check_most_s(options: TuneOptions) -> float:
+    """The most the end-to-end check may take: half the whole tune's time (--budget and its
+    slack), or ``verify_budget_s`` when set. The search's reserve and the check's own budget
+    are both this: a check given less than was reserved for it (it had --budget x 0.5, the
+    reserve half of 1.5x) ran three of the four pairs kept for it on a 1 s-step transformer."""
+    most_s = options.budget_s * (1 + BUDGET_SLACK) / 2
+    return most_s if options.verify_budget_s is None else min(most_s, options.verify_budget_s)
+
+
+def unfinished(outcome: TuneOutcome, e2e: EndToEnd | None, options: TuneOptions) -> bool:
+    """The search kept a change the end-to-end check could not confirm for lack of time
+    (:func:`check_unfinished`): it goes to ``torchboost.unverified.toml``. Not when the check
+    was turned off (--verify-pairs 0), nor for a memory lever kept to fit the limit."""
+    if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
+        return False
+    if any(d.status == "kept" and d.memory_lever for d in outcome.decisions):
+        return False
+    return check_unfinished(e2e, options.min_gain, options.verify_pairs)
+
+
+def write_result(command: Sequence[str], options: TuneOptions, run: TuneRun) -> None:
+    """Write the tune's configuration where its verdict sends it: ``torchboost.toml``, or,
+    when the check could not finish (:func:`unfinished`), ``torchboost.unverified.toml``
+    with the command that verifies it (the user's file, and ``run.config``, as they were);
+    nothing when the search failed."""
+    if run.outcome.error is not None:
+        return
+    if not unfinished(run.outcome, run.end_to_end, options):
+        write_config(options.config_path, run.config, toml_header(run, command))
+        return
+    run.unverified = write_unverified(command, options.config_path, run.config,
+                                      toml_header(run, command, apart=True), run.outcome, run.run_steps)
+    run.verdict = f"{run.verdict}; {run.unverified.words()}"
+    run.config = run.base if run.base is not None else BoostConfig.off()
