@@ -5,8 +5,9 @@
 
 The script is nanoGPT's shakespeare_char transformer at its own width (``shapes/gpt_char_full.py``:
 6 x 384, 256 tokens, batch 8: about a second a step on 2 cores), run for ``--run-steps``.
-For each budget, alone and beside a CPU-heavy loop of 2 threads (``--busy yes``: a matmul
-loop in another process, started before tune and ended after it), it runs
+For each budget, alone and beside a CPU-heavy loop (``--busy yes``: a matmul loop of
+``--busy-threads`` threads, 1 by default, in another process, started before tune and ended
+after it), it runs
 
     torchboost tune --budget B -- python gpt_char_full.py --steps N
 
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BUSY_LOOP = ("import torch\ntorch.set_num_threads(2)\na = torch.randn(768, 768)\n"
+BUSY_LOOP = ("import torch\ntorch.set_num_threads({threads})\na = torch.randn(768, 768)\n"
              "while True:\n    a = torch.tanh(a @ a)\n")
 GRID = {"baseline": {}, "bf16": {"precision.mode": "bf16"}, "fp32_math bf16": {"fp32_math.mode": "bf16"},
         "fused AdamW": {"optimizer.implementation": "fused"}, "compile": {"compile.mode": "default"},
@@ -59,15 +60,17 @@ def cpu_line() -> str:
             f"{fields.get('Model', '?').strip()}), {os.cpu_count()} cores, flags: {' '.join(wanted)}")
 
 
-def _busy_loop() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _busy_loop(threads: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(threads=threads)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def tune_once(script: Path, budget: int, busy: bool, run_steps: int, keep: Path | None) -> dict[str, Any]:
+def tune_once(script: Path, budget: int, busy: bool, run_steps: int, keep: Path | None,
+              busy_threads: int = 1) -> dict[str, Any]:
     """One `torchboost tune` in a scratch folder: its report's figures and its wall time."""
     with tempfile.TemporaryDirectory(prefix="tune-slow-") as tmp:
         work = Path(tmp)
-        loop = _busy_loop() if busy else None
+        loop = _busy_loop(busy_threads) if busy else None
         try:
             time.sleep(2.0 if busy else 0.0)  # the loop at full speed before tune starts
             start = time.perf_counter()
@@ -99,6 +102,8 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
         "trials": trials, "warnings": report.get("warnings", []), "verdict": report.get("verdict", ""),
         "end_to_end": {k: e2e.get(k) for k in ("baseline_s", "tuned_s", "pairs", "speedup") if k in e2e},
         "elapsed_s": report.get("elapsed_s"),
+        "unverified": report.get("unverified"),
+        "spent_s": {k: round(v) for k, v in (report.get("spent_s") or {}).items()},
     }
 
 
@@ -150,6 +155,7 @@ def main() -> None:
     parser.add_argument("--remeasure-steps", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None, help="write every figure as JSON here too")
     parser.add_argument("--shape", default="gpt_char_full", help="the script of shapes/ to tune (default gpt_char_full)")
+    parser.add_argument("--busy-threads", type=int, default=1, help="threads of the busy loop (default 1)")
     args = parser.parse_args()
     script = HERE / "shapes" / f"{args.shape}.py"
     print(f"CPU: {cpu_line()}; Python {platform.python_version()}; load before: {os.getloadavg()[0]:.2f}", flush=True)
@@ -157,7 +163,8 @@ def main() -> None:
     keep = Path(tempfile.mkdtemp(prefix="tuned-")) / "torchboost.toml"
     for busy in [b.strip() == "yes" for b in args.busy.split(",")]:
         for budget in [int(b) for b in args.budgets.split(",")]:
-            row = tune_once(script, budget, busy, args.run_steps, keep if not busy and not keep.exists() else None)
+            row = tune_once(script, budget, busy, args.run_steps, keep if not busy and not keep.exists() else None,
+                            args.busy_threads)
             results["tunes"].append(row)
             print(json.dumps(row, indent=1), flush=True)
     if args.grid:

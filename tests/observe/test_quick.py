@@ -179,6 +179,28 @@ def test_the_runner_interleaves_plain_and_switched_steps_and_takes_the_median_pa
     assert result.warmup_ms == 7.0 and result.ratio == pytest.approx(2.0) and result.steps == 2 * QUICK_PAIRS
 
 
+@pytest.mark.parametrize("decides", [True, False])
+def test_bursts_end_once_their_pairs_decide(decides):
+    """One thread at 0.26 of a busy step, bursts planned for 12 pairs: decided after four
+    (the fewest that may decide), and the switch left off. Twin: without a verdict to
+    reach, every planned pair runs."""
+    from functools import partial
+
+    from torchboost.evidence.quick_probe import MIN_DECIDING_PAIRS, bursts_decided
+
+    log: list[str] = []
+    quick = QuickProbes()
+    decided = partial(bursts_decided, min_gain=0.03) if decides else None
+    assert quick.start([_fake(log)], budget_ms=float("inf"), step_ms=4000.0, pairs=12, decided=decided)
+    times = iter([3000.0] + [4000.0, 1040.0, 4100.0, 1050.0, 3900.0, 1030.0] * 4)
+    steps = 1
+    while quick.after_step(next(times), torch.tensor(1.0)):
+        steps += 1
+    pairs = MIN_DECIDING_PAIRS if decides else 12
+    assert steps == 1 + 2 * pairs and len(quick.results[0].switched_ms) == pairs and log[-1] == "off"
+    assert quick.results[0].ratio == pytest.approx(4000.0 / 1040.0, rel=0.03)
+
+
 def test_twin_a_switch_over_the_budget_is_not_run():
     log: list[str] = []
     quick = QuickProbes()

@@ -6,9 +6,38 @@ The doctor times each switchable finding's fix in the script's own process
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
+from typing import Sequence
 
-__all__ = ["QuickProbeFacts"]
+__all__ = ["BURST_Z", "FASTER", "MIN_DECIDING_PAIRS", "NO_GAIN", "SLOWER", "QuickProbeFacts", "burst_verdict",
+           "bursts_decided"]
+
+BURST_Z = 3.0
+"""Standard errors of the pairs' ratios the median must clear the least gain by."""
+
+FASTER, SLOWER, NO_GAIN = "faster", "slower", "no gain"
+
+
+def burst_verdict(ratios: Sequence[float], min_gain: float, z: float = BURST_Z) -> tuple[str | None, float, float]:
+    """(the verdict, the median ratio, its half-width) for the pairs' ``ratios`` (candidate
+    over incumbent), the half-width ``z`` standard errors of the ratios' own spread (from
+    their median absolute deviation: one long step does not widen it). The verdict:
+    :data:`FASTER` when the interval is below ``1 - min_gain``, :data:`SLOWER` when above 1,
+    :data:`NO_GAIN` when above ``1 - min_gain`` otherwise; None when it straddles it."""
+    if len(ratios) < 3:
+        return None, statistics.median(ratios) if ratios else math.nan, math.inf
+    median = statistics.median(ratios)
+    sigma = 1.4826 * statistics.median(abs(r - median) for r in ratios)
+    half = z * 1.2533 * sigma / math.sqrt(len(ratios))
+    if median + half < 1.0 - min_gain:
+        return FASTER, median, half
+    if median - half > 1.0:
+        return SLOWER, median, half
+    if median - half >= 1.0 - min_gain:
+        return NO_GAIN, median, half
+    return None, median, half
 
 
 @dataclass
@@ -48,3 +77,15 @@ class QuickProbeFacts:
         """The timed steps the ratio rests on, plain and switched."""
         pairs = min(len(self.plain_ms), len(self.switched_ms))
         return 2 * pairs
+
+
+MIN_DECIDING_PAIRS = 4
+"""Fewest pairs of bursts whose verdict ends a burst trial's bursts early (:func:`bursts_decided`)."""
+
+
+def bursts_decided(ratios: Sequence[float], *, min_gain: float) -> bool:
+    """The pairs' ``ratios`` so far (switched over plain) settle the candidate either way
+    (:func:`burst_verdict`), over :data:`MIN_DECIDING_PAIRS` at least: a burst trial ends its
+    bursts there (one thread beside a busy loop, at 0.26 of the step, is decided after four
+    pairs of 4 s steps, not the twelve planned)."""
+    return len(ratios) >= MIN_DECIDING_PAIRS and burst_verdict(ratios, min_gain)[0] is not None

@@ -84,11 +84,16 @@ class Bursts:
     steps: int = 1
     """Steps in one burst."""
     pairs: int = 8
-    """Pairs of bursts, plain then switched."""
+    """Pairs of bursts, plain then switched, at most."""
+    min_gain: float | None = None
+    """The least gain the search asks (0.03): the bursts end once their pairs decide the
+    candidate faster, slower or of no gain by it (at least ``MIN_DECIDING_PAIRS`` of them);
+    None: every pair runs."""
 
     def spec_fields(self) -> dict[str, Any]:
         """The :class:`ObserveSpec` fields that carry it."""
-        return {"bursts": dict(self.change), "burst_steps": max(1, self.steps), "burst_pairs": max(1, self.pairs)}
+        return {"bursts": dict(self.change), "burst_steps": max(1, self.steps), "burst_pairs": max(1, self.pairs),
+                "burst_min_gain": self.min_gain}
 
 
 MIN_TIMED_STEPS = 6
@@ -155,7 +160,10 @@ class ObserveSpec:
     burst_steps: int = 1
     """Steps in one burst of a burst trial."""
     burst_pairs: int = 8
-    """Pairs of bursts (plain, switched) in a burst trial."""
+    """Pairs of bursts (plain, switched) in a burst trial, at most."""
+    burst_min_gain: float | None = None
+    """A burst trial's bursts end once their pairs decide the candidate by this least gain
+    (:class:`Bursts`' ``min_gain``); None: all ``burst_pairs`` run."""
     stall_timeout_s: float | None = 60.0
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""

@@ -31,7 +31,7 @@ measured within seconds, under the same load.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -126,14 +126,18 @@ class QuickProbes:
         self._budget_ms = self._spent_ms = self._step_ms = 0.0
         self._plain_finite = True
         self._pairs, self._burst = QUICK_PAIRS, 1
+        self._decided: Callable[[list[float]], bool] | None = None
 
     def start(self, switches: list[QuickSwitch], *, budget_ms: float, step_ms: float, loss: Any = None,
-              pairs: int = QUICK_PAIRS, burst: int = 1) -> bool:
+              pairs: int = QUICK_PAIRS, burst: int = 1,
+              decided: Callable[[list[float]], bool] | None = None) -> bool:
         """Begin with ``switches`` within ``budget_ms`` (a plain step takes about ``step_ms``;
         ``loss``: the last plain step's), each for ``pairs`` pairs of ``burst`` plain steps then
-        ``burst`` switched ones; False when none can run (their results say why)."""
+        ``burst`` switched ones, fewer once ``decided`` says so of the ratios so far (switched
+        over plain step, one per step of the completed pairs); False when none can run (their
+        results say why)."""
         self._queue, self._budget_ms, self._step_ms = list(switches), budget_ms, step_ms
-        self._pairs, self._burst = max(1, pairs), max(1, burst)
+        self._pairs, self._burst, self._decided = max(1, pairs), max(1, burst), decided
         self._plain_finite = _finite(loss)
         self.active = self._next()
         return self.active
@@ -152,12 +156,21 @@ class QuickProbes:
             if not result.error and not result.switched_ms:
                 result.error = "was cut short: the probes' share of the run was spent"
             self._plan.clear()
+        elif kind == _SWITCHED and self._plan and self._pair_decided(result):
+            self._plan.clear()
         if self._plan:
             self._set(self._plan[0] != _PLAIN)
             return True
         self._set(False)
         self.active = self._next()
         return self.active
+
+    def _pair_decided(self, result: QuickProbeFacts) -> bool:
+        """A pair of bursts just completed and ``decided`` says its ratios so far settle it."""
+        done = len(result.switched_ms)
+        if self._decided is None or done != len(result.plain_ms) or done % self._burst:
+            return False
+        return self._decided([s / p for p, s in zip(result.plain_ms, result.switched_ms) if p > 0])
 
     def close(self) -> None:
         """Turn the switch in flight off (the script ended during a probe step)."""

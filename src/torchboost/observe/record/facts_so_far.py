@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from functools import partial
 from typing import Any, Callable
 
 from torchboost import env as _env
 from torchboost.evidence.observed import Facts, QuickProbeFacts
+from torchboost.evidence.quick_probe import bursts_decided
 from torchboost.observe.probes.quick import QuickProbes, choose_switches, quick_budget_ms, quick_pairs, switch_for
 from torchboost.observe.record.facts_builder import RecordedParts, build_facts, probe_context, uses_cuda
 from torchboost.techniques.registry import ProbeContext
@@ -112,5 +114,6 @@ def _start_bursts(quick: QuickProbes, parts: RecordedParts, ctx: ProbeContext, s
     if switch is None:
         quick.results.append(QuickProbeFacts(finding_id="", label="bursts", error=why))
         return False
+    decided = None if spec.burst_min_gain is None else partial(bursts_decided, min_gain=spec.burst_min_gain)
     return quick.start([switch], budget_ms=math.inf, step_ms=step_ms, loss=parts.losses.last,
-                       pairs=spec.burst_pairs, burst=spec.burst_steps)
+                       pairs=spec.burst_pairs, burst=spec.burst_steps, decided=decided)

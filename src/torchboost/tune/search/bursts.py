@@ -20,10 +20,10 @@ still undecided, the search says the machine was too busy to tell.
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Sequence
 
 from torchboost.config import Overlay
+from torchboost.evidence.quick_probe import BURST_Z, FASTER, NO_GAIN, SLOWER, burst_verdict
 from torchboost.observe.spec import Bursts
 from torchboost.tune.search.decision import Status
 
@@ -36,40 +36,18 @@ the switch's own cost are small beside a burst."""
 MIN_BURST_PAIRS = 6
 MAX_BURST_PAIRS = 30
 """Pairs of bursts in one burst trial: about an ordinary trial's steps, within these bounds."""
-BURST_Z = 3.0
-"""Standard errors of the pairs' ratios the median must clear the least gain by."""
 MAX_BURST_RUNS = 4
 """Burst trials pooled for one candidate at most."""
 
-FASTER, SLOWER, NO_GAIN = "faster", "slower", "no gain"
 
 
-def plan_bursts(change: Overlay, step_ms: float, trial_steps: int) -> Bursts:
+def plan_bursts(change: Overlay, step_ms: float, trial_steps: int, min_gain: float | None = None) -> Bursts:
     """The bursts for ``change`` on an incumbent of ``step_ms`` a step: bursts of at least
-    :data:`BURST_MS`, as many pairs as fill about ``trial_steps`` steps."""
+    :data:`BURST_MS`, as many pairs as fill about ``trial_steps`` steps; with ``min_gain``,
+    the trial ends its bursts once their verdict is decided (:func:`burst_verdict`)."""
     steps = max(1, math.ceil(BURST_MS / step_ms)) if step_ms > 0 and math.isfinite(step_ms) else 1
     pairs = min(MAX_BURST_PAIRS, max(MIN_BURST_PAIRS, trial_steps // (2 * steps)))
-    return Bursts(change=Overlay(change).to_dict(), steps=steps, pairs=pairs)
-
-
-def burst_verdict(ratios: Sequence[float], min_gain: float, z: float = BURST_Z) -> tuple[str | None, float, float]:
-    """(the verdict, the median ratio, its half-width) for the pairs' ``ratios`` (candidate
-    over incumbent), the half-width ``z`` standard errors of the ratios' own spread (from
-    their median absolute deviation: one long step does not widen it). The verdict:
-    :data:`FASTER` when the interval is below ``1 - min_gain``, :data:`SLOWER` when above 1,
-    :data:`NO_GAIN` when above ``1 - min_gain`` otherwise; None when it straddles it."""
-    if len(ratios) < 3:
-        return None, statistics.median(ratios) if ratios else math.nan, math.inf
-    median = statistics.median(ratios)
-    sigma = 1.4826 * statistics.median(abs(r - median) for r in ratios)
-    half = z * 1.2533 * sigma / math.sqrt(len(ratios))
-    if median + half < 1.0 - min_gain:
-        return FASTER, median, half
-    if median - half > 1.0:
-        return SLOWER, median, half
-    if median - half >= 1.0 - min_gain:
-        return NO_GAIN, median, half
-    return None, median, half
+    return Bursts(change=Overlay(change).to_dict(), steps=steps, pairs=pairs, min_gain=min_gain)
 
 
 def more_bursts(ratios: Sequence[float], min_gain: float, runs: int) -> bool:

@@ -122,7 +122,7 @@ class Confirming(SearchState):
         """``change`` alternated with the configuration kept so far in bursts inside one run,
         more runs pooled while the gain is hidden by the noise (:func:`more_bursts`): the
         pairs' ratios, the burst trials run, and why the last gave none (or None)."""
-        plan = plan_bursts(change, self.incumbent_ms, self.options.trial_steps)
+        plan = plan_bursts(change, self.incumbent_ms, self.options.trial_steps, self.options.min_gain)
         self.bursted.add((describe_settings(self.incumbent), describe_settings(change)))
         ratios: list[float] = []
         runs, error = 0, None
