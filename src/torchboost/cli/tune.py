@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
+from torchboost.config_files import config_to_write
 from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
 from torchboost.observe.parent.launch import UsageError, parse_launch
@@ -77,9 +78,10 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``torchboost tune``."""
     add_tune_options(parser, out_default="torchboost-tune")
-    parser.add_argument("--config", default="torchboost.toml",
+    parser.add_argument("--config", default=None,
                         help="the configuration to start from, when it exists, and where to write the winner "
-                             "(default torchboost.toml; your own previous file is kept as torchboost.toml.bak)")
+                             "(default: where this folder's configuration lives, torchboost.toml or [tool.torchboost] "
+                             "in pyproject.toml, else torchboost.toml; your own previous file is kept as FILE.bak)")
 
 
 def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
@@ -144,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     lock = contextlib.ExitStack()
     try:
         parse_launch(args.command)
-        options = options_from_args(args, config=args.config)
+        options = options_from_args(args, config=args.config or str(config_to_write()))
         user_config(options.config_path)  # a bad file is said now, not after the search
         check_writable_file(options.config_path)  # nor one tune could not write at the end
         lock.enter_context(folder_lock(options.out_dir))  # nor a second tune in the same folder
