@@ -112,3 +112,22 @@ def test_the_readme_is_a_first_screen_a_user_reads():
     first_screen = "\n".join(lines[:20])
     assert "torchboost demo" in first_screen and "python -m pytest" in first_screen
 
+
+
+def _gpu_block(readme: str) -> list[str]:
+    """The command lines of the README's install block for a GPU machine."""
+    block = readme.partition("On a GPU machine")[2].partition("```bash\n")[2].partition("```")[0]
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_gpu_install_keeps_the_users_cuda_build():
+    lines = _gpu_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert any("torchboost demo" in line for line in lines) and any("pytest" in line for line in lines)
+    assert not [line for line in lines if "torch==" in line or "install torch" in line]
+    assert '"torch>=2.4"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")  # what the package asks
+
+
+def test_twin_the_cpu_block_would_replace_it():
+    cpu = (ROOT / "README.md").read_text(encoding="utf-8").replace("On a GPU machine", "x").replace(
+        "On a fresh machine without a GPU", "On a GPU machine")
+    assert any("torch==" in line for line in _gpu_block(cpu))

@@ -13,13 +13,14 @@ import importlib
 import re
 import signal
 import sys
+import textwrap
 from typing import Sequence
 
 from torchboost import __version__
 from torchboost._disk import NO_SPACE, NoSpaceError, no_space_words
 from torchboost.cli._console import line_ends_tracked
 
-__all__ = ["main", "split_command"]
+__all__ = ["main", "split_command", "summary"]
 
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("torchboost.cli.demo", "diagnose and tune a built-in workload, then show the before/after"),
@@ -68,9 +69,17 @@ def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(module_name)
         usage = f"torchboost {name} [options] -- python train.py ARGS" if name in _TAKES_COMMAND else None
-        module.add_arguments(sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0],
-                                            usage=usage))
+        # RawDescription: the summary comes wrapped, and an epilog's table keeps its lines
+        module.add_arguments(sub.add_parser(name, help=help_text, description=summary(module.__doc__ or ""),
+                                            usage=getattr(module, "USAGE", usage), epilog=getattr(module, "EPILOG", None),
+                                            formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
+
+
+def summary(docstring: str) -> str:
+    """A sub-command's ``--help`` description: its docstring's first paragraph, whole (a
+    sentence wrapped over two lines is not cut at the first)."""
+    return textwrap.fill(" ".join(docstring.strip().split("\n\n")[0].split()), width=79)
 
 
 def _what_was_ended(exc: BaseException) -> str:
