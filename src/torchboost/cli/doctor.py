@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from torchboost.diagnose import Facts, diagnose
-from torchboost.diagnose.headroom import Headroom, cap_findings, headroom_of
+from torchboost.diagnose.headroom import Headroom, cap_findings, headroom_of, limits_device
 from torchboost.limits import machine_limits
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
@@ -110,7 +110,9 @@ def _headroom(facts: Facts, err: Console, shared: str | None = None) -> Headroom
     (a few seconds, after the script has ended) when absent or when the cached probe ran on
     a busy machine (the best of both is kept); None when it fails. ``shared``: the note that
     the run itself shared the machine."""
-    device = "cuda" if facts.model is not None and facts.model.device.startswith("cuda") else "cpu"
+    device = limits_device(facts)
+    if device is None:  # MPS: not held against the CPU's peak
+        return headroom_of(facts, None)
     try:
         with err.status("measuring this machine's matmul peak (once per machine)..."):
             limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None, refresh_busy=True)
