@@ -46,9 +46,10 @@ from torchboost.diagnose.roofline import OpRoof, op_roofs
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.steps import summarize
+from torchboost.limits import machine_limits
 from torchboost.limits.machine import MachineLimits
 
-__all__ = ["Headroom", "headroom_of", "cap_findings", "limits_device", "step_dtype", "PROBED_DEVICES", "DATA_BOUND_PCT", "COMPUTE_BOUND_PCT",
+__all__ = ["Headroom", "headroom_of", "measured_headroom", "cap_findings", "limits_device", "step_dtype", "PROBED_DEVICES", "DATA_BOUND_PCT", "COMPUTE_BOUND_PCT",
            "HOST_BOUND_PCT", "MATMUL_TIME_PCT", "FASTER_DTYPE_RATIO"]
 
 DATA_BOUND_PCT = 30.0
@@ -299,6 +300,20 @@ def headroom_of(facts: Facts, limits: MachineLimits | None, busy: str | None = N
                     mfu_pct=mfu, bound=bound, why=why, best_speedup=max(1.0, 100.0 / mfu) if mfu else None,
                     machine=machine, notes=tuple(notes),
                     ops=op_roofs(facts, roof_peak, limits.bandwidth_bytes_per_s or None, op_peaks))
+
+
+def measured_headroom(facts: Facts, shared: str | None = None) -> Headroom:
+    """The step of ``facts`` against this machine's measured peak, for its device: the
+    probe's cached figures, measured (a few seconds) when absent or when the cached probe
+    ran on a busy machine (the best of both is kept); no peak for a device the probe does
+    not measure (:func:`limits_device`). ``shared``: the note that the run itself shared the
+    machine. Raises what the probe raises."""
+    device = limits_device(facts)
+    if device is None:  # MPS: not held against the CPU's peak
+        return headroom_of(facts, None)
+    limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None, refresh_busy=True)
+    notes = [words for words in (shared, limits.busy_note) if words]
+    return headroom_of(facts, limits, "; ".join(notes) or None)
 
 
 def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Finding]:
