@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from torchboost import BoostConfig
+from torchboost.cli.tune import NO_PROVEN_WIN, UNVERIFIED
 
 _HERE = Path(__file__).resolve().parent
 WORKLOAD_STEPS = {"vision": 400, "mlp": 2000, "data": 400, "gpt": 200, "image": 3 * 64}
@@ -79,7 +80,7 @@ def _tune(name: str, budget: float, work: Path) -> dict:
             "--config", str(config), "--run-steps", str(WORKLOAD_STEPS[name]), "--", *target_command(name)]
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True)
-    if done.returncode != 0:
+    if done.returncode not in (0, NO_PROVEN_WIN, UNVERIFIED):  # no change proven faster, or unverified: results
         raise RuntimeError(f"tune {name} failed: {done.stderr[-2000:]}")
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     return {"report": report, "config": config, "tune_s": time.perf_counter() - start}

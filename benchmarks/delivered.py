@@ -43,6 +43,7 @@ from typing import Any, Iterator
 from rich.console import Console
 from rich.table import Table
 
+from torchboost.cli.tune import NO_PROVEN_WIN, UNVERIFIED
 from torchboost.tune.trials.journal import Journal
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.trials.trial import run_trial
@@ -126,7 +127,7 @@ def _tune(target: Target, work: Path) -> dict[str, Any]:
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    if done.returncode != 0:
+    if done.returncode not in (0, NO_PROVEN_WIN, UNVERIFIED):  # no change proven faster, or unverified: results
         raise RuntimeError(f"tune failed: {done.stderr[-2000:]}")
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     outcome = json.loads((out / "outcome.json").read_text(encoding="utf-8"))

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from torchboost.env import probe
 from torchboost.nocode import changed_settings, settings_from_config
+from torchboost.cli.tune import NO_PROVEN_WIN, UNVERIFIED
 from torchboost.config import BoostConfig
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.trials.journal import Journal
@@ -87,9 +88,11 @@ def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: l
     """Tune's pick, its wall time and the measured steps per trial it chose."""
     config = tmp / "tuned.toml"
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--out", str(tmp / "tune"), "--config",
-                    str(config), "--budget", str(budget), "--run-steps", str(run_steps), *trial, "--",
-                    *command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--out", str(tmp / "tune"), "--config",
+                           str(config), "--budget", str(budget), "--run-steps", str(run_steps), *trial, "--",
+                           *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if done.returncode not in (0, NO_PROVEN_WIN, UNVERIFIED):  # no change proven faster, or unverified: results
+        raise subprocess.CalledProcessError(done.returncode, done.args)
     elapsed = time.monotonic() - start
     steps = json.loads((tmp / "tune" / "outcome.json").read_text(encoding="utf-8"))["steps_per_trial"]
     return _settings_of(BoostConfig.from_toml(config), booster), elapsed, int(steps)

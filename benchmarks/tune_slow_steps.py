@@ -84,7 +84,7 @@ def tune_once(script: Path, budget: int, busy: bool, run_steps: int, keep: Path 
                 loop.kill()
                 loop.wait()
         report_path = work / "out" / "report.json"
-        if proc.returncode != 0 or not report_path.is_file():
+        if proc.returncode not in (0, 3, 4) or not report_path.is_file():  # 3: no proven win, 4: unverified
             return {"budget": budget, "busy": busy, "wall_s": wall, "error": proc.stderr[-800:]}
         if keep is not None and (work / "torchboost.toml").is_file():
             shutil.copy(work / "torchboost.toml", keep)

@@ -7,6 +7,7 @@ Public names::
     torchboost.ConfigError   a bad configuration value, naming the field
     torchboost.Overlay       some fields of some sections: a candidate's changes
     torchboost.probe()       what this machine can do
+    torchboost.doctor(fn)    the doctor on a training loop in this process (a notebook)
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _techniques()  # load every technique module, so each registers its torchboost.t
 # version or the configuration (the reports, the observed child) then does not import the
 # Booster with its checkpointing and distributed code.
 _LAZY = {"Booster": "torchboost.booster", "load_config": "torchboost.booster",
-         "CheckpointError": "torchboost.checkpoint"}
+         "CheckpointError": "torchboost.checkpoint", "doctor": "torchboost.notebook",
+         "DoctorReport": "torchboost.notebook"}
 
 
 def __getattr__(name: str) -> Any:
@@ -48,8 +50,10 @@ __all__ = [
     "Booster",
     "CheckpointError",
     "ConfigError",
+    "DoctorReport",
     "Overlay",
     "Environment",
+    "doctor",
     "load_config",
     "probe",
     "__version__",

@@ -36,7 +36,8 @@ from torch import nn
 from torchboost import handover
 from torchboost.checkpoint import CheckpointError, booster_state, load_checkpoint, restore_booster_state
 from torchboost.checkpoint import save_checkpoint
-from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
+from torchboost.config import BoostConfig, ConfigError
+from torchboost.config_files import find_config
 from torchboost.env import Environment, probe
 from torchboost.prepared import BoostedOptimizer, BoostedScheduler
 from torchboost.resolve import ResolvedConfig, resolve
@@ -48,7 +49,8 @@ __all__ = ["Booster", "load_config"]
 
 
 def load_config(config: BoostConfig | str | Path | dict | None) -> BoostConfig:
-    """A BoostConfig from an object, a TOML path, a dict, or None (./torchboost.toml or defaults)."""
+    """A BoostConfig from an object, a TOML path, a dict, or None (./torchboost.toml, or
+    ./pyproject.toml's ``[tool.torchboost]``, else defaults; both is a ConfigError)."""
     if isinstance(config, BoostConfig):
         return config
     if isinstance(config, dict):
@@ -56,8 +58,8 @@ def load_config(config: BoostConfig | str | Path | dict | None) -> BoostConfig:
     if isinstance(config, (str, Path)):
         return BoostConfig.from_toml(config)
     if config is None:
-        default = Path(CONFIG_FILENAME)
-        return BoostConfig.from_toml(default) if default.is_file() else BoostConfig()
+        found = find_config(Path.cwd())
+        return BoostConfig.from_toml(found) if found is not None else BoostConfig()
     raise ConfigError(f"config: expected a BoostConfig, a dict, a path or None; got {type(config).__name__}")
 
 
@@ -92,7 +94,8 @@ class Booster:
 
     Args:
         config: a :class:`BoostConfig`, a path to a TOML file, a dict of sections, or
-            None to read ``./torchboost.toml`` when present (else every default).
+            None to read ``./torchboost.toml`` when present, or ``[tool.torchboost]`` in
+            ``./pyproject.toml`` (else every default).
         device: where the model trains; None picks CUDA (this process's LOCAL_RANK), then
             MPS, then CPU.
         verbose: print the resolved configuration with reasons to stderr at ``prepare``.

@@ -1,6 +1,8 @@
 """BoostConfig: what torchboost may change, one frozen section per technique.
 
-The configuration lives in one TOML file, ``torchboost.toml``, one table per technique::
+The configuration lives in one TOML file, ``torchboost.toml``, one table per technique
+(or the same tables under ``[tool.torchboost]`` in ``pyproject.toml``: one of the two, see
+:mod:`torchboost.config_files`)::
 
     [precision]
     mode = "auto"            # auto | fp32 | tf32 | bf16 | fp16
@@ -32,6 +34,8 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar, Union
 import tomli_w
 
 from torchboost._io import atomic_write_bytes
+from torchboost.config_checks import (ConfigError, check_bool_or_word, check_choice, check_int_or_word,
+                                      show_value)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,6 +48,7 @@ __all__ = [
     "BoostConfig",
     "BoolOrWord",
     "CONFIG_FILENAME",
+    "PYPROJECT_FILENAME",
     "ConfigError",
     "IntOrWord",
     "Overlay",
@@ -52,10 +57,14 @@ __all__ = [
     "check_int_or_word",
     "register_section",
     "section_classes",
+    "tool_table",
 ]
 
 CONFIG_FILENAME = "torchboost.toml"
 """The file ``Booster()`` reads from the working directory when no config is given."""
+
+PYPROJECT_FILENAME = "pyproject.toml"
+"""The project file whose ``[tool.torchboost]`` table reads as a ``torchboost.toml``."""
 
 AUTO = "auto"
 KEEP = "keep"
@@ -64,42 +73,6 @@ IntOrWord = Union[int, str]
 BoolOrWord = Union[bool, str]
 
 S = TypeVar("S")
-
-
-class ConfigError(ValueError):
-    """A configuration value or key is invalid; the message names the field."""
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is one of the words ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        raise ConfigError(f"{name}: expected one of {', '.join(choices)}; got {_fmt(value)}")
-
-
-def check_int_or_word(name: str, value: Any, minimum: int, words: tuple[str, ...], maximum: int | None = None) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is an integer in ``[minimum, maximum]`` or one of ``words``."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if is_int and value >= minimum and (maximum is None or value <= maximum):
-        return
-    if isinstance(value, str) and value in words:
-        return
-    bound = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
-    allowed = " | ".join([*words, bound])
-    raise ConfigError(f"{name}: expected {allowed}; got {_fmt(value)}")
-
-
-def check_bool_or_word(name: str, value: Any, words: tuple[str, ...]) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is true, false or one of ``words``."""
-    if isinstance(value, bool) or (isinstance(value, str) and value in words):
-        return
-    allowed = " | ".join([*words, "true", "false"])
-    raise ConfigError(f"{name}: expected {allowed}; got {_fmt(value)}")
 
 
 # -- the section table ------------------------------------------------------------------
@@ -147,7 +120,7 @@ def _build_section(name: str, values: Any) -> Any:
     if name not in table:
         raise _unknown("section", name, list(table))
     if not isinstance(values, Mapping):
-        raise ConfigError(f"{name}: expected a table; got {_fmt(values)}")
+        raise ConfigError(f"{name}: expected a table; got {show_value(values)}")
     valid = _field_names(table[name])
     for key in values:
         if key not in valid:
@@ -246,7 +219,8 @@ class BoostConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "BoostConfig":
-        """Read a ``torchboost.toml``; errors name the file and the field."""
+        """Read a ``torchboost.toml``, or a ``pyproject.toml``'s ``[tool.torchboost]``
+        table; errors name the file (and the table) and the field."""
         path = Path(path)
         if path.is_dir():
             raise ConfigError(f"{path}: a directory, not a torchboost.toml file")
@@ -258,17 +232,18 @@ class BoostConfig:
             raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        where = f"{path} [tool.torchboost]" if path.name == PYPROJECT_FILENAME else str(path)
         try:
-            return cls.from_dict(data)
+            return cls.from_dict(tool_table(path, data))
         except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
 
     @staticmethod
     def written_keys(path: str | Path) -> set[str]:
-        """The dotted keys a ``torchboost.toml`` sets itself (the rest take defaults)."""
+        """The dotted keys a ``torchboost.toml`` (or ``[tool.torchboost]``) sets itself (the rest take defaults)."""
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            data = tool_table(Path(path), tomllib.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ConfigError):
             return set()
         return {f"{section}.{key}" for section, values in data.items() if isinstance(values, dict) for key in values}
 
@@ -280,6 +255,17 @@ class BoostConfig:
     def to_toml(self, path: str | Path, header: str = "") -> None:
         """Write atomically: a crash mid-write leaves any previous file intact."""
         atomic_write_bytes(Path(path), self.to_toml_string(header).encode("utf-8"))
+
+
+def tool_table(path: Path, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The configuration's tables in the parsed file at ``path``: the whole of a
+    ``torchboost.toml``; a ``pyproject.toml``'s ``[tool.torchboost]`` (ConfigError without one)."""
+    if path.name != PYPROJECT_FILENAME:
+        return data
+    table = (data.get("tool") or {}).get("torchboost") if isinstance(data.get("tool"), Mapping) else None
+    if table is None:
+        raise ConfigError(f"{path}: no [tool.torchboost] table")
+    return table
 
 
 def _rebuild(sections: dict[str, Any]) -> BoostConfig:

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -23,13 +24,20 @@ from typing import Any, Callable, Mapping
 import psutil
 import torch
 
-__all__ = ["BUSY_PCT", "tree_cpu_s", "Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
+__all__ = ["BUSY_PCT", "posix_processes", "tree_cpu_s", "Environment", "probe", "measure_cpu_bf16_speedup", "DIST_ENV_VARS", "torchrun_env", "rank",
            "world_size", "is_torchrun_rank", "job_place"]
 
 DIST_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables torchrun sets; their presence means we run under a distributed launcher."""
 
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def posix_processes() -> bool:
+    """True where the commands that run a script (doctor, tune, run, compare, demo) can
+    supervise it: POSIX process groups and signals (Linux, macOS), not Windows. The
+    Booster needs neither."""
+    return os.name == "posix" and hasattr(os, "killpg") and hasattr(signal, "SIGHUP")
 
 
 def _int_var(values: Mapping[str, str], name: str, default: int) -> int:

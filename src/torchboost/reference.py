@@ -4,13 +4,19 @@ docs show of ``torchboost.toml`` and of each technique, so that no fact is writt
 :func:`config_reference` is every section and key of :class:`~torchboost.config.BoostConfig`
 with its default and the docstring written beside the field; :func:`technique_order` the
 order ``Booster.prepare`` applies the techniques in, with why; :func:`technique_cards` one
-card per technique: its section, its levers and the findings that propose them. The docs
-build (``docs/hooks/reference.py``) puts them in place of ``<!-- torchboost:NAME -->``.
+card per technique: its section, its levers and the findings that propose them.
+
+The pages of ``docs/`` hold them, written in, between ``<!-- torchboost:NAME -->`` and
+``<!-- /torchboost:NAME -->``, so that they read on the repository's web page without a
+build: :func:`filled` is a page with every such block as the code makes it now
+(``python docs/hooks/reference.py`` rewrites the pages), :func:`stale_blocks` the blocks
+that differ (the docs' test and build fail on one).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import dataclasses
 import inspect
 import textwrap
@@ -19,7 +25,8 @@ from typing import Callable
 from torchboost.config import section_classes
 from torchboost.techniques.registry import techniques
 
-__all__ = ["GENERATED", "config_reference", "field_docs", "technique_cards", "technique_order"]
+__all__ = ["GENERATED", "config_reference", "field_docs", "filled", "stale_blocks", "technique_cards",
+           "technique_order"]
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -82,3 +89,25 @@ def technique_cards() -> str:
 GENERATED: dict[str, Callable[[], str]] = {"config-reference": config_reference, "technique-order": technique_order,
                                             "technique-cards": technique_cards}
 """What the docs build puts in place of ``<!-- torchboost:NAME -->``, by NAME."""
+
+
+_BLOCK = re.compile(r"(<!-- torchboost:([a-z-]+) -->\n)(.*?)(<!-- /torchboost:\2 -->)", re.S)
+"""A generated block of a page: its opening marker, what is between, its closing marker."""
+
+
+def _generated(name: str) -> str:
+    if name not in GENERATED:
+        raise ValueError(f"unknown generated table {name!r}; known: {sorted(GENERATED)}")
+    return f"\n{GENERATED[name]().strip()}\n\n"
+
+
+def filled(markdown: str) -> str:
+    """``markdown`` with each generated block's content as the code makes it now (an
+    unknown NAME is a ValueError)."""
+    return _BLOCK.sub(lambda m: m.group(1) + _generated(m.group(2)) + m.group(4), markdown)
+
+
+def stale_blocks(markdown: str) -> list[str]:
+    """The NAMEs of the generated blocks of ``markdown`` whose content is not what the code
+    makes now, in page order."""
+    return [m.group(2) for m in _BLOCK.finditer(markdown) if m.group(3) != _generated(m.group(2))]

@@ -61,3 +61,27 @@ def test_run_speaks_only_of_the_keys_the_file_sets(tmp_path):
     notes = [line for line in err.splitlines() if "resolved by the Booster only" in line]
     assert notes == ['torchboost run: precision.mode = "auto" is resolved by the Booster only; '
                      "left as the script sets it"]  # not the loader's, optimizer's... defaults
+
+
+def test_run_applies_the_pyproject_table(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "mine"\n\n[tool.torchboost.cpu]\nthreads = 1\n'
+                                             '[tool.torchboost.loader]\nnum_workers = 1\n')
+    proc, out, err = _run(tmp_path)
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert (seen["threads"], seen["workers"], proc.returncode) == (1, 1, 0), err
+    assert "applying pyproject.toml [tool.torchboost]: cpu.threads=1, loader.num_workers=1" in err
+
+
+def test_twin_a_pyproject_without_the_table_is_not_a_configuration(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "mine"\n\n[tool.other.cpu]\nthreads = 1\n')
+    proc, out, err = _run(tmp_path)
+    assert proc.returncode == 2 and out == ""  # the script did not run
+    assert "no torchboost.toml here, nor [tool.torchboost] in pyproject.toml" in err
+
+
+def test_both_files_are_an_error_naming_both(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.torchboost.cpu]\nthreads = 1\n')
+    BoostConfig.off().to_toml(tmp_path / "torchboost.toml")
+    proc, _, err = _run(tmp_path)
+    assert proc.returncode == 2
+    assert "both torchboost.toml and pyproject.toml [tool.torchboost] configure torchboost" in err

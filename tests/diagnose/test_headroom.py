@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchboost.diagnose.headroom import cap_findings, headroom_of, step_dtype
+from torchboost.diagnose.headroom import cap_findings, headroom_of, limits_device, step_dtype
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts, ModelFacts, ProfileFacts, StepRecord
 from torchboost.limits.machine import MachineLimits, MatmulRate
@@ -221,3 +221,19 @@ def test_gpu_a_tiny_cuda_conv_net_counted_and_probed_for_real_is_held_against_th
     assert seen.tf32_cudnn and not seen.tf32_matmul  # read back from the real switches
     h = headroom_of(facts, GPU)
     assert h.dtype == "tf32" and "matmuls" in h.notes[0] and "against the fp32 peak" in h.notes[0]
+
+
+def test_an_mps_step_is_held_against_no_peak_and_the_line_says_it_is_unknown():
+    facts = _facts(flops=1e9, model=ModelFacts(device="mps:0"))
+    assert limits_device(facts) is None
+    h = headroom_of(facts, None)
+    assert (h.mfu_pct, h.best_speedup, h.peak_flops_per_s) == (None, None, None)
+    assert h.line.startswith("The step's FLOPs against this machine's peak: not known (the step runs on mps:0, whose "
+                             "peak the probe does not measure; it is not held against the CPU's)")
+    assert cap_findings([_finding(9.0)], h)[0].expected_speedup == 9.0  # nothing capped by an unknown peak
+
+
+def test_twin_a_cpu_and_a_cuda_step_are_held_against_their_own_probe():
+    assert limits_device(_facts(model=ModelFacts(device="cpu"))) == "cpu"
+    assert limits_device(_facts(model=ModelFacts(device="cuda:1"))) == "cuda"
+    assert headroom_of(_facts(flops=1e9, model=ModelFacts(device="cpu")), LIMITS).mfu_pct == pytest.approx(20.0)

@@ -88,6 +88,7 @@ def test_the_report_says_how_the_budget_went(tmp_path, monkeypatch):
     report = build_tune_report(tune_summary(run, config_path=tmp_path / "torchboost.toml"))
     assert report["unverified"]["path"].endswith(UNVERIFIED_NAME)
     assert set(report["spent_s"]) == {"diagnosis", "bursts", "trials", "check", "total"}
+    assert report["status"] == "unverified"
     line = report["notes"][-1]
     assert line.startswith("How the time went: the diagnosis ") and "1 burst trial(s) 70 s" in line
     assert "2 other trial(s) 80 s" in line and line.endswith("for --budget 300 s.")

@@ -2,7 +2,8 @@
 
 Each sub-command lives in its own module of this package exposing
 ``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them up. Bad usage exits 2 with one line
-on stderr and no traceback.
+on stderr and no traceback; so does a sub-command that runs a script, on a system without
+POSIX process groups (Windows), before anything of it is imported.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import importlib
 import re
 import signal
 import sys
+import textwrap
 from typing import Sequence
 
 from torchboost import __version__
 from torchboost._disk import NO_SPACE, NoSpaceError, no_space_words
+from torchboost.env import posix_processes
 from torchboost.cli._console import line_ends_tracked
 
-__all__ = ["main", "split_command"]
+__all__ = ["main", "platform_refusal", "split_command", "summary"]
 
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("torchboost.cli.demo", "diagnose and tune a built-in workload, then show the before/after"),
@@ -68,9 +71,17 @@ def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(module_name)
         usage = f"torchboost {name} [options] -- python train.py ARGS" if name in _TAKES_COMMAND else None
-        module.add_arguments(sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0],
-                                            usage=usage))
+        # RawDescription: the summary comes wrapped, and an epilog's table keeps its lines
+        module.add_arguments(sub.add_parser(name, help=help_text, description=summary(module.__doc__ or ""),
+                                            usage=getattr(module, "USAGE", usage), epilog=getattr(module, "EPILOG", None),
+                                            formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
+
+
+def summary(docstring: str) -> str:
+    """A sub-command's ``--help`` description: its docstring's first paragraph, whole (a
+    sentence wrapped over two lines is not cut at the first)."""
+    return textwrap.fill(" ".join(docstring.strip().split("\n\n")[0].split()), width=79)
 
 
 def _what_was_ended(exc: BaseException) -> str:
@@ -82,10 +93,29 @@ def _what_was_ended(exc: BaseException) -> str:
             f"{', '.join(left)}")
 
 
+_NEEDS_POSIX = ("demo", "doctor", "tune", "run", "compare")
+"""The sub-commands that start and supervise the user's script (process groups, signals)."""
+
+
+def platform_refusal(chosen: str | None) -> str | None:
+    """The one line for a sub-command that cannot run on this system (Windows: no POSIX
+    process groups or signals), before its module is imported; None where it can."""
+    if chosen not in _NEEDS_POSIX or posix_processes():
+        return None
+    return (f"torchboost {chosen}: error: '{chosen}' needs POSIX process groups and signals (Linux or macOS) to "
+            f"supervise your script, and {sys.platform} has none; run it under WSL, or put torchboost.Booster in "
+            "your own loop, which works here")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchboost`` console script; returns the exit code."""
     own, command = split_command(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser(next((word for word in own if word in _SUBCOMMANDS), None))
+    chosen = next((word for word in own if word in _SUBCOMMANDS), None)
+    refusal = platform_refusal(chosen)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return 2
+    parser = _build_parser(chosen)
     args = parser.parse_args(own)
     if args.subcommand is None:
         parser.print_help()

@@ -21,7 +21,26 @@ from pathlib import Path
 from torchboost.observe.parent.launch import UsageError, parse_launch
 from torchboost.tune.verify.versus import Side, compare
 
-__all__ = ["add_arguments", "run", "sides"]
+__all__ = ["USAGE", "add_arguments", "fraction", "run", "sides"]
+
+USAGE = ("torchboost compare [options] -- python a.py ARGS -- python b.py ARGS\n"
+         "       torchboost compare --config A.toml --config B.toml [options] -- python train.py ARGS")
+"""The two ways to call it, for ``--help``: two commands, or one command and two files."""
+
+
+def fraction(text: str) -> float:
+    """A least gain: a fraction below 1 (``0.03``) or a percentage (``3%``); ``3`` is refused
+    rather than read as 300%."""
+    words = text.strip()
+    try:
+        value = float(words[:-1]) / 100 if words.endswith("%") else float(words)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction (0.03) or a percentage (3%), got {text!r}") from None
+    if not 0 <= value < 1 or not math.isfinite(value):
+        hint = f"; for {value:g}% write {value / 100:g} or {value:g}%" if 1 <= value < 100 else ""
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to below 1 (0.03) or a percentage (3%), got "
+                                         f"{text!r}, which is {value:.0%}{hint}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds the pairs may take, extra pairs included (default 1800)")
     parser.add_argument("--loss-steps", type=int, default=30, metavar="N",
                         help="observed steps of each side whose losses are compared (0: none; default 30)")
-    parser.add_argument("--min-gain", type=float, default=0.03, help="least gain a win must clear (default 0.03)")
+    parser.add_argument("--min-gain", type=fraction, default=0.03, metavar="FRACTION",
+                        help="least gain a win must clear: a fraction (0.03) or a percentage (3%%) (default 0.03)")
     parser.add_argument("--out", default="torchboost-compare", help="folder for what the runs wrote")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from torchboost.report.doctor_report import print_doctor_report, write_doctor_re
 from torchboost.tune.tuner import TuneOptions
 from torchboost.cli._console import console as make_console
 
-__all__ = ["add_arguments", "run", "demo_command", "DEMO_WORKLOADS"]
+__all__ = ["add_arguments", "apply_hint", "run", "demo_command", "DEMO_WORKLOADS"]
 
 DEMO_WORKLOADS = ("vision", "mlp", "data", "gpt")
 """Built-in workloads the demo can run (``torchboost.workloads.NAME``)."""
@@ -93,9 +94,12 @@ def run(args: argparse.Namespace) -> int:
     console.rule("3. before / after")
     print_outcome(tuned, options, console)
     written = tuned.unverified.path if tuned.unverified is not None else options.config_path  # said unverified above
-    console.print(
-        f"\nApply it to the unmodified script: "
-        f"torchboost run --config {written} -- python -m torchboost.workloads.{args.workload}",
-        highlight=False,
-    )
+    console.print(f"\nApply it to the unmodified script: {apply_hint(written, command)}", highlight=False)
     return 0
+
+
+def apply_hint(config: Path, command: list[str]) -> str:
+    """The ``torchboost run`` line for the tuned file: the very command it was tuned for
+    (``--size tiny --steps 400`` included), so ``run`` finds no other command to warn of."""
+    words = ["python" if word == sys.executable else word for word in command]
+    return f"torchboost run --config {shlex.quote(str(config))} -- {shlex.join(words)}"

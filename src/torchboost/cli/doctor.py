@@ -22,15 +22,14 @@ from pathlib import Path
 from rich.console import Console
 
 from torchboost.diagnose import Facts, diagnose
-from torchboost.diagnose.headroom import Headroom, cap_findings, headroom_of
-from torchboost.limits import machine_limits
+from torchboost.diagnose.headroom import Headroom, cap_findings, measured_headroom
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
-from torchboost.report.limits_text import busy_words, shared_run_words
+from torchboost.report.limits_text import shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
 from torchboost.observe.parent.launch import parse_launch
 from torchboost.observe.parent.no_stdin import stdin_words
-from torchboost.observe.parent.request import RunRequest
+from torchboost.observe.parent.request import DOCTOR_PRECISION, DOCTOR_RECORD_S, RunRequest, doctor_bounds
 from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
 from torchboost.diagnose.trace_file import facts_from_trace, load_traces
 from torchboost.report.doctor_report import ending_words, print_doctor_report, write_doctor_report
@@ -110,12 +109,9 @@ def _headroom(facts: Facts, err: Console, shared: str | None = None) -> Headroom
     (a few seconds, after the script has ended) when absent or when the cached probe ran on
     a busy machine (the best of both is kept); None when it fails. ``shared``: the note that
     the run itself shared the machine."""
-    device = "cuda" if facts.model is not None and facts.model.device.startswith("cuda") else "cpu"
     try:
         with err.status("measuring this machine's matmul peak (once per machine)..."):
-            limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None, refresh_busy=True)
-        notes = [words for words in (shared, busy_words(limits)) if words]
-        return headroom_of(facts, limits, "; ".join(notes) or None)
+            return measured_headroom(facts, shared)
     except Exception as exc:  # noqa: BLE001 - the report is written without it
         err.print(f"torchboost doctor: the machine's limits could not be measured ({type(exc).__name__}: {exc}); "
                   "the report has no headroom.", highlight=False)
@@ -148,28 +144,9 @@ def _observe(args: argparse.Namespace, err: Console) -> ObservedRun:
         status.update(progress.words())
 
     with err.status("starting the script under observation...") as status:
-        request = RunRequest(command=args.command, steps=DOCTOR_STEPS if args.steps is None else args.steps,
-                             warmup=DOCTOR_WARMUP if args.warmup is None else args.warmup, out_dir=args.out,
-                             full=args.full, stall_timeout_s=args.stall_timeout, **_adaptive(args))
+        request = RunRequest(command=args.command, out_dir=args.out, stall_timeout_s=args.stall_timeout,
+                             **doctor_bounds(args.steps, args.warmup, full=args.full))
         return run_observed(request, on_progress=show, stdout=(lambda: sys.stderr) if args.json else None)
-
-
-DOCTOR_STEPS, DOCTOR_WARMUP = 20, 5
-"""The most steps the doctor records and warms up for, unless --steps / --warmup say exactly."""
-DOCTOR_PRECISION = 0.05
-"""Recording ends once the median step is known within this fraction (after a few seconds)."""
-DOCTOR_RECORD_S = 30.0
-"""...or once this many seconds of steps are recorded (at least six)."""
-
-
-def _adaptive(args: argparse.Namespace) -> dict[str, object]:
-    """How observation may end early: what --steps and --warmup leave open (nothing with --full)."""
-    if args.full:
-        return {}
-    bounds: dict[str, object] = {"settle_warmup": args.warmup is None}
-    if args.steps is None:
-        bounds.update(precision=DOCTOR_PRECISION, record_s=DOCTOR_RECORD_S)
-    return bounds
 
 
 def _explain_no_steps(observed: ObservedRun, err: Console) -> None:

@@ -21,7 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchboost.config import BoostConfig, ConfigError
+from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError
+from torchboost.config_files import find_config
 from torchboost.frameworks import FRAMEWORKS, accelerate_yaml, lightning_text, spell, transformers_text
 
 __all__ = ["add_arguments", "run"]
@@ -30,7 +31,8 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``torchboost export``."""
     parser.add_argument("--to", required=True, choices=FRAMEWORKS, help="the framework to write for")
-    parser.add_argument("--config", default="torchboost.toml", help="configuration to export (default torchboost.toml)")
+    parser.add_argument("--config", default=None, help="configuration to export (default: this folder's "
+                                                       "torchboost.toml or [tool.torchboost] in pyproject.toml)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if args.command:
         print("torchboost export: error: export takes no command after --; it reads --config", file=sys.stderr)
         return 2
-    path = Path(args.config)
     try:
+        path = Path(args.config) if args.config is not None else find_config() or Path(CONFIG_FILENAME)
         if not path.is_file():
             raise ConfigError(f"{path}: no such file; write one with 'torchboost tune -- python train.py'")
         config = BoostConfig.from_toml(path)

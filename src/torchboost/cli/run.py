@@ -1,10 +1,12 @@
 """Run an unmodified training script with torchboost.toml applied.
 
-``torchboost run [--config torchboost.toml] -- python train.py ARGS`` runs the script in
+``torchboost run [--config FILE] -- python train.py ARGS`` runs the script in
 this process, as ``python train.py ARGS`` would, with the configuration's concrete
 settings applied from outside by the same code that applies a tuning trial's candidate
-(:mod:`torchboost.nocode`). Nothing is observed or recorded: the script runs at
-full speed, to its own end, and ``torchboost run`` exits with the script's exit status.
+(:mod:`torchboost.nocode`). The configuration is ``torchboost.toml`` or a
+``pyproject.toml``'s ``[tool.torchboost]``, whichever the folder has (both is an error
+naming both). Nothing is observed or recorded: the script runs at full speed, to its own
+end, and ``torchboost run`` exits with the script's exit status.
 
 A script that prepares a :class:`torchboost.Booster` reads ``torchboost.toml`` itself;
 for it the model and optimizer settings stand down here, so nothing is applied twice (the
@@ -34,7 +36,8 @@ from pathlib import Path
 
 from torchboost import env as _env
 from torchboost import handover
-from torchboost.config import CONFIG_FILENAME, BoostConfig, ConfigError, Overlay
+from torchboost.config import CONFIG_FILENAME, PYPROJECT_FILENAME, BoostConfig, ConfigError, Overlay
+from torchboost.config_files import config_words, find_config
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.nocode import Applier, settings_from_config
 from torchboost.observe.child.bootstrap import (Terminated, exit_status, print_user_traceback, run_target,
@@ -51,15 +54,29 @@ __all__ = ["add_arguments", "run", "run_applied", "run_job"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``torchboost run``."""
-    parser.add_argument("--config", default="torchboost.toml", help="configuration to apply (default torchboost.toml)")
+    parser.add_argument("--config", default=None,
+                        help="configuration to apply: a torchboost.toml, or a pyproject.toml's [tool.torchboost] "
+                             "(default: whichever of the two this folder has)")
+
+
+def _config_path(name: str | None) -> Path:
+    """The file to apply: ``--config``, else the folder's (UsageError when there is none)."""
+    if name is None:
+        found = find_config()
+        if found is None:
+            raise UsageError(f"no {CONFIG_FILENAME} here, nor [tool.torchboost] in {PYPROJECT_FILENAME}; "
+                             "write one with 'torchboost tune -- python train.py'")
+        return found
+    if not Path(name).is_file():
+        raise UsageError(f"{name}: no such file; write one with 'torchboost tune -- python train.py'")
+    return Path(name)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``torchboost run``; returns the script's exit status."""
     try:
         launch = parse_launch(args.command)
-        if not Path(args.config).is_file():
-            raise UsageError(f"{args.config}: no such file; write one with 'torchboost tune -- python train.py'")
+        args.config = str(_config_path(args.config))
         config = BoostConfig.from_toml(args.config)
     except (UsageError, ConfigError) as exc:
         print(f"torchboost run: error: {exc}", file=sys.stderr)
@@ -78,13 +95,22 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"torchboost run: {note}", file=sys.stderr)
         applied = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "nothing to apply"
-        print(f"torchboost run: applying {args.config}: {applied}", file=sys.stderr)
+        print(f"torchboost run: applying {config_words(args.config)}: {applied}", file=sys.stderr)
         if cache:
             print(f"torchboost run: compile cache: {cache[CACHE_ENV]}", file=sys.stderr)
-        if Path(args.config).resolve() != Path(CONFIG_FILENAME).resolve():
-            print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} itself, "
-                  f"not {args.config}", file=sys.stderr)
+        _note_booster_reads(Path(args.config))
     return run_applied(settings, launch.target)
+
+
+def _note_booster_reads(config: Path) -> None:
+    """One line when a Booster in the script would read another file than ``config``."""
+    try:
+        own = find_config()
+    except ConfigError:  # both files here: the Booster will say so itself
+        own = None
+    if own is None or own.resolve() != config.resolve():
+        print(f"torchboost run: note: a script that prepares a Booster reads ./{CONFIG_FILENAME} (or "
+              f"[tool.torchboost] in ./{PYPROJECT_FILENAME}) itself, not {config_words(config)}", file=sys.stderr)
 
 
 def _guarded_by_tune() -> None:

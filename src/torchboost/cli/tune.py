@@ -1,9 +1,14 @@
 """Tune a training script step by step; keep only what is faster and still correct.
 
 ``torchboost tune [--out DIR] [--budget SECONDS] [--run-steps N] [--steps-per-trial N]
-[--memory-limit SIZE] [--resume] -- python train.py ARGS``: runs the doctor on the script,
-then short trials of it in child processes, one candidate configuration each, and writes
-the winner to ``torchboost.toml`` with a report in DIR.
+[--memory-limit SIZE] [--resume] [--json] -- python train.py ARGS``: runs the doctor on the
+script, then short trials of it in child processes, one candidate configuration each, and
+writes the winner to ``torchboost.toml`` (or where the configuration lives) with a report
+in DIR. ``--json`` prints report.json to stdout; the tables go to stderr either way.
+
+Exit status (:data:`EPILOG`): 0 a change kept and written; 3 no proven win (the
+configuration is left as it was); 1 the script failed; 2 bad usage; 128 + N stopped by
+signal N.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchboost.config import ConfigError
+from torchboost.config_files import config_to_write
 from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
 from torchboost.observe.parent.launch import UsageError, parse_launch
@@ -30,7 +36,23 @@ from torchboost.tune.report_data import tune_summary
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.cli._console import console as make_console
 
-__all__ = ["add_arguments", "run", "add_tune_options", "options_from_args"]
+__all__ = ["EPILOG", "NO_PROVEN_WIN", "UNVERIFIED", "add_arguments", "exit_status", "run", "add_tune_options", "options_from_args"]
+
+NO_PROVEN_WIN = 3
+"""The exit status of a tune that ran and proved no change faster: nothing new is written."""
+UNVERIFIED = 4
+"""The exit status of a tune whose pick was measured faster but the end-to-end check could
+not finish in --budget: it is in torchboost.unverified.toml, torchboost.toml is as it was."""
+
+EPILOG = f"""exit status:
+  0    a change was kept and written (the report says how it was verified)
+  {NO_PROVEN_WIN}    no proven win: the configuration is left as it was
+  {UNVERIFIED}    measured faster, not verified end to end within --budget: written to
+       torchboost.unverified.toml with the torchboost compare command that verifies it
+  1    the script failed (its own traceback is shown)
+  2    bad usage
+  128+N  stopped by signal N (130: Ctrl-C)"""
+"""``torchboost tune --help``'s closing lines: what each exit status means."""
 
 
 def _steps_or_auto(text: str) -> int | None:
@@ -77,9 +99,11 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``torchboost tune``."""
     add_tune_options(parser, out_default="torchboost-tune")
-    parser.add_argument("--config", default="torchboost.toml",
+    parser.add_argument("--json", action="store_true", help="print report.json to stdout (the tables go to stderr)")
+    parser.add_argument("--config", default=None,
                         help="the configuration to start from, when it exists, and where to write the winner "
-                             "(default torchboost.toml; your own previous file is kept as torchboost.toml.bak)")
+                             "(default: where this folder's configuration lives, torchboost.toml or [tool.torchboost] "
+                             "in pyproject.toml, else torchboost.toml; your own previous file is kept as FILE.bak)")
 
 
 def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
@@ -131,11 +155,17 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
                            facts=facts, spent_s=spent_s)
 
 
-def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> None:
-    """The final table: waterfall, then where the files are."""
+def print_outcome(run: TuneRun, options: TuneOptions, console: Console) -> dict[str, Any]:
+    """The final table: waterfall, then where the files are; the report's summary."""
     summary = tune_summary(run, config_path=options.config_path)
     paths = write_tune_report(summary, options.out_dir)
     print_tune_report(summary, console, paths)
+    return {**summary, "paths": paths}
+
+
+def exit_status(summary: dict[str, Any]) -> int:
+    """tune's exit status for its report's summary (:data:`EPILOG`)."""
+    return {"tuned": 0, "unchanged": NO_PROVEN_WIN, "unverified": UNVERIFIED}.get(summary["status"], 1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     lock = contextlib.ExitStack()
     try:
         parse_launch(args.command)
-        options = options_from_args(args, config=args.config)
+        options = options_from_args(args, config=args.config or str(config_to_write()))
         user_config(options.config_path)  # a bad file is said now, not after the search
         check_writable_file(options.config_path)  # nor one tune could not write at the end
         lock.enter_context(folder_lock(options.out_dir))  # nor a second tune in the same folder
@@ -152,16 +182,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchboost tune: error: {exc}", file=sys.stderr)
         return 2
     with lock:
-        return _tune(args.command, options, console)
+        return _tune(args.command, options, console, as_json=args.json)
 
 
-def _tune(command: list[str], options: TuneOptions, console: Console) -> int:
-    """Tune and print the outcome; the exit status."""
+def _tune(command: list[str], options: TuneOptions, console: Console, *, as_json: bool = False) -> int:
+    """Tune and print the outcome; the exit status (:data:`EPILOG`)."""
     tuned = tune_with_progress(command, options, console)
     if tuned.outcome.error is not None:
         if tuned.outcome.baseline.traceback:  # the script's own words first, verbatim, as python shows them
             sys.stderr.write(tuned.outcome.baseline.traceback + "\n")
         console.print(f"[red]torchboost tune:[/] {tuned.outcome.error}", highlight=False)
         return 1
-    print_outcome(tuned, options, console)
-    return 0
+    summary = print_outcome(tuned, options, console)
+    if as_json:
+        sys.stdout.write(Path(summary["paths"]["json"]).read_text(encoding="utf-8"))
+    return exit_status(summary)

@@ -46,9 +46,10 @@ from torchboost.diagnose.roofline import OpRoof, op_roofs
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.steps import summarize
+from torchboost.limits import machine_limits
 from torchboost.limits.machine import MachineLimits
 
-__all__ = ["Headroom", "headroom_of", "cap_findings", "step_dtype", "DATA_BOUND_PCT", "COMPUTE_BOUND_PCT",
+__all__ = ["Headroom", "headroom_of", "measured_headroom", "cap_findings", "limits_device", "step_dtype", "PROBED_DEVICES", "DATA_BOUND_PCT", "COMPUTE_BOUND_PCT",
            "HOST_BOUND_PCT", "MATMUL_TIME_PCT", "FASTER_DTYPE_RATIO"]
 
 DATA_BOUND_PCT = 30.0
@@ -61,6 +62,9 @@ MATMUL_TIME_PCT = 50.0
 """Share of the profiled op time in FLOP-carrying ops under which the step is memory-bound, percent."""
 FASTER_DTYPE_RATIO = 1.2
 """How many times the step's dtype's peak another dtype's must be for the headline to name it."""
+
+PROBED_DEVICES = ("cpu", "cuda")
+"""The devices whose peak the probe measures (:mod:`torchboost.limits`)."""
 
 _DTYPES = {"bfloat16": "bf16", "torch.bfloat16": "bf16", "float16": "fp16", "torch.float16": "fp16"}
 
@@ -243,8 +247,31 @@ def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak
     return "compute", f"matmuls are the time but run at {rate_pct:.0f}% of the peak"
 
 
-def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) -> Headroom:
-    """The step of ``facts`` against ``limits``; ``busy``: a note that the probe shared the machine."""
+def limits_device(facts: Facts) -> str | None:
+    """The device whose measured peak the step is held against: "cuda" or "cpu"; None for a
+    step on another device (Apple's MPS), whose peak the probe does not measure: the CPU's
+    would say nothing of it."""
+    device = (facts.model.device if facts.model is not None else "cpu").split(":")[0]
+    return device if device in PROBED_DEVICES else None
+
+
+def _unprobed(facts: Facts) -> Headroom:
+    """The headroom of a step on a device the probe does not measure: its bound, no peak."""
+    summary = summarize(facts)
+    device = facts.model.device if facts.model is not None else "?"
+    bound, _ = _bound(facts, summary.phase_ms, summary.breakdown_pct, None)
+    return Headroom(flops_per_step=facts.flops_per_step, achieved_flops_per_s=None, peak_flops_per_s=None,
+                    dtype=step_dtype(facts), mfu_pct=None, bound=bound, best_speedup=None, machine={"device": device},
+                    why=f"the step runs on {device}, whose peak the probe does not measure; it is not held against "
+                        "the CPU's")
+
+
+def headroom_of(facts: Facts, limits: MachineLimits | None, busy: str | None = None) -> Headroom:
+    """The step of ``facts`` against ``limits``; ``busy``: a note that the probe shared the
+    machine. ``limits`` None: the step's device was not probed (:func:`limits_device`), its
+    headroom is not known and no finding is capped by it."""
+    if limits is None:
+        return _unprobed(facts)
     summary = summarize(facts)
     dtype = step_dtype(facts)
     notes = [busy] if busy else []
@@ -273,6 +300,20 @@ def headroom_of(facts: Facts, limits: MachineLimits, busy: str | None = None) ->
                     mfu_pct=mfu, bound=bound, why=why, best_speedup=max(1.0, 100.0 / mfu) if mfu else None,
                     machine=machine, notes=tuple(notes),
                     ops=op_roofs(facts, roof_peak, limits.bandwidth_bytes_per_s or None, op_peaks))
+
+
+def measured_headroom(facts: Facts, shared: str | None = None) -> Headroom:
+    """The step of ``facts`` against this machine's measured peak, for its device: the
+    probe's cached figures, measured (a few seconds) when absent or when the cached probe
+    ran on a busy machine (the best of both is kept); no peak for a device the probe does
+    not measure (:func:`limits_device`). ``shared``: the note that the run itself shared the
+    machine. Raises what the probe raises."""
+    device = limits_device(facts)
+    if device is None:  # MPS: not held against the CPU's peak
+        return headroom_of(facts, None)
+    limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None, refresh_busy=True)
+    notes = [words for words in (shared, limits.busy_note) if words]
+    return headroom_of(facts, limits, "; ".join(notes) or None)
 
 
 def cap_findings(findings: list[Finding], headroom: Headroom | None) -> list[Finding]:

@@ -93,6 +93,10 @@ class LoaderFacts:
     dataset_len: int | None = None
     num_batches: int | None = None
     """len(loader), None when unknown (iterable)."""
+    workers_refused: str | None = None
+    """Why worker processes cannot start for it here, in words (its workers start by spawn
+    and something does not survive it: :mod:`torchboost.techniques.loader.spawn_safety`);
+    None when they can."""
 
 
 @dataclass

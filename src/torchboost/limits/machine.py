@@ -66,6 +66,17 @@ class MachineLimits:
         """A CPU probe whose matmuls got under :data:`BUSY_SHARE` of their threads' CPU time."""
         return self.device == "cpu" and min((m.cpu_share for m in self.matmul), default=1.0) < BUSY_SHARE
 
+    @property
+    def busy_note(self) -> str | None:
+        """A warning when the probe shared the CPU with other work; None on a quiet machine."""
+        if not self.busy:
+            return None
+        share = min(m.cpu_share for m in self.matmul)
+        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''}"
+        return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of the CPU time of its {threads}, "
+                "so its peaks are below the machine's; measured again at the next doctor run, or now with "
+                "torchboost probe --refresh (the best of every probe is kept)")
+
     def best_of(self, other: "MachineLimits") -> "MachineLimits":
         """These limits with each rate (dtype and size) and the bandwidth the better of
         the two probes': a machine's limit is the best it has shown."""

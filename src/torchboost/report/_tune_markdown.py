@@ -54,6 +54,9 @@ def before_after(report: dict[str, Any]) -> str:
         pick = (f"; the search's pick ran {side(report['after'])} in its trials, "
                 f"{words.times(report['search_speedup'])}" if (report.get("search_speedup") or 1.0) > 1.0 else "")
         return f"before {side(report['before'])}, after: the same, nothing was kept{pick}{verdict}"
+    if report["status"] == "unverified":  # written apart: not what the user gets until verified
+        return (f"before {side(report['before'])}, measured {side(report['after'])}: "
+                f"{words.times(report['search_speedup'])} a step, not verified end to end{verdict}")
     return f"before {side(report['before'])}, after {side(report['after'])}: {words.times(report['speedup'])} faster{verdict}"
 
 

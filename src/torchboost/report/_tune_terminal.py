@@ -7,6 +7,8 @@ Everything that may hold user text (command, reasons, error messages, paths) goe
 
 from __future__ import annotations
 
+import shlex
+
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -49,6 +51,11 @@ def _headline(report: dict[str, Any]) -> Text:
         )
     if report["status"] == "unchanged":
         return _unchanged_headline(report, gain)
+    if report["status"] == "unverified":  # measured, not what the user gets until verified
+        return Text.assemble(
+            ("Before: ", "bold"), f"{fmt.ms(before['ms_per_step'])}/step{_rate(before)}",
+            ("  →  Measured, not verified end to end: ", "bold"), f"{fmt.ms(after['ms_per_step'])}/step{_rate(after)}",
+            "   ", (f"{words.times(report['search_speedup'])} a step", "bold yellow"))
     return Text.assemble(
         ("Before: ", "bold"), f"{fmt.ms(before['ms_per_step'])}/step{_rate(before)}",
         ("  →  After: ", "bold"), f"{fmt.ms(after['ms_per_step'])}/step{_rate(after)}", "   ", gain,
@@ -130,6 +137,10 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
     changes = ", ".join(f"{k}={v}" for k, v in sorted(report["settings"].items())) or "nothing (your setup as is)"
     console.print(Text.assemble(("torchboost.toml: ", "bold"), str(config["path"] or "(not written)")))
     console.print(Text(f"  it changes: {changes}"))
+    apart = report.get("unverified")
+    if apart:
+        console.print(Text.assemble((f"{Path(apart['path']).name}: ", "bold"), apart["path"]))
+        console.print(Text(f"  verify it: {shlex.join(apart['command'])}", style="dim"))
     if not report["settings"]:  # `torchboost run` would apply nothing new and cost its start-up
         console.print(Text(f"  use it: {words.NOTHING_TO_USE}", style="dim"))
         return

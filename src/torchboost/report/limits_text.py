@@ -20,13 +20,7 @@ def flops_text(value: float | None, unit: str = "FLOP/s") -> str:
 
 def busy_words(limits: MachineLimits) -> str | None:
     """A warning when the probe shared the CPU with other work; None on a quiet machine."""
-    if not limits.busy:
-        return None
-    share = min(m.cpu_share for m in limits.matmul)
-    threads = f"{limits.threads} thread{'s' if limits.threads > 1 else ''}"
-    return (f"busy machine: the probe's matmuls got {100 * share:.0f}% of the CPU time of its {threads}, "
-            "so its peaks are below the machine's; measured again at the next doctor run, or now with "
-            "torchboost probe --refresh (the best of every probe is kept)")
+    return limits.busy_note
 
 
 def shared_run_words(load_pct: float) -> str | None:

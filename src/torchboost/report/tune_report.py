@@ -13,6 +13,8 @@ is baseline step time / this step time (above 1 is faster)::
     torchboost_version str
     command            [str]   the tuned command line (empty when unknown)
     status             str     "tuned" (a technique was kept) | "unchanged" (none was) |
+                               "unverified" (one was measured faster, the end-to-end check
+                               could not finish: written to torchboost.unverified.toml) |
                                "failed" (the baseline did not run; see error)
     error              str | null
     before             {ms_per_step: float | null, samples_per_s: float | null}

@@ -54,6 +54,9 @@ class TuneContext:
     """torch.compile can run here and the script does not compile its model itself (compile's)."""
     iterable_dataset: bool = False
     """The script's loader reads an IterableDataset (the loader's)."""
+    workers_refused: bool = False
+    """Loader workers cannot start for the script's loader here (spawn and a dataset that
+    does not pickle, or no ``__main__`` guard: the loader's)."""
     has_loader: bool = True
     has_optimizer: bool = True
     uses_booster: bool = False

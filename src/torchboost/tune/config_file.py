@@ -1,5 +1,10 @@
 """Writing tune's result to ``torchboost.toml`` without losing the user's own file.
 
+Or to ``pyproject.toml``, where the configuration lives there (its ``[tool.torchboost]``
+tables are replaced and every other line is left as it was,
+:func:`~torchboost.config_files.with_tool_table`); the rules below hold for it too, the
+header being the comments right above those tables and the ``.bak`` the whole file.
+
 Three rules, so that two tunes in a row never lose a hand-written, commented file:
 
 - When the result is the configuration the file already holds, the file is left as it
@@ -30,17 +35,14 @@ from typing import Any, Sequence
 
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError, Overlay
+from torchboost.config_files import (HEADER_START, has_tool_table, header_lines, in_pyproject, tool_toml,
+                                     with_tool_table)
 from torchboost.observe.parent.launch import UsageError, parse_launch, without_interpreter
 from torchboost.tune.trials.journal import script_digest
 
 __all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "settings_to_config", "tuned_for", "user_config",
            "write_config",
            "written_by_torchboost"]
-
-HEADER_START = "Tuned by torchboost for:"
-"""How the header of every torchboost.toml that tune writes begins (its first line is
-``# Tuned by torchboost for: COMMAND``)."""
-
 
 _SCRIPT_LINE = re.compile(r"^Tuned on (?P<script>.+) with sha256 (?P<sha256>[0-9a-f]+)\.$")
 
@@ -105,14 +107,10 @@ def _shown(path: Path) -> str:
 
 
 def tuned_for(path: Path) -> TunedFor | None:
-    """The record in the header of the torchboost.toml at ``path``; None when it has none
-    (the user's own file, or one an older torchboost wrote without the script's hash)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = [fh.readline(), fh.readline()]
-    except OSError:
-        return None
-    return TunedFor.from_lines([line.rstrip("\n").removeprefix("# ") for line in lines])
+    """The record in the header of the configuration at ``path`` (a torchboost.toml, or a
+    pyproject.toml's ``[tool.torchboost]``); None when it has none (the user's own file,
+    or one an older torchboost wrote without the script's hash)."""
+    return TunedFor.from_lines(header_lines(path))
 
 
 @dataclass(frozen=True)
@@ -133,13 +131,9 @@ def backup_path(path: Path) -> Path:
 
 
 def written_by_torchboost(path: Path) -> bool:
-    """True when the file at ``path`` begins with torchboost's header (False: the user's own,
-    or no readable file)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.readline().startswith(f"# {HEADER_START}")
-    except OSError:
-        return False
+    """True when the configuration at ``path`` begins with torchboost's header (False: the
+    user's own, or no readable file)."""
+    return any(line.startswith(HEADER_START) for line in header_lines(path)[:1])
 
 
 def write_config(path: Path, config: BoostConfig, header: str) -> ConfigWrite:
@@ -148,6 +142,7 @@ def write_config(path: Path, config: BoostConfig, header: str) -> ConfigWrite:
     path = Path(path)
     if path.is_file() and _holds(path, config) and not _record_changed(path, header):
         return ConfigWrite(path=path, changed=False)
+    text = _new_text(path, config, header)
     backup = None
     if path.is_file():
         backup = backup_path(path)
@@ -156,8 +151,17 @@ def write_config(path: Path, config: BoostConfig, header: str) -> ConfigWrite:
         else:  # atomically too: a full disk leaves no empty .bak, and an earlier .bak intact
             atomic_write_bytes(backup, path.read_bytes())
             shutil.copystat(path, backup)
-    atomic_write_bytes(path, config.to_toml_string(header=header).encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"))
     return ConfigWrite(path=path, changed=True, backup=backup)
+
+
+def _new_text(path: Path, config: BoostConfig, header: str) -> str:
+    """The file's new text: a torchboost.toml's whole; a pyproject.toml's own lines with its
+    ``[tool.torchboost]`` tables replaced (ConfigError where they cannot be, before any write)."""
+    if not in_pyproject(path):
+        return config.to_toml_string(header=header)
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    return with_tool_table(old, tool_toml(config, header), path)
 
 
 def _record_changed(path: Path, header: str) -> bool:
@@ -175,12 +179,14 @@ def _holds(path: Path, config: BoostConfig) -> bool:
 
 
 def user_config(path: Path) -> BoostConfig:
-    """Where the search starts: the ``torchboost.toml`` at ``path`` when there is one (every
-    setting in it is kept unless a kept change replaces it), else plain PyTorch. Raises
+    """Where the search starts: the configuration at ``path`` when there is one (a
+    torchboost.toml, or a pyproject.toml with ``[tool.torchboost]``; every setting in it is
+    kept unless a kept change replaces it), else plain PyTorch. Raises
     :class:`~torchboost.config.ConfigError` for a file that does not parse."""
     if Path(path).is_dir():
         raise ConfigError(f"{path}: a directory; --config names the torchboost.toml file to write")
-    return BoostConfig.from_toml(path) if Path(path).is_file() else BoostConfig.off()
+    there = Path(path).is_file() and (not in_pyproject(path) or has_tool_table(path))
+    return BoostConfig.from_toml(path) if there else BoostConfig.off()
 
 
 def settings_to_config(settings: dict[str, Any] | Overlay, base: BoostConfig | None = None) -> BoostConfig:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from torchboost.config import BoostConfig
+from torchboost.config_files import config_text
 from torchboost.frameworks import spell, training_arguments
 from torchboost.tune.search.memory_limit import limit_source
 from torchboost.tune.tuner import TuneRun, toml_header
@@ -121,7 +122,7 @@ def _config(run: TuneRun, config_path: Path | None) -> dict[str, Any]:
     if run.outcome.error is not None:
         return {"path": str(config_path) if config_path else None, "toml": None}
     if config_path is not None and Path(config_path).is_file():
-        text = Path(config_path).read_text(encoding="utf-8")  # what was written, word for word
+        text = config_text(config_path)  # what was written, word for word
     else:
         command = list(run.facts.command) if run.facts is not None else []
         text = run.config.to_toml_string(header=toml_header(run, command))
@@ -184,7 +185,8 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
     before_ms = outcome.waterfall[0].ms_per_step if outcome.waterfall else None
     after_ms = outcome.waterfall[-1].ms_per_step if outcome.waterfall else None
     reused = min(run.reused_trials, outcome.trials_run)
-    status = "failed" if outcome.error is not None else ("tuned" if run.settings else "unchanged")
+    status = ("failed" if outcome.error is not None else "tuned" if run.settings else
+              "unverified" if run.unverified is not None else "unchanged")
     e2e = run.end_to_end.to_dict() if run.end_to_end is not None else None
     return {
         "command": list(run.facts.command) if run.facts is not None else [],

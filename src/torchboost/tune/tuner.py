@@ -17,7 +17,7 @@ from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
-from torchboost.diagnose.headroom import step_dtype
+from torchboost.diagnose.headroom import limits_device, step_dtype
 from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
 from torchboost.observe.parent.launch import parse_launch
@@ -108,11 +108,11 @@ def _noted(coverage: CoverageNotes, result: TrialResult) -> TrialResult:
 def _peak(facts: Facts | None) -> dict[str, Any]:
     """The probe's peak for the diagnosed step's dtype (cached per machine; measured once,
     after the trials); nothing when there is no FLOP count to set against it."""
-    if facts is None or not facts.flops_per_step:
+    device = limits_device(facts) if facts is not None else None
+    if facts is None or not facts.flops_per_step or device is None:  # None: MPS, whose peak is not probed
         return {}
-    cuda = facts.model is not None and facts.model.device.startswith("cuda")
     try:
-        limits, _ = machine_limits("cuda" if cuda else "cpu", None if cuda else facts.cpu_threads)
+        limits, _ = machine_limits(device, facts.cpu_threads if device == "cpu" else None)
     except Exception:  # noqa: BLE001 - the report goes without MFU
         return {}
     dtype = step_dtype(facts)

@@ -28,6 +28,7 @@ from typing import Sequence
 from torchboost import env as _env
 from torchboost._signals import raising_on
 from torchboost import handover
+from torchboost.evidence.observed import Facts
 from torchboost.nocode import Applier, settings_from_config
 from torchboost.observe.guard.guard_spec import WriteGuardSpec
 from torchboost.observe.hooks.instrument import Instrumentation
@@ -95,10 +96,13 @@ def guard_of(spec: ObserveSpec) -> WriteGuard | None:
     return WriteGuard(WriteGuardSpec.from_dict(spec.guard)).install() if spec.guard else None
 
 
-def finish(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: Instrumentation,
-           applier: Applier | None, exit_code: int) -> None:
-    """The observed process's end: take the observer off, write the facts with ``exit_code``."""
-    watchdog.stop()
+def finish(recorder: StepRecorder, watchdog: StallWatchdog | None, instrumentation: Instrumentation,
+           applier: Applier | None, exit_code: int) -> Facts | None:
+    """The observed process's end: take the observer off, write the facts with ``exit_code``;
+    returns them (None when they could not be written). A loop observed in the user's own
+    process (:mod:`torchboost.observe.child.here`) has no watchdog."""
+    if watchdog is not None:
+        watchdog.stop()
     instrumentation.uninstall()
     if applier is not None:
         applier.uninstall()
@@ -107,10 +111,11 @@ def finish(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: Ins
     recorder.stages.quick.close()  # a probe step the script's end cut short: its switch off
     recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted
     try:
-        recorder.write_facts(exit_code)
+        return recorder.write_facts(exit_code)
     except Exception as exc:  # noqa: BLE001 - keep the script's own exit status
         if not (isinstance(exc, OSError) and recorder.spec.count_path):  # else the parent says it, once
             print(f"torchboost: could not write {recorder.spec.facts_path}: {exc}", file=sys.stderr)
+        return None
 
 
 class Terminated(BaseException):

@@ -17,7 +17,7 @@ from torchboost.config import BoostConfig
 from torchboost.observe.spec import Bursts
 from torchboost.usage import UsageError
 
-__all__ = ["RunRequest"]
+__all__ = ["DOCTOR_PRECISION", "DOCTOR_RECORD_S", "DOCTOR_STEPS", "DOCTOR_WARMUP", "doctor_bounds", "RunRequest"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,3 +75,26 @@ class RunRequest:
         if self.bursts is not None:
             fields.update(self.bursts.spec_fields())
         return fields
+
+
+DOCTOR_STEPS, DOCTOR_WARMUP = 20, 5
+"""The most steps the doctor records and warms up for, unless asked for exactly."""
+DOCTOR_PRECISION = 0.05
+"""Recording ends once the median step is known within this fraction (after a few seconds)."""
+DOCTOR_RECORD_S = 30.0
+"""...or once this many seconds of steps are recorded (at least six)."""
+
+
+def doctor_bounds(steps: int | None, warmup: int | None, *, full: bool = False) -> dict[str, Any]:
+    """The doctor's step counts and how observation may end early, as :class:`RunRequest`
+    fields (the command's and ``torchboost.doctor``'s alike): ``steps`` and ``warmup``
+    exactly when given, else at most :data:`DOCTOR_STEPS` and :data:`DOCTOR_WARMUP`, fewer
+    once the median is known or the warm-up settled (nothing ends early with ``full``)."""
+    bounds: dict[str, Any] = {"steps": DOCTOR_STEPS if steps is None else steps,
+                              "warmup": DOCTOR_WARMUP if warmup is None else warmup, "full": full}
+    if full:
+        return bounds
+    bounds["settle_warmup"] = warmup is None
+    if steps is None:
+        bounds.update(precision=DOCTOR_PRECISION, record_s=DOCTOR_RECORD_S)
+    return bounds

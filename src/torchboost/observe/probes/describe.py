@@ -16,6 +16,7 @@ import torch.optim.optimizer as _optim
 from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
 from torchboost.reach import frames
 from torchboost.techniques._model import has_conv2d
+from torchboost.techniques.loader.spawn_safety import spawn_refusal
 from torchboost.techniques.registry import ProbeContext, techniques
 
 __all__ = [
@@ -52,6 +53,9 @@ def describe_loader(loader: torch.utils.data.DataLoader) -> LoaderFacts:
         iterable=iterable,
         dataset_len=_safe_len(loader.dataset),
         num_batches=_safe_len(loader),
+        workers_refused=None if loader.num_workers else spawn_refusal(
+            loader.dataset, loader.multiprocessing_context, collate_fn=loader.collate_fn,
+            worker_init_fn=loader.worker_init_fn),
     )
 
 

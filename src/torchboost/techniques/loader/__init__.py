@@ -107,10 +107,12 @@ def _nocode_arguments(values: dict[str, Any], arguments: dict[str, Any]) -> None
     sharing = wanted.pop("sharing_strategy", None)
     declared = bool(wanted.pop("shards_by_worker", False))
     workers = wanted.get("num_workers")
-    why = more_workers_refused(arguments.get("dataset"), workers, int(arguments.get("num_workers", 0) or 0), declared)
+    why = more_workers_refused(arguments.get("dataset"), workers, int(arguments.get("num_workers", 0) or 0), declared,
+                               loader=arguments)
     if why is not None:
-        # More workers on an unsharded stream would each yield every sample: the loader
-        # keeps its own worker settings, and says so (never "applied" when it was not).
+        # More workers on an unsharded stream would each yield every sample, and workers
+        # started by spawn would break on a dataset that does not pickle or an unguarded
+        # script: the loader keeps its own worker settings, and says so (never "applied").
         for key in ("num_workers", "persistent_workers", "prefetch_factor"):
             wanted.pop(key, None)
         sharing = None

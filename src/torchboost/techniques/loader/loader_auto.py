@@ -158,7 +158,8 @@ def _resolve_workers(
 ) -> int:
     if value == "keep":
         workers, reasons["loader.num_workers"] = current.num_workers, "keep: the loader's own value"
-    elif (why := more_workers_refused(loader.dataset, value, current.num_workers, declared)) is not None:
+    elif (why := more_workers_refused(loader.dataset, value, current.num_workers, declared,
+                                      loader=_spawn_arguments(loader))) is not None:
         workers = current.num_workers
         reasons["loader.num_workers"] = refusal = f"refused {value}, kept {workers}: {why}"
         warnings.warn(refusal, stacklevel=2)
@@ -188,7 +189,16 @@ def _resolve_workers(
         if batches is not None and workers > batches:
             workers = batches
             reasons["loader.num_workers"] += f"; only {batches} batches per epoch"
+        refused = more_workers_refused(loader.dataset, workers, current.num_workers, loader=_spawn_arguments(loader))
+        if refused is not None:
+            workers, reasons["loader.num_workers"] = current.num_workers, f"kept {current.num_workers}: {refused}"
     return workers
+
+
+def _spawn_arguments(loader: DataLoader) -> dict[str, Any]:
+    """What a worker started by spawn gets of ``loader`` besides its dataset."""
+    return {"multiprocessing_context": loader.multiprocessing_context, "collate_fn": loader.collate_fn,
+            "worker_init_fn": loader.worker_init_fn}
 
 
 def _resolve_pin(value: Any, current: LoaderSettings, device: torch.device, reasons: dict[str, str]) -> bool:

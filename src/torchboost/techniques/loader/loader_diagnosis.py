@@ -34,12 +34,14 @@ def _suggested_workers(device: str, cores: int) -> int:
 
 def data_workers(facts: Facts, *, data_wait_pct: float = 20.0) -> Finding | None:
     """The step waits on the DataLoader for at least ``data_wait_pct`` percent of its time
-    and more worker processes (up to the cores there are) would load batches in parallel."""
+    and more worker processes (up to the cores there are) would load batches in parallel;
+    never where workers cannot start (``LoaderFacts.workers_refused``: spawn's workers and
+    a dataset that does not pickle, or a script with no ``__main__`` guard)."""
     loader, v = facts.loader, view(facts)
     if loader is None or v.step_ms <= 0 or v.share["data"] * 100 < data_wait_pct or v.cores < 2:
         return None
     workers = _suggested_workers(v.device, v.cores)
-    if loader.num_workers >= workers:
+    if loader.num_workers >= workers or loader.workers_refused:  # workers would break the run here
         return None
     t, d = v.step_ms, v.ms["data"]
     compute = t - d

@@ -10,12 +10,13 @@ import functools
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from torchboost.config import AUTO, KEEP, BoolOrWord, IntOrWord
 from torchboost.config import check_bool_or_word, check_choice, check_int_or_word
+from torchboost.techniques.loader.spawn_safety import spawn_refusal
 from torchboost.techniques.loader.worker_ipc import sharing_of, with_sharing
 
 __all__ = ["LOADER_FIELDS", "MAX_WORKERS", "LoaderConfig", "LoaderSettings", "more_workers_refused", "rebuild_loader",
@@ -141,15 +142,23 @@ def shards_by_worker(dataset: Any, declared: bool = False) -> bool:
     return False
 
 
-def more_workers_refused(dataset: Any, wanted: Any, current: int, declared: bool = False) -> str | None:
+def more_workers_refused(dataset: Any, wanted: Any, current: int, declared: bool = False,
+                         loader: Mapping[str, Any] | None = None) -> str | None:
     """Why ``wanted`` workers (more than the ``current`` ones) are refused on ``dataset``, in
     words: an IterableDataset that does not shard by worker (:func:`shards_by_worker`),
-    where each worker would yield every sample. None when they may be had."""
-    if not (isinstance(wanted, int) and wanted > current) or shards_by_worker(dataset, declared):
+    where each worker would yield every sample; or, for a loader with no workers yet, workers
+    that would start by spawn and break the run (:func:`spawn_refusal`, reading ``loader``'s
+    ``multiprocessing_context``, ``collate_fn`` and ``worker_init_fn``). None when they may be had."""
+    if not (isinstance(wanted, int) and wanted > current):
         return None
-    return (f"{type(dataset).__name__} is an IterableDataset that does not shard by worker (no get_worker_info() "
-            "in its __iter__), so each worker would yield every sample; shard it, or set "
-            "loader.shards_by_worker = true")
+    if not shards_by_worker(dataset, declared):
+        return (f"{type(dataset).__name__} is an IterableDataset that does not shard by worker (no get_worker_info() "
+                "in its __iter__), so each worker would yield every sample; shard it, or set "
+                "loader.shards_by_worker = true")
+    loader = loader or {}
+    return None if current else spawn_refusal(dataset, loader.get("multiprocessing_context"),
+                                              collate_fn=loader.get("collate_fn"),
+                                              worker_init_fn=loader.get("worker_init_fn"))
 
 
 def rebuild_loader(loader: DataLoader, settings: LoaderSettings) -> DataLoader:

@@ -47,7 +47,7 @@ def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # 1 thread gained 1.35x. Fewer threads alone is a candidate too: on a busy or small box,
     # intra-op threads that spin-wait for each other can cost more than they bring.
     out = [Overlay.of(CpuConfig, threads=t) for t in sorted({1, ctx.cpu_cores // 2}) if 0 < t < ctx.cpu_cores]
-    if not ctx.has_loader or ctx.iterable_dataset:
+    if not ctx.has_loader or ctx.iterable_dataset or ctx.workers_refused:
         return out
     file_system = Overlay.of(LoaderConfig, sharing_strategy="file_system")
     for workers in range(1, min(TRIED_WORKERS, max(ctx.cpu_cores, 1)) + 1):
@@ -113,6 +113,7 @@ def loader_tune_context(facts: Facts) -> dict[str, Any]:
     platform offers (trials run here), the kind of dataset, and what bounds the host lever's
     candidates (a batch's load time when the training process loaded it, the dataless step)."""
     fields: dict[str, Any] = {"iterable_dataset": bool(facts.loader and facts.loader.iterable),
+                              "workers_refused": bool(facts.loader and facts.loader.workers_refused),
                               "file_system_sharing": sharing_available("file_system")}
     steps = typical_steps(measured_steps(facts)) if facts.steps else []
     if facts.loader is None or facts.loader.num_workers or not steps:
