@@ -260,3 +260,17 @@ def test_a_busy_slow_script_decides_its_switches_in_bursts_before_any_run_per_ca
     assert bf16_at is not None and (compile_at is None or bf16_at < compile_at)
     assert outcome.settings == {"cpu.threads": 1, "precision.mode": "bf16", **(
         {"compile.mode": "default"} if outcome.settings.get("compile.mode") else {})}
+
+
+def test_a_switch_faster_in_bursts_is_not_kept_unjudged_when_the_budget_ends():
+    """bf16 decided faster in bursts with no time left for its own run: unconfirmed, its
+    losses never judged, nothing kept. Twin: with the time, its run judges and keeps it."""
+    for budget_s, kept in ((85.0, False), (2000.0, True)):  # the baseline and the bursts take 89 s
+        script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.01)
+        context = dataclasses.replace(CPU2, measured=MEASURED, has_loader=False)
+        levers = [lv for lv in order_levers(default_levers(), {}, MEASURED) if lv.id == "precision"]
+        outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=budget_s), clock=script.clock)
+        decision = next(d for d in outcome.decisions if d.lever == "precision")
+        assert (outcome.settings.get("precision.mode") == "bf16") is kept
+        assert decision.status == ("kept" if kept else "unconfirmed") and decision.in_bursts
+        assert (script.first_call("precision.mode") is not None) is kept

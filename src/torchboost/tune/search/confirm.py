@@ -107,6 +107,11 @@ class Confirming(SearchState):
             self.record(lever, change, status or Status.NOT_BEYOND_NOISE, said, ratio=ratio, ratios=ratios,
                         ms_per_step=candidate_ms, in_bursts=True)
             return True, None
+        if self.run.out_of_budget():  # faster, but its losses unjudged: not kept
+            self.stopped = True
+            self.record(lever, change, Status.UNCONFIRMED, f"{said}; the budget ran out before its own run judged "
+                        "its losses", ratio=ratio, ratios=ratios, ms_per_step=candidate_ms, in_bursts=True)
+            return True, None
         screened = self._screen_one(lever, self.incumbent, change, early_stop=False)  # its losses, judged
         if screened is None:
             return True, None  # failed, incorrect or over memory: recorded there
