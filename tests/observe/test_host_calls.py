@@ -202,6 +202,18 @@ def test_a_file_object_s_bytes_are_how_far_it_moved(tmp_path):
     assert rec.host.facts().checkpoint_bytes == [buffer.tell() - 10]
 
 
+def test_safetensors_save_file_is_a_checkpoint_write_too(tmp_path):
+    save_file = pytest.importorskip("safetensors.torch").save_file
+    rec, clock = _recorder(tmp_path)
+    path = tmp_path / "model.safetensors"
+    with Instrumentation(rec, clock=clock):
+        import safetensors.torch
+
+        safetensors.torch.save_file({"w": torch.zeros(100)}, str(path))
+    assert safetensors.torch.save_file is save_file  # put back
+    assert rec.host.facts().checkpoint_bytes == [path.stat().st_size] and rec.timing.acc[CHECKPOINT] == pytest.approx(1.0)
+
+
 def test_uninstall_leaves_the_script_s_own_stdout_and_stand_ins_pass_through(tmp_path):
     rec, clock = _recorder(tmp_path)
     before = sys.stdout
