@@ -142,10 +142,11 @@ class HostCalls:
 
     # -- the one path every counted call takes --------------------------------------------
     def counts(self) -> bool:
-        """A call now is one to time: installed, in the script's thread, not within another
+        """A call now is one to time: not traced by ``torch.compile`` (which then sees the
+        original call, as without us), installed, in the script's thread, not within another
         counted call, and one the step owns."""
-        return (self.active and not self._busy and threading.get_ident() == self._thread
-                and self.recorder.host.open())
+        return (not torch.compiler.is_compiling() and self.active and not self._busy
+                and threading.get_ident() == self._thread and self.recorder.host.open())
 
     def output(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``call(*args, **kwargs)``, timed as output when it :meth:`counts`."""

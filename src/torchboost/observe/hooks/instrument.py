@@ -51,7 +51,8 @@ from torchboost.observe.record.recorder import StepRecorder
 
 __all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
 
-PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (*ITERATION_ATTRIBUTES, (torch.autograd, "backward"), *HOST_ATTRIBUTES)
+PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (*ITERATION_ATTRIBUTES, (torch.autograd, "backward"),
+                                                   *HOST_ATTRIBUTES)
 """(owner, attribute) pairs replaced while installed and restored by ``uninstall``."""
 
 _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
