@@ -61,6 +61,7 @@ def host_checkpoint(facts: Facts, *, checkpoint_write_pct: float = 10.0) -> Find
         advice_code=(f"if step % {later} == 0:  # a checkpoint every {later} steps\n"
                      "    torch.save(model.state_dict(), path)\n"
                      "# or off the step: a copy the next steps do not change, written by a thread\n"
+                     "import threading\n"
                      "state = {k: v.detach().to('cpu', copy=True) for k, v in model.state_dict().items()}\n"
                      "threading.Thread(target=torch.save, args=(state, path)).start()"),
         expected_speedup=speedup,
@@ -68,8 +69,8 @@ def host_checkpoint(facts: Facts, *, checkpoint_write_pct: float = 10.0) -> Find
                 "(assumed)",
         notes=["A thread shares the cores and the GIL with training: copying the state is still on the step, "
                "and the write's share of it is what a thread takes off; time it again with the doctor.",
-               "torch.save's time is the doctor's measure of every call the script made outside the loop's "
-               "phases, in its own thread."],
+               "Counted: every torch.save (and safetensors' save_file) the training thread made outside the "
+               "loop's phases; a save from a thread of its own is not the step's."],
     )
 
 
