@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.config import BoostConfig
 from torchboost.diagnose.rules import RULES
+from torchboost.evidence.host_side import HostFacts
 from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, OptimizerFacts, ProfileFacts, StepRecord
 from torchboost.techniques.cudnn import CudnnFacts
 from torchboost.techniques.memory import MemoryFacts
@@ -109,3 +110,33 @@ def profile(sync=0.0, ops=(), steps_profiled=5, sync_ops=None):
         sync_count_per_step=sync,
         sync_ops=sync_ops or {},
     )
+
+
+def _host_steps(n=20, *, every=5, save_ms=30.0, output_ms=0.1):
+    """Steps of 19 ms of the loop's own work, a print each (``output_ms``) and a ``save_ms``
+    checkpoint every ``every`` steps, from step 10 on (after 10 steps of warm-up)."""
+    out = []
+    for i in range(10, 10 + n):
+        save = save_ms if every and i % every == 0 else 0.0
+        out.append(StepRecord(i, 19.0 + output_ms + save, data_ms=1.0, forward_ms=8.0, backward_ms=8.0,
+                              optimizer_ms=1.0, checkpoint_ms=save, output_ms=output_ms))
+    return out
+
+
+def _host_facts(n=20, every=5, save_ms=30.0, written=4_000_000, prints=1):
+    steps = [i for i in range(10, 10 + n) if every and i % every == 0]
+    return HostFacts(checkpoint_steps=steps, checkpoint_ms=[save_ms] * len(steps),
+                     checkpoint_bytes=[written] * len(steps), output_calls=prints * n)
+
+
+def checkpointed(*, every=5, save_ms=30.0) -> Facts:
+    """A run that saves ``save_ms`` checkpoints every ``every`` steps of 19 ms (by default 24%
+    of the step) and prints every step."""
+    return with_(make_facts(), steps=_host_steps(every=every, save_ms=save_ms), warmup_steps=10,
+                 host=_host_facts(every=every, save_ms=save_ms))
+
+
+def printing(output_ms=2.0, prints=3) -> Facts:
+    """A run that prints ``prints`` lines a step, ``output_ms`` in all, and never saves."""
+    return with_(make_facts(), steps=_host_steps(every=0, output_ms=output_ms), warmup_steps=10,
+                 host=_host_facts(every=0, prints=prints))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import torchboost
-from _diagnose_helpers import GIB, make_facts, profile, steps, with_
+from _diagnose_helpers import GIB, checkpointed, make_facts, printing, profile, steps, with_
 from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.config import Overlay
 from torchboost.diagnose import Facts, StepRecord
@@ -58,6 +58,8 @@ TRIGGERS = {
     "precision.slower_on_cpu": lambda: make_facts(cpu_bf16=False),
     "compile.enable": lambda: with_(make_facts(), model={"compiled": False}),
     "sync.host_device": lambda: with_(make_facts("cuda"), profile=profile(sync=20.0)),
+    "host.checkpoint": lambda: checkpointed(),
+    "host.output": lambda: printing(),
     "optimizer.fused": lambda: with_(make_facts(optimizer=20.0, forward=25.0), optimizer={"fused": None}),
     "memory.headroom": lambda: with_(make_facts("cuda"), peak_memory_bytes=10 * GIB),
     "loss.nonfinite": lambda: with_(make_facts(), losses=[2.0, float("nan")]),

@@ -19,7 +19,8 @@ def test_median_p90_mean_and_breakdown():
     s = summarize(facts)
     assert s.steps_observed == 10 and s.steps_measured == 10
     assert s.step_time_ms == {"median": 55.0, "p90": 91.0, "mean": 55.0}
-    assert s.breakdown_pct == pytest.approx({"data": 20, "forward": 30, "backward": 30, "optimizer": 10, "other": 10})
+    assert s.breakdown_pct == pytest.approx({"data": 20, "forward": 30, "backward": 30, "optimizer": 10,
+                                             "checkpoint": 0, "output": 0, "other": 10})
     # the phases rest on the typical steps, 40-80 ms (within 1.5x of the 55 ms median)
     assert s.phase_ms["forward"] == pytest.approx(18.0) and s.steps_set_aside == 5
     assert s.samples_per_s is None
@@ -51,7 +52,8 @@ def test_empty_steps():
     s = summarize(Facts())
     assert s.steps_observed == 0 and s.steps_measured == 0
     assert s.step_time_ms == {"median": None, "p90": None, "mean": None}
-    assert s.breakdown_pct == {p: 0.0 for p in ("data", "forward", "backward", "optimizer", "other")}
+    assert s.breakdown_pct == {p: 0.0 for p in ("data", "forward", "backward", "optimizer", "checkpoint", "output",
+                                                "other")}
     assert s.samples_per_s is None
 
 

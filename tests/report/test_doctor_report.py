@@ -42,7 +42,7 @@ def test_report_json_has_the_documented_schema(written):
     assert report["schema_version"] == SCHEMA_VERSION == 1
     assert report["steps_observed"] == 12 and report["ended"] == "stopped"
     assert set(report["step_time_ms"]) >= {"median", "p90"}
-    assert set(report["breakdown_pct"]) == {"data", "forward", "backward", "optimizer", "other"}
+    assert set(report["breakdown_pct"]) == {"data", "forward", "backward", "optimizer", "checkpoint", "output", "other"}
     assert sum(report["breakdown_pct"].values()) == pytest.approx(100.0)
     neutral = [f.id for f in findings if not f.changes_training]
     assert [f["id"] for f in report["findings"]] == neutral
@@ -210,3 +210,34 @@ def test_the_hottest_operators_are_tabled_per_step_with_their_share(tmp_path):
     table = table[:table.index("</table>")]
     assert table.count("<tr>") == 4 and "aten::addmm" in table
     assert "<script>alert" not in table  # the op name is text
+
+
+def _host_side_facts() -> Facts:
+    """The data-bound run, printing every step (0.5 ms) and saving a 20 ms checkpoint every 4 steps."""
+    from torchboost.evidence.host_side import HostFacts
+
+    facts = data_bound_facts()
+    steps = [replace(s, output_ms=0.5, total_ms=s.total_ms + 0.5) for s in facts.steps]
+    saving = [s.index for s in steps if s.index % 4 == 0]
+    steps = [replace(s, checkpoint_ms=20.0, total_ms=s.total_ms + 20.0) if s.index in saving else s for s in steps]
+    host = HostFacts(checkpoint_steps=saving, checkpoint_ms=[20.0] * len(saving),
+                     checkpoint_bytes=[3_000_000] * len(saving), output_calls=len(steps))
+    return replace(facts, steps=steps, host=host)
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_the_host_parts_are_rows_of_every_phase_table_where_measured(tmp_path, measured):
+    # The twin (measured=False): a run with no checkpoint write and no output shows neither row.
+    facts = _host_side_facts() if measured else data_bound_facts()
+    paths = write_doctor_report(facts, [], tmp_path)
+    buf = io.StringIO()
+    print_doctor_report(facts, [], Console(file=buf, width=160, color_system=None), paths)
+    report = json.loads(paths["json"].read_text(encoding="utf-8"))
+    texts = [buf.getvalue(), paths["md"].read_text(encoding="utf-8"), paths["html"].read_text(encoding="utf-8")]
+    for label in ("checkpoint writes (torch.save)", "printing and logging"):
+        assert all((label in text) == measured for text in texts), label
+    assert any(n.startswith("torch.save ran every 4 steps (3 writes seen, 20.0 ms, 3.0 MB each)")
+               for n in report["notes"]) == measured
+    if measured:
+        assert report["phase_ms"]["checkpoint"] == pytest.approx(20.0 * 3 / 12)
+        assert sum(report["phase_ms"].values()) == pytest.approx(report["step_time_ms"]["mean"])

@@ -71,7 +71,7 @@ def sync_host_device(facts: Facts, *, sync_per_step: float = 1.0) -> Finding | N
     count = profile.sync_count_per_step
     if count < sync_per_step:
         return None
-    host = v.ms["data"] + v.ms["other"]
+    host = v.ms["data"] + v.host_ms
     blocked = per_step_ms(profile, _is_sync)
     if blocked:
         saved = min(blocked, host)
@@ -98,7 +98,7 @@ def sync_host_device(facts: Facts, *, sync_per_step: float = 1.0) -> Finding | N
                     "if step % 100 == 0:\n    print(running_loss.item() / 100)  # one sync per 100 steps",
         expected_speedup=speedup,
         formula=f"T / (T - S) = {v.step_ms:.2f} / ({v.step_ms:.2f} - {saved:.2f}) = {speedup:.3f}; "
-                f"S ms of host work (data + other, H) that could overlap device work = {basis}",
+                f"S ms of host work (data and the rest of the host's, H) that could overlap device work = {basis}",
         notes=["Common sources: loss.item() every step, tensor.cpu()/.tolist(), bool(tensor) in an if, "
                "torch.nonzero and boolean-mask indexing."],
     )
@@ -140,7 +140,7 @@ def _headroom_neutral(v: Any, facts: Facts, k: int, micro: int, batch: int | Non
         k //= 2
     if k < 2:
         return None
-    other = v.ms["other"]
+    other = v.host_ms
     new_ms = v.step_ms - other + other / k
     speedup = v.step_ms / new_ms if new_ms > 0 else 1.0
     if speedup <= 1.0:
@@ -166,7 +166,7 @@ def _headroom_neutral(v: Any, facts: Facts, k: int, micro: int, batch: int | Non
 
 
 def _headroom_batch(v: Any, k: int, batch: int | None, evidence: dict, title: str) -> Finding | None:
-    fixed = v.ms["optimizer"] + v.ms["other"]
+    fixed = v.ms["optimizer"] + v.host_ms
     new_per_sample = (v.step_ms - fixed) + fixed / k
     speedup = v.step_ms / new_per_sample if new_per_sample > 0 else 1.0
     if speedup <= 1.0:
@@ -181,7 +181,7 @@ def _headroom_batch(v: Any, k: int, batch: int | None, evidence: dict, title: st
                      else f"# build each batch {k}x larger where the script makes it"),
         expected_speedup=speedup,
         formula=f"time per sample T / (T - F + F / k) = {v.step_ms:.2f} / ({v.step_ms - fixed:.2f} + "
-                f"{fixed:.2f} / {k}) = {speedup:.3f}; F fixed ms per step (optimizer + other), "
+                f"{fixed:.2f} / {k}) = {speedup:.3f}; F fixed ms per step (optimizer + host outside the phases), "
                 f"k = {k} (peak x k <= 80% of total, assuming all memory grows with the batch)",
         notes=["A larger batch changes the optimisation (fewer, larger steps): scale the learning rate "
                "and check the loss curve; tune does not measure it.",

@@ -44,7 +44,7 @@ from torchboost.diagnose.data_bound import replay_bound
 from torchboost.diagnose.measured import ranked
 from torchboost.diagnose.roofline import OpRoof, op_roofs
 from torchboost.evidence.findings import Finding
-from torchboost.evidence.observed import Facts
+from torchboost.evidence.observed import HOST_PHASES, Facts
 from torchboost.evidence.steps import summarize
 from torchboost.limits import machine_limits
 from torchboost.limits.machine import MachineLimits
@@ -237,8 +237,9 @@ def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak
                 if facts.flops_per_step and peak and busy_ms > 0 else None)
     if rate_pct is not None and rate_pct >= COMPUTE_BOUND_PCT:
         return "compute", f"forward, backward and optimizer run at {rate_pct:.0f}% of the peak"
-    if pct["other"] >= HOST_BOUND_PCT:
-        return "host", f"{pct['other']:.0f}% of the step is outside forward, backward, optimizer and data"
+    host_pct = sum(pct.get(phase, 0.0) for phase in HOST_PHASES)
+    if host_pct >= HOST_BOUND_PCT:
+        return "host", f"{host_pct:.0f}% of the step is outside forward, backward, optimizer and data"
     matmul_pct = _matmul_time_pct(facts)
     if matmul_pct is not None and matmul_pct < MATMUL_TIME_PCT:
         return "memory", f"the FLOP-carrying ops take {matmul_pct:.0f}% of the op time; the rest moves bytes"

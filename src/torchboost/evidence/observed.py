@@ -12,15 +12,26 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
+from torchboost.evidence.host_side import HostFacts
 from torchboost.evidence.quick_probe import QuickProbeFacts
 
 T = TypeVar("T")
 
-__all__ = ["Facts", "LoaderFacts", "ModelFacts", "OptimizerFacts", "ProfileFacts", "QuickProbeFacts", "StepRecord",
+__all__ = ["Facts", "HOST_PARTS", "HOST_PHASES", "HostFacts", "LoaderFacts", "ModelFacts", "OptimizerFacts", "ProfileFacts", "QuickProbeFacts", "StepRecord",
            "TrainerFacts", "optimizer_label", "register_facts", "seen_in"]
 
-PHASES = ("data", "forward", "backward", "optimizer", "other")
-"""The parts of a training step, in order; ``breakdown_pct`` has one entry per phase."""
+PHASES = ("data", "forward", "backward", "optimizer", "checkpoint", "output", "other")
+"""The parts of a training step, in order; ``breakdown_pct`` has one entry per phase.
+"checkpoint" (``torch.save``) and "output" (printing and logging) are the host's calls
+timed outside the loop's phases (:mod:`torchboost.evidence.host_side`); "other" is the rest."""
+
+HOST_PARTS = ("checkpoint", "output")
+"""The phases carved out of the host's time outside the loop's phases: the reports show
+each only where it was measured."""
+
+HOST_PHASES = (*HOST_PARTS, "other")
+"""The step's host time outside data, forward, backward and optimizer: what "other" held
+before checkpoint writes and output were carved out of it."""
 
 
 _FACT_KINDS: dict[str, type] = {}
@@ -58,10 +69,11 @@ def seen_in(by_technique: Mapping[str, Any], kind: type[T]) -> T:
 class StepRecord:
     """One observed training step, phase times in milliseconds.
 
-    An evaluation pass the script runs between its training steps (a trained module called
-    with gradients off: ``torch.no_grad()``, ``inference_mode``, and whatever runs until
-    training resumes) is no part of the step: its time is ``eval_ms``, outside
-    ``total_ms`` and every phase."""
+    The phases after ``total_ms`` are in the order of the observer's accumulators
+    (:mod:`torchboost.observe.record.phases`). An evaluation pass the script runs between
+    its training steps (a trained module called with gradients off: ``torch.no_grad()``,
+    ``inference_mode``, and whatever runs until training resumes) is no part of the step:
+    its time is ``eval_ms``, outside ``total_ms`` and every phase."""
 
     index: int
     total_ms: float
@@ -69,13 +81,19 @@ class StepRecord:
     forward_ms: float = 0.0
     backward_ms: float = 0.0
     optimizer_ms: float = 0.0
+    checkpoint_ms: float = 0.0
+    """``torch.save`` calls outside the other phases, milliseconds."""
+    output_ms: float = 0.0
+    """Printing and logging outside the other phases (print, logging records, writes to
+    sys.stdout and sys.stderr), milliseconds."""
     eval_ms: float = 0.0
     """Evaluation run within this step's span, milliseconds; not in ``total_ms``."""
 
     @property
     def other_ms(self) -> float:
-        """Whatever the phases do not account for (logging, user code, syncs)."""
-        known = self.data_ms + self.forward_ms + self.backward_ms + self.optimizer_ms
+        """Whatever the phases do not account for (user code, syncs)."""
+        known = (self.data_ms + self.forward_ms + self.backward_ms + self.optimizer_ms + self.checkpoint_ms
+                 + self.output_ms)
         return max(0.0, self.total_ms - known)
 
 
@@ -312,6 +330,9 @@ class Facts:
     quick_probes: list[QuickProbeFacts] = field(default_factory=list)
     """The quick probes: each finding's switch timed against plain steps after the profiler
     window (:mod:`torchboost.observe.probes.quick`); their steps are in no other figure."""
+    host: HostFacts | None = None
+    """Checkpoint writes (each one's step, time and bytes) and output calls timed outside the
+    loop's phases; None where not observed (a trace)."""
 
     def loss_step(self, position: int) -> int:
         """The script's step (from 0) of the loss at ``position`` in ``warmup_losses`` then
@@ -352,6 +373,7 @@ class Facts:
             "optimizer": OptimizerFacts,
             "profile": ProfileFacts,
             "trainer": TrainerFacts,
+            "host": HostFacts,
         }
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {"techniques": {key: build(_FACT_KINDS[key], value) for key, value in data.items()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchboost.evidence.observed import Facts, ProfileFacts
+from torchboost.evidence.observed import HOST_PHASES, Facts, ProfileFacts
 from torchboost.evidence.steps import summarize
 
 REDUCED_DTYPES = ("bfloat16", "float16")
@@ -27,11 +27,17 @@ class View:
     step_ms: float
     """Mean typical step time (the phases' sum); 0.0 when no step was observed."""
     ms: dict[str, float]
-    """Mean ms per step of each phase (data, forward, backward, optimizer, other)."""
+    """Mean ms per step of each phase (:data:`~torchboost.evidence.observed.PHASES`)."""
     share: dict[str, float]
     """Fraction (0..1) of the step spent in each phase."""
     cores: int
     """CPU cores the process may use; 0 when unknown."""
+
+    @property
+    def host_ms(self) -> float:
+        """Mean ms per step outside data, forward, backward and optimizer: checkpoint writes,
+        output and the rest (:data:`~torchboost.evidence.observed.HOST_PHASES`)."""
+        return sum(self.ms.get(phase, 0.0) for phase in HOST_PHASES)
 
     @property
     def compute_share(self) -> float:

@@ -5,7 +5,11 @@ the *typical* steps: those within ``OUTLIER_RATIO`` of the median either way. A 
 slowed by another process, a collection pause or a recompile would otherwise pull every
 phase's mean away from the step the headline quotes (six steps at twice the time move a
 20-step mean by 30%), and make a finding of what the script does not do. The steps set
-aside are counted and the report says so.
+aside are counted and the report says so. A step is judged by its time less its own
+checkpoint writes and output (:func:`judged_ms`): a script saving a checkpoint every 5 steps
+makes every fifth step longer by its own doing, and that time, spread over the steps, is a
+row of the phase table, not a slowdown to set aside; the table then adds up to the mean step,
+above the median by the checkpoints' share.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
-__all__ = ["OUTLIER_RATIO", "Summary", "summarize", "measured_steps", "percentile", "typical_steps",
+__all__ = ["OUTLIER_RATIO", "Summary", "judged_ms", "summarize", "measured_steps", "percentile", "typical_steps",
            "warmup_only_words"]
 
 OUTLIER_RATIO = 1.5
@@ -38,9 +42,11 @@ class Summary:
     """{"median", "p90", "mean"} of the step time; None when no step was observed."""
     breakdown_pct: dict[str, float]
     """Percent of the typical steps' time per phase (data, forward, backward, optimizer,
-    other); sums to 100 (all 0.0 when no step was observed)."""
+    checkpoint, output, other: :data:`~torchboost.evidence.observed.PHASES`); sums to 100
+    (all 0.0 when no step was observed)."""
     phase_ms: dict[str, float]
-    """Mean time per typical step of each phase, milliseconds: adds up to about the median."""
+    """Mean time per typical step of each phase, milliseconds: adds up to about the median
+    (to the mean where checkpoint writes lengthen some steps: they are spread over all)."""
     samples_per_s: float | None
     """loader batch size x steps / measured seconds; None when the batch size is unknown."""
     steps_set_aside: int = 0
@@ -83,19 +89,27 @@ def _phase_times(step: StepRecord) -> dict[str, float]:
         "forward": step.forward_ms,
         "backward": step.backward_ms,
         "optimizer": step.optimizer_ms,
+        "checkpoint": step.checkpoint_ms,
+        "output": step.output_ms,
     }
     # Phases can overlap the step's own timer by a hair; the step then spans what was seen.
     span = max(step.total_ms, sum(known.values()))
     return {**known, "other": span - sum(known.values())}
 
 
+def judged_ms(step: StepRecord) -> float:
+    """What a step is judged typical by: its time less its own checkpoint writes and output,
+    milliseconds (the script's periodic work is its own, not another process's slowdown)."""
+    return step.total_ms - step.checkpoint_ms - step.output_ms
+
+
 def typical_steps(steps: list[StepRecord]) -> list[StepRecord]:
-    """The steps within :data:`OUTLIER_RATIO` of the median step time, either way (every step
-    when that would leave none)."""
+    """The steps within :data:`OUTLIER_RATIO` of the median step either way, each judged by
+    :func:`judged_ms` (every step when that would leave none)."""
     if not steps:
         return []
-    median = percentile([s.total_ms for s in steps], 50)
-    typical = [s for s in steps if median / OUTLIER_RATIO <= s.total_ms <= median * OUTLIER_RATIO]
+    median = percentile([judged_ms(s) for s in steps], 50)
+    typical = [s for s in steps if median / OUTLIER_RATIO <= judged_ms(s) <= median * OUTLIER_RATIO]
     return typical or list(steps)
 
 

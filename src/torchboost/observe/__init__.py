@@ -19,7 +19,7 @@ Rooms, and the one way their imports flow::
        |
     child/    bootstrap, watchdog, compiling                   (the observed process)
        v
-    hooks/    instrument (and guard/'s write guard)             (patched in, taken off again)
+    hooks/    instrument, host_calls (and guard/'s write guard) (patched in, taken off again)
        v
     record/   recorder and its parts, facts_builder, run_output
        v

@@ -6,6 +6,7 @@ import shlex
 from typing import Any, Mapping
 
 from torchboost.evidence.findings import Measured
+from torchboost.evidence.observed import HOST_PARTS, PHASES
 from torchboost.report.limits_text import flops_text
 
 PHASE_LABELS = {
@@ -13,8 +14,16 @@ PHASE_LABELS = {
     "forward": "forward",
     "backward": "backward",
     "optimizer": "optimizer step",
-    "other": "other (host code, syncs, logging)",
+    "checkpoint": "checkpoint writes (torch.save)",
+    "output": "printing and logging",
+    "other": "other (host code, syncs)",
 }
+
+
+def shown_phases(values: Mapping[str, float]) -> list[str]:
+    """The phases a report's table shows for ``values`` (ms or percent by phase): every phase
+    of the loop and "other", and each host part (checkpoint writes, output) only where measured."""
+    return [p for p in PHASES if p not in HOST_PARTS or values.get(p)]
 
 
 def ms(value: float | None) -> str:

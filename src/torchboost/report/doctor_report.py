@@ -11,8 +11,11 @@
     steps_observed     int     steps recorded (warm-up excluded by the observer)
     steps_measured     int     steps the statistics rest on
     step_time_ms       {median, p90, mean: float | null}   null when no step was observed
-    breakdown_pct      {data, forward, backward, optimizer, other: float}   sums to ~100
-    phase_ms           {data, forward, backward, optimizer, other: float}   mean per step
+    breakdown_pct      {data, forward, backward, optimizer, checkpoint, output, other: float}
+                       sums to ~100; checkpoint (torch.save) and output (printing and
+                       logging) are the host's calls outside the loop's phases, carved
+                       out of other (0.0 where none ran)
+    phase_ms           {the same phases: float}   mean per step
     samples_per_s      float | null   null when the batch size is unknown
     evaluation         {ms, pct, passes}   evaluation run between the measured steps (a
                        trained model called with gradients off, until training resumes):
@@ -74,6 +77,7 @@ import dataclasses
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +90,7 @@ from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
 from torchboost.report.markdown import render_markdown
 from torchboost.report.terminal import print_report
+from torchboost.evidence.host_side import HostFacts
 from torchboost.evidence.observed import Facts, optimizer_label
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.steps import OUTLIER_RATIO, Summary, summarize
@@ -136,6 +141,19 @@ def evaluation_note(summary: Summary) -> str:
             "left out of the step time and the phases above, which are training's.")
 
 
+def checkpoint_note(host: HostFacts | None, summary: Summary) -> list[str]:
+    """How the checkpoint writes sit in the phase table, in words ([] where none was timed in it)."""
+    if host is None or not host.checkpoint_ms or not summary.phase_ms.get("checkpoint"):
+        return []
+    every, written = host.checkpoint_every(), host.checkpoint_bytes_median()
+    each = statistics.median(host.checkpoint_ms)
+    size = f", {written / 1e6:.1f} MB" if written else ""
+    how_often = f" every {every} steps" if every else ""
+    return [f"torch.save ran{how_often} ({len(host.checkpoint_ms)} writes seen, {each:.1f} ms{size} each): its "
+            f"time is spread over the steps in the phase table, which then adds up to the mean step "
+            f"({sum(summary.phase_ms.values()):.2f} ms), above the median."]
+
+
 def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[str]:
     """What a reader must know to trust the figures: how the run ended, how much was seen."""
     n = summary.steps_observed
@@ -177,8 +195,7 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                      f"{OUTLIER_RATIO}x or under 1/{OUTLIER_RATIO} of the median step (another process, a "
                      "collection pause, a recompile): the phase table and the findings rest on the other "
                      f"{summary.steps_measured - summary.steps_set_aside}.")
-    if summary.evaluation_passes:
-        notes.append(evaluation_note(summary))
+    notes += ([evaluation_note(summary)] if summary.evaluation_passes else []) + checkpoint_note(facts.host, summary)
     if 0 < summary.steps_measured < _FEW_STEPS:
         notes.append(f"Only {summary.steps_measured} steps measured: timings are rough; observe more with --steps.")
     median, p90 = summary.step_time_ms["median"], summary.step_time_ms["p90"]

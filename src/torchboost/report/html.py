@@ -7,7 +7,7 @@ import base64
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.evidence.observed import PHASES, StepRecord
+from torchboost.evidence.observed import StepRecord
 from torchboost.report import _format as fmt
 from torchboost.report.compile_section import compile_lines
 from torchboost.report.plots import PHASE_COLORS, breakdown_png, roofline_png, timeline_png
@@ -54,7 +54,7 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
         phases=[
             {"name": p, "label": fmt.PHASE_LABELS[p], "color": PHASE_COLORS[p],
              "ms": report["phase_ms"][p], "pct": report["breakdown_pct"][p]}
-            for p in PHASES
+            for p in fmt.shown_phases(report["phase_ms"])
         ],
         findings=[_finding(f) for f in report["findings"]],
         training_changes=[_finding(f) for f in report.get("training_changes", [])],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchboost.evidence.observed import PHASES
 from torchboost.report import _format as fmt
 from torchboost.report.compile_section import compile_lines
 
@@ -69,7 +68,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "| phase | ms per step | share |",
         "|---|---:|---:|",
     ]
-    for phase in PHASES:
+    for phase in fmt.shown_phases(report["phase_ms"]):
         lines.append(f"| {fmt.PHASE_LABELS[phase]} | {report['phase_ms'][phase]:.2f} | "
                      f"{report['breakdown_pct'][phase]:.1f}% |")
     hot = fmt.hottest_ops(report)

@@ -10,6 +10,7 @@ import io
 from typing import Any, Mapping, Sequence
 
 from torchboost.evidence.observed import PHASES, StepRecord
+from torchboost.report._format import shown_phases
 
 __all__ = ["breakdown_png", "robust_top", "roof_lines", "roofline_png", "timeline_png", "PHASE_COLORS"]
 
@@ -18,6 +19,8 @@ PHASE_COLORS = {
     "forward": "#4c78a8",
     "backward": "#72b7b2",
     "optimizer": "#f58518",
+    "checkpoint": "#b279a2",
+    "output": "#eeca3b",
     "other": "#bab0ac",
 }
 """One color per phase, shared by both plots and the HTML legend."""
@@ -44,7 +47,8 @@ def breakdown_png(breakdown_pct: Mapping[str, float]) -> bytes:
     fig = _figure(8.0, 1.4)
     ax = fig.add_subplot(1, 1, 1)
     left = 0.0
-    for phase in PHASES:
+    phases = shown_phases(breakdown_pct)
+    for phase in phases:
         pct = float(breakdown_pct.get(phase, 0.0))
         ax.barh([0], [pct], left=left, color=PHASE_COLORS[phase], label=f"{phase} {pct:.0f}%")
         if pct >= 6:
@@ -55,7 +59,7 @@ def breakdown_png(breakdown_pct: Mapping[str, float]) -> bytes:
     ax.set_xlim(0, 100)
     ax.set_yticks([])
     ax.set_xlabel("share of step time (%)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(PHASES), frameon=False, fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(phases), frameon=False, fontsize=8)
     return _png(fig)
 
 
@@ -67,8 +71,10 @@ def timeline_png(steps: Sequence[StepRecord]) -> bytes:
         ax.text(0.5, 0.5, "no step observed", ha="center", va="center", transform=ax.transAxes)
     x = [s.index for s in steps]
     bottom = [0.0] * len(steps)
-    for phase in PHASES:
-        heights = [s.other_ms if phase == "other" else getattr(s, f"{phase}_ms") for s in steps]
+    heights_of = {p: [s.other_ms if p == "other" else getattr(s, f"{p}_ms") for s in steps] for p in PHASES}
+    phases = shown_phases({p: sum(h) for p, h in heights_of.items()})
+    for phase in phases:
+        heights = heights_of[phase]
         ax.bar(x, heights, bottom=bottom, color=PHASE_COLORS[phase], label=phase, width=0.85)
         bottom = [b + h for b, h in zip(bottom, heights)]
     from matplotlib.ticker import MaxNLocator  # deferred with the rest of matplotlib
@@ -77,7 +83,7 @@ def timeline_png(steps: Sequence[StepRecord]) -> bytes:
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
     # Below the axes: a legend inside would cover the tallest bars.
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=8, ncol=len(PHASES), frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=8, ncol=len(phases), frameon=False)
     top = robust_top(bottom)
     if top is not None:
         ax.set_ylim(0, top)

@@ -15,7 +15,6 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from torchboost.evidence.observed import PHASES
 from torchboost.report import _format as fmt
 from torchboost.report.compile_section import compile_lines
 from torchboost.report.plots import PHASE_COLORS
@@ -31,7 +30,7 @@ def _breakdown_table(report: dict[str, Any]) -> Table:
     table.add_column("ms / step", justify="right")
     table.add_column("share", justify="right")
     table.add_column("")
-    for phase in PHASES:
+    for phase in fmt.shown_phases(report["phase_ms"]):
         pct = report["breakdown_pct"][phase]
         bar = Text("█" * round(pct / 100 * _BAR_WIDTH), style=PHASE_COLORS[phase])
         table.add_row(fmt.PHASE_LABELS[phase], f"{report['phase_ms'][phase]:.2f}", f"{pct:.1f}%", bar)

@@ -19,7 +19,10 @@ What is touched, and why each is the least invasive way to see that phase:
   boundaries. A closure passed to ``step`` (Lightning always passes one; LBFGS needs
   one) is wrapped by the pre-hook so its time is taken out of the optimizer's: the
   forward and backward inside it count as forward and backward, the rest of it as
-  other.
+  other;
+* ``torch.save``, ``print``, logging handlers, ``sys.stdout`` and ``sys.stderr`` - the
+  host's calls outside those phases, checkpoint writes and output, timed by
+  :class:`~torchboost.observe.hooks.host_calls.HostCalls` (its module says what and how).
 
 Hooks only read ``time.perf_counter`` and add to the recorder; they never synchronise
 the device. Inside code being compiled by ``torch.compile`` they do nothing, so they do
@@ -42,12 +45,14 @@ from torch.nn.modules import module as _nn_module
 
 from torchboost.reach.loader_patch import ITERATION_ATTRIBUTES, LoaderPatch, timed_iteration
 from torchboost.reach.log_filters import LoggerFilters
+from torchboost.observe.hooks.host_calls import HOST_ATTRIBUTES, HostCalls
 from torchboost.observe.record.phases import BACKWARD, FORWARD, OPTIMIZER
 from torchboost.observe.record.recorder import StepRecorder
 
 __all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
 
-PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (*ITERATION_ATTRIBUTES, (torch.autograd, "backward"))
+PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (*ITERATION_ATTRIBUTES, (torch.autograd, "backward"),
+                                                   *HOST_ATTRIBUTES)
 """(owner, attribute) pairs replaced while installed and restored by ``uninstall``."""
 
 _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
@@ -67,6 +72,7 @@ class Instrumentation:
         self._clock = clock
         self._backward: Any = None  # torch.autograd.backward as it was before install
         self._loader_patch: LoaderPatch | None = None
+        self._host = HostCalls(recorder, clock=clock)
         self._log_filters = LoggerFilters()
         self._handles: list[Any] = []
         self._narrowed = False
@@ -95,6 +101,7 @@ class Instrumentation:
         self._loader_patch = timed_iteration(self.recorder, self._clock).install()
         self._backward = torch.autograd.backward
         torch.autograd.backward = self._wrap_backward(self._backward)
+        self._host.install()
         self._narrowed = False
         self._handles = [  # the two global forward hooks first: _narrow_to_roots swaps them
             _nn_module.register_module_forward_pre_hook(self._forward_pre),
@@ -115,6 +122,7 @@ class Instrumentation:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._host.uninstall()
         if self._backward is not None:
             torch.autograd.backward = self._backward
             self._backward = None
@@ -215,11 +223,13 @@ class Instrumentation:
         @functools.wraps(closure)
         def timed() -> Any:
             self.recorder.closure_begin()
+            self.recorder.current = None  # the closure is outside the optimizer's phase (a print there is output)
             start = self._clock()
             try:
                 return closure()
             finally:
                 self._closure_ms += (self._clock() - start) * 1000.0
+                self.recorder.current = OPTIMIZER
                 self.recorder.closure_end()
 
         return timed

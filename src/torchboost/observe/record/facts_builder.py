@@ -25,6 +25,7 @@ from torchboost.evidence.observed import Facts, LoaderFacts, ModelFacts, Trainer
 from torchboost.observe.probes import describe
 from torchboost.observe.probes.run_length import length_from_arguments, script_arguments
 from torchboost.observe.probes.stated_length import Stated
+from torchboost.observe.record.host_log import HostLog
 from torchboost.observe.record.loss_capture import LossCapture
 from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.record.stages import RunStages
@@ -69,6 +70,8 @@ class RecordedParts:
     run: RunState
     errors: list[str]
     """The observer's failures so far, which the facts report; the builder's own are added."""
+    host: HostLog = field(default_factory=HostLog)
+    """The checkpoint writes and output calls timed outside the phases."""
 
 
 def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
@@ -194,6 +197,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         bytes_by_op=dict(stages.flops.bytes_by_op), random_ops=list(stages.flops.random_ops),
         flops_error=stages.flops.error or stages.flops.note,
         replay_step_ms=list(stages.replay.step_ms), quick_probes=list(stages.quick.results),
+        host=parts.host.facts(),
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
         device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
         peak_rss_bytes=describe.peak_rss_bytes(),

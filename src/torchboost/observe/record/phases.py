@@ -6,13 +6,15 @@ capture) and the hooks can use them without importing the recorder itself.
 
 from __future__ import annotations
 
-__all__ = ["DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "PHASE_MARKS", "RECORDED", "WARMUP", "SLOW_CHECK_STEPS",
+__all__ = ["DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "CHECKPOINT", "OUTPUT", "PHASE_MARKS", "RECORDED", "WARMUP", "SLOW_CHECK_STEPS",
            "StopObserving"]
 
-DATA, FORWARD, BACKWARD, OPTIMIZER = range(4)
-"""Phase indices into a step's accumulators (see ``torchboost.evidence.observed.PHASES``)."""
+DATA, FORWARD, BACKWARD, OPTIMIZER, CHECKPOINT, OUTPUT = range(6)
+"""Phase indices into a step's accumulators (see ``torchboost.evidence.observed.PHASES``):
+the loop's four, then the host's calls timed outside them (``torch.save``; printing and logging)."""
 
-PHASE_MARKS = ("torchboost: data wait", "torchboost: forward", "torchboost: backward", "torchboost: optimizer")
+PHASE_MARKS = ("torchboost: data wait", "torchboost: forward", "torchboost: backward", "torchboost: optimizer",
+               "torchboost: checkpoint write", "torchboost: output")
 """The trace's mark for each phase: constant strings, so none is built per phase on the hot path."""
 
 RECORDED, WARMUP = "recorded", "warm-up"

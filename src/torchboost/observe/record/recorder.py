@@ -20,6 +20,8 @@ and a list):
   :class:`~torchboost.observe.record.evaluation.TrainingSplit`), boundaries, what
   each closed step was, the early stop of a far too slow trial;
 * :class:`~torchboost.observe.record.loss_capture.LossCapture`: each step's loss;
+* :class:`~torchboost.observe.record.host_log.HostLog`: the checkpoint writes and output
+  timed outside the phases (:mod:`torchboost.observe.hooks.host_calls` calls it directly);
 * :class:`~torchboost.observe.record.script_objects.ScriptObjects`: the script's loaders, root
   modules, primary optimizer and autocast, and its settings at the end of warm-up;
 * :class:`~torchboost.observe.record.stages.RunStages`: warm-up, recorded, profiled, over, and
@@ -44,6 +46,7 @@ from torchboost.observe.probes import describe
 from torchboost.observe.record.evaluation import TrainingSplit
 from torchboost.observe.record.facts_builder import RecordedParts, RunState
 from torchboost.observe.record.facts_so_far import FactsSoFar
+from torchboost.observe.record.host_log import HostLog
 from torchboost.observe.record.loss_capture import LossCapture
 from torchboost.observe.record.phases import (
     BACKWARD, DATA, FORWARD, OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, StopObserving,
@@ -70,12 +73,13 @@ class StepRecorder:
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
         self.stages = RunStages(spec, self.timing, self.losses)
+        self.host = HostLog(self.timing, self.stages, lambda: self.current)  # the hooks' host calls go to it
         self.output = RunOutput(spec, clock, self.timing.window)
         self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
         self.errors: list[str] = []  # the observer's own failures: recorded, never raised into the script
         self.built = FactsSoFar(RecordedParts(spec, self.timing, self.losses, self.seen, self.stages, self.run,
-                                                  self.errors))
+                                                  self.errors, self.host))
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []  # given the roots at warm-up end
         self._claims = claims if claims is not None else Claims()
         self._claims_before = self._claims.names()
@@ -99,9 +103,8 @@ class StepRecorder:
     def loader_batch(self, iterator: Any, ms: float) -> None:
         """A batch was fetched from ``iterator`` after waiting ``ms`` milliseconds."""
         self.split.batch(iterator, ms)
-        self.timing.end(DATA, ms)
         self.current = None
-        self.stages.profile.end_annotation()
+        self.phase_end(DATA, ms)
 
     def forward_begin(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
         """An outermost module call starts (training's, or evaluation's: :class:`TrainingSplit`)."""
@@ -197,12 +200,12 @@ class StepRecorder:
         self.run.step_source = "optimizer"
         self.losses.scaler = describe.find_grad_scaler(max_depth=16)  # searched from this frame up
         if self.timing.boundaries:
-            # The first step's forward and backward, up to this optimizer step, stay in the
-            # warm-up: a model compiled before training (a Booster's) compiles right there,
-            # and that time is what the tuner weighs against compile's gain.
+            # The first step's forward and backward, up to this optimizer step, stay in the warm-up: a model
+            # compiled before training (a Booster's) compiles right there, the time the tuner weighs against its gain.
             first = self.seen.first_forward_at
             self.timing.restart((self.clock() - first) * 1000.0 if first else 0.0)
             self.losses.restart()
+            self.host.restart()
             self.stages.restart()
 
     def _uses_cuda(self) -> bool:

@@ -4,7 +4,9 @@ Host times come from the recorder's clock; on CUDA the phases are timed with CUD
 (:class:`~torchboost.observe.record.cuda_phases.CudaPhases`) and :meth:`StepTiming.close_step`
 calls ``torch.cuda.synchronize()``, the one sync per step (see
 :mod:`torchboost.observe.record.recorder`), except in the profiler's window, whose steps are
-timed on the host alone (:meth:`StepTiming.next_step`).
+timed on the host alone (:meth:`StepTiming.next_step`);
+:meth:`~torchboost.observe.record.host_log.HostLog.drain` adds one only before a host call
+that waits for the device anyway.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torchboost.evidence.observed import StepRecord
 from torchboost.observe.record.cuda_phases import CudaPhases
 from torchboost.observe.record.sequential_stop import decided
 from torchboost.observe.record.evaluation import EvaluationSpan
-from torchboost.observe.record.phases import OPTIMIZER, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
+from torchboost.observe.record.phases import OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
 from torchboost.observe.record.recording_window import RecordingWindow
 from torchboost.observe.spec import ObserveSpec
 
@@ -31,7 +33,7 @@ class StepTiming:
     def __init__(self, spec: ObserveSpec, clock: Callable[[], float]) -> None:
         self._spec = spec
         self._clock = clock
-        self.acc = [0.0, 0.0, 0.0, 0.0]
+        self.acc = [0.0] * len(PHASE_MARKS)
         """Milliseconds spent per phase in the current step; the hooks add to it."""
         self.steps: list[StepRecord] = []
         """The recorded steps (after warm-up; all of them in a full run)."""
@@ -123,7 +125,7 @@ class StepTiming:
             self.window.warmed(index, self.warmup_ms)
         self._discard_next = False
         self._micro, self._in_closure = 0, False
-        self.acc[:] = (0.0, 0.0, 0.0, 0.0)
+        self.acc[:] = [0.0] * len(self.acc)
         return kind
 
     def stop_if_slow(self) -> None:
