@@ -392,10 +392,10 @@ def test_the_times_shown_are_of_whole_pairs_as_the_ratio_is():
 
 def test_a_check_reserved_at_a_busy_baselines_pace_fits_a_pair_of_its_runs():
     """A 4 s-step baseline beside a busy loop, tuned to 1 s a step, 6 s outside the steps:
-    the search kept one pair of 17-step runs (148 s) for the check. Its plan holds one pair
+    the search kept one pair of shortened runs (84 s) for the check. Its plan holds one pair
     whose two runs fit that time and each fits the limit a run of the plan gets. Twin: four
-    pairs of the same 17-step runs, the plan before (a run cut off after twice an eighth of
-    the time, 37 s, where the baseline's takes 74 s): no pair could finish."""
+    pairs of 17-step runs, the plan before (a run cut off after twice an eighth of the time,
+    21 s, where the baseline's takes 74 s): no pair could finish."""
     from torchboost.tune.verify import reserve_s
     from torchboost.tune.verify.check import CAPPED_RUN_SLACK
 

@@ -22,6 +22,7 @@ from torchboost.tune.search.parity import ParityVerdict, judge
 from torchboost.tune.search.probe_order import lever_measurement
 from torchboost.tune.search.repaid import repaid
 from torchboost.tune.search.search_state import SearchState
+from torchboost.tune.trials.trial_length import BURST_TRIAL_STEPS, BURST_WARMUP
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["Confirming"]
@@ -123,6 +124,17 @@ class Confirming(SearchState):
         self._was_kept(lever, kept)
         return True, screened
 
+    def out_of_budget_for(self, change: Settings, lever: Lever | None = None) -> bool:
+        """No trial of ``change`` starts: a burst trial (``lever`` None, or a switch here) as
+        long as the typical burst trial, or before any ran, as planned (start-up, its warm-up
+        and recorded steps, its bursts, at the incumbent's pace); else the typical trial."""
+        if lever is not None and not self._switches_here(lever, change):
+            return self.run.out_of_budget()
+        plan = plan_bursts(change, self.incumbent_ms, self.options.trial_steps)
+        planned_s = self.incumbent_fixed + (BURST_WARMUP + BURST_TRIAL_STEPS + 2 * plan.pairs * plan.steps) * (
+            self.incumbent_ms / 1e3)
+        return self.run.out_of_budget(bursts=True, expected_s=planned_s)
+
     def _burst_ratios(self, change: Settings) -> tuple[list[float], int, str | None]:
         """``change`` alternated with the configuration kept so far in bursts inside one run,
         more runs pooled while the gain is hidden by the noise (:func:`more_bursts`): the
@@ -131,7 +143,7 @@ class Confirming(SearchState):
         self.bursted.add((describe_settings(self.incumbent), describe_settings(change)))
         ratios: list[float] = []
         runs, error = 0, None
-        while (not self.run.out_of_budget(bursts=True)
+        while (not self.out_of_budget_for(change)
                and (runs == 0 or more_bursts(ratios, self.options.min_gain, runs))):
             trial = self.run(self.incumbent, bursts=plan)  # the switch on what is kept
             runs += 1

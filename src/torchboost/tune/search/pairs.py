@@ -59,13 +59,15 @@ class Runner:
         """Seconds from the start by which the search's trials must have ended (inf: none)."""
         return math.inf if self._deadline_s is None else self._deadline_s - self._kept_back_s
 
-    def out_of_budget(self, trials: int = 1, *, bursts: bool = False) -> bool:
+    def out_of_budget(self, trials: int = 1, *, bursts: bool = False, expected_s: float | None = None) -> bool:
         """No further trial starts: the budget is spent, or ``trials`` trials as long as the
-        typical one so far (a pair: two; ``bursts``: the typical burst trial, where one ran)
-        would run into the time kept back."""
+        typical one so far (a pair: two; ``bursts``: the typical burst trial where one ran,
+        else ``expected_s`` when given) would run into the time kept back."""
         elapsed = self._clock() - self.start
         kind = self.burst_durations_s if bursts and self.burst_durations_s else self.durations_s
         typical = statistics.median(kind) if kind else 0.0
+        if bursts and not self.burst_durations_s and expected_s is not None:
+            typical = expected_s  # a burst trial is no screening trial: its own length, planned
         return elapsed >= self._budget_s or elapsed + trials * typical > self.search_end_s
 
     def elapsed_s(self) -> float:

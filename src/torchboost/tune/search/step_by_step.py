@@ -69,10 +69,12 @@ class _Search(Confirming):
         for lever in levers:
             if lever.for_memory:
                 continue
-            if self.run.out_of_budget():
+            proposals = lever.propose(self.incumbent, context)
+            if not proposals:
+                continue
+            if self.out_of_budget_for(proposals[0], lever):
                 self.stopped = True
                 break
-            proposals = lever.propose(self.incumbent, context)
             hopeless = why_not_tried(lever, context) if proposals else None
             if hopeless is not None:
                 self.record(lever, proposals[0], Status.SKIPPED, hopeless)
@@ -136,7 +138,7 @@ class _Search(Confirming):
         none beats it in screening, the fastest is confirmed."""
         base, won, runners = self.incumbent, None, []
         for change in self._ordered(lever, proposals):
-            if self.stopped or self.run.out_of_budget():
+            if self.stopped or self.out_of_budget_for(change, lever):
                 self.stopped = True
                 break
             no_room = self._no_room(lever, change)
