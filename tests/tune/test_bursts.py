@@ -170,11 +170,11 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
     autocast, the result carries each pair. Twin: a change no switch makes gives no ratio."""
     from pathlib import Path
 
-    from torchboost.tune.trials.trial import run_trial
+    from torchboost.tune.trials.trial import TrialRequest, run_trial
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "tune_tiny.py"
-    result = run_trial(["python", str(script), "--steps", "200"], {}, 0, steps=2, warmup=1, out_dir=tmp_path,
-                       timeout_s=120, bursts=Bursts(change, steps=2, pairs=4))
+    result = run_trial(TrialRequest(command=["python", str(script), "--steps", "200"], settings={}, repeat=0, steps=2,
+                                    warmup=1, out_dir=tmp_path, timeout_s=120, bursts=Bursts(change, steps=2, pairs=4)))
     assert result.ok, result.error
     assert result.bursts == change
     if ratios:
