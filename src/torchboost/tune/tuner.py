@@ -59,7 +59,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
         peak_memory_bytes=int(facts.peak_memory_bytes or 0),
         techniques=dict(facts.techniques),
         measured=measured_from_facts(facts), random_ops=tuple(facts.random_ops),
-        **techniques_context(facts),
+        tuning=techniques_context(facts),
     )
 
 
