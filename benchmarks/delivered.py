@@ -46,7 +46,7 @@ from rich.table import Table
 from torchboost.cli.tune import NO_PROVEN_WIN, UNVERIFIED
 from torchboost.tune.trials.journal import Journal
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
-from torchboost.tune.trials.trial import run_trial
+from torchboost.tune.trials.trial import TrialRequest, run_trial
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 HERE = Path(__file__).resolve().parent
@@ -147,7 +147,8 @@ def _grid_best(target: Target, steps: int, work: Path, journal_dir: Path, name: 
     for i, settings in enumerate(combos, 1):
         result = journal.lookup(settings, 0)
         if result is None:
-            result = run_trial(command, settings, 0, steps=steps, warmup=5, out_dir=work / "trial", timeout_s=900)
+            result = run_trial(TrialRequest(command=command, settings=settings, repeat=0, steps=steps, warmup=5,
+                                            out_dir=work / "trial", timeout_s=900))
             journal.append(result)
         baseline = baseline or result
         ok = result.ok and _parity_ok(baseline, result, settings)

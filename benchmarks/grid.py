@@ -37,7 +37,7 @@ from torchboost.cli.tune import NO_PROVEN_WIN, UNVERIFIED
 from torchboost.config import BoostConfig
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.trials.journal import Journal
-from torchboost.tune.trials.trial import run_trial
+from torchboost.tune.trials.trial import TrialRequest, run_trial
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.techniques.memory import has_conv2d
 from torchboost.workloads import REGISTRY
@@ -122,7 +122,8 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
             # Every finished trial is journalled: a crash or Ctrl-C loses at most one.
             recorded = journal.lookup(settings, repeat)
             if recorded is None:
-                recorded = run_trial(command, settings, repeat, out_dir=tmp / "trial", **trial_steps)
+                recorded = run_trial(TrialRequest(command=command, settings=settings, repeat=repeat,
+                                                  out_dir=tmp / "trial", **trial_steps))
                 journal.append(recorded)
             return recorded
 
@@ -145,7 +146,8 @@ def run_workload(name: str, args: argparse.Namespace, console: Console) -> dict[
         ratios = []
         for repeat in range(1, args.pairs + 1):
             a = measure(grid_best, repeat)
-            b = run_trial(command, tuned, repeat, out_dir=tmp / "trial", **trial_steps)
+            b = run_trial(TrialRequest(command=command, settings=tuned, repeat=repeat, out_dir=tmp / "trial",
+                                       **trial_steps))
             ratios.append(_run_time_s(b, args.run_steps) / _run_time_s(a, args.run_steps))
         return {
             "workload": name,

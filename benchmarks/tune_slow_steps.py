@@ -109,7 +109,7 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
 
 def grid(script: Path, run_steps: int, trial_steps: int) -> list[dict[str, Any]]:
     """Each configuration of :data:`GRID`, one trial each with tune's runner, quiet."""
-    from torchboost.tune.trials.trial import run_trial
+    from torchboost.tune.trials.trial import TrialRequest, run_trial
 
     rows = []
     for name, overlay in GRID.items():
@@ -117,8 +117,9 @@ def grid(script: Path, run_steps: int, trial_steps: int) -> list[dict[str, Any]]
             here = os.getcwd()
             os.chdir(tmp)  # the trial guards its working directory: a scratch one, not this checkout
             try:
-                result = run_trial([sys.executable, str(script), "--steps", str(run_steps)], overlay, 0,
-                                   steps=trial_steps, warmup=3, out_dir=Path(tmp) / "out", timeout_s=900)
+                result = run_trial(TrialRequest(
+                    command=[sys.executable, str(script), "--steps", str(run_steps)], settings=overlay, repeat=0,
+                    steps=trial_steps, warmup=3, out_dir=Path(tmp) / "out", timeout_s=900))
             finally:
                 os.chdir(here)
         planned = result.compile_s + run_steps * result.ms_per_step / 1e3 if result.ok else float("inf")

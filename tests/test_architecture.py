@@ -419,3 +419,36 @@ def test_twin_a_part_beside_its_technique_is_found():
     paths = ["techniques/compile/__init__.py", "techniques/compile_facts.py", "techniques/cudnn.py",
              "techniques/_model.py", "techniques/registry.py"]
     assert _parts_beside_their_technique(paths) == ["techniques/compile_facts.py"]
+
+
+# -- tune/'s objects are composed, not one object cut by inheritance ------------------------
+
+def _base_name(node: ast.expr) -> str:
+    return ast.unparse(node.value if isinstance(node, ast.Subscript) else node).split(".")[-1]
+
+
+def _inherited_within(modules: dict[str, ast.Module], folder: str) -> list[str]:
+    """``Class(Base)`` with both defined under ``folder``, Base being no exception and no
+    protocol (no base of its own, at any depth, names Exception, an ...Error or Protocol)."""
+    classes = {n.name: n for path, tree in modules.items() if path.startswith(folder)
+               for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+
+    def allowed(cls: ast.ClassDef) -> bool:
+        names = [_base_name(b) for b in cls.bases]
+        return any(n in ("Exception", "Protocol") or n.endswith(("Error", "Exception")) for n in names) or any(
+            n in classes and allowed(classes[n]) for n in names)
+
+    return sorted(f"{cls.name}({name})" for cls in classes.values() for name in map(_base_name, cls.bases)
+                  if name in classes and not allowed(classes[name]))
+
+
+def test_no_class_of_tune_inherits_from_another_but_an_exception_or_a_protocol():
+    assert _inherited_within(_modules(), "tune/") == []
+
+
+def test_twin_a_tune_class_cut_by_inheritance_is_found():
+    source = ("class State:\n    pass\nclass Search(State):\n    pass\n"
+              "class TrialError(RuntimeError):\n    pass\nclass Timeout(TrialError):\n    pass\n"
+              "class Reads(Protocol[T]):\n    pass\nclass Reader(Reads):\n    pass\n")
+    modules = {"tune/search/made_up.py": ast.parse(source), "report/other.py": ast.parse("class Page(State):\n    pass\n")}
+    assert _inherited_within(modules, "tune/") == ["Search(State)"]

@@ -129,16 +129,19 @@ def _proposals(ctx) -> dict[str, list[dict]]:
 
 
 def test_gpu_candidates_are_proposed_on_cuda_and_inert_on_a_cpu():
+    from torchboost.techniques.memory import MemoryTuning
+    from torchboost.techniques.precision import PrecisionTuning
     from torchboost.techniques.registry import TuneContext
 
-    cuda = _proposals(TuneContext(device="cuda", cuda_bf16=True, tf32=True, uses_booster=True, has_conv2d=True,
-                                  budget_s=1200.0, planned_steps=100_000, step_ms=100.0))  # max-autotune can repay
+    cuda = _proposals(TuneContext(device="cuda", uses_booster=True, budget_s=1200.0, planned_steps=100_000,
+                                  step_ms=100.0,  # max-autotune can repay
+                                  tuning=(PrecisionTuning(cuda_bf16=True, tf32=True), MemoryTuning(has_conv2d=True))))
     assert [c["compile.mode"] for c in cuda["compile"]] == ["default", "reduce-overhead", "max-autotune"]
     assert cuda["precision"] == [{"precision.mode": "bf16"}] and cuda["tf32"] == [{"fp32_math.mode": "tf32"}]
     assert cuda["pin_memory"] == [{"loader.pin_memory": True}] and cuda["cudnn"]
     assert cuda["channels_last"] == [{"memory.channels_last": True}]
     assert {"optimizer.implementation": "fused"} in cuda["optimizer"]
-    older = _proposals(TuneContext(device="cuda", cuda_bf16=False, uses_booster=True))
+    older = _proposals(TuneContext(device="cuda", uses_booster=True, tuning=(PrecisionTuning(cuda_bf16=False),)))
     assert older["precision"] == [{"precision.mode": "fp16"}]  # pre-Ampere: fp16 with its scaler, via the Booster
     cpu = _proposals(TuneContext(device="cpu", uses_booster=True))
     assert [c["compile.mode"] for c in cpu["compile"]] == ["default"]

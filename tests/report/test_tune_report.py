@@ -15,6 +15,8 @@ from rich.console import Console
 from _report_helpers import CHROMIUM, loaded_images, overflowing
 from torchboost.diagnose import Facts, Finding, LoaderFacts, StepRecord
 from torchboost.report.tune_report import TUNE_SCHEMA_VERSION, build_tune_report, print_tune_report, write_tune_report
+from torchboost.techniques.compile import CompileTuning
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import TuneContext, default_levers
 from torchboost.tune.tuner import TuneRun, settings_to_config
 from torchboost.tune.search import SearchOptions, run_search
@@ -24,7 +26,7 @@ from torchboost.tune.trials.trial_result import TrialResult
 HOSTILE = '<script>alert("x")</script> [red]boom[/red] | `tick`'
 """User text that must stay text in every format."""
 
-CPU2 = TuneContext(device="cpu", cpu_cores=2, cpu_bf16=False, can_compile=True)
+CPU2 = TuneContext(device="cpu", cpu_cores=2, tuning=(PrecisionTuning(cpu_bf16=False), CompileTuning(can_compile=True)))
 BASE_LOSSES = [2.0 - 0.05 * i for i in range(20)]
 # A 2-core loader-bound script: ms per step by (loader workers, intra-op threads).
 HOST_MS = {(0, 2): 84.0, (2, 2): 88.0, (1, 2): 127.0, (2, 1): 62.0, (1, 1): 95.0}
@@ -391,7 +393,7 @@ class MemoryScript(FakeScript):
 
 
 def memory_run(limit: int) -> TuneRun:
-    context = TuneContext(device="cpu", cpu_cores=2, can_compile=False, memory_limit_bytes=limit)
+    context = TuneContext(device="cpu", cpu_cores=2, memory_limit_bytes=limit, tuning=(CompileTuning(can_compile=False),))
     outcome = run_search(default_levers(), context, MemoryScript(factors={("loader.prefetch_factor", 4): 0.8}, noise=0.0),
                          SearchOptions())
     return TuneRun(facts=_facts(), findings=[], outcome=outcome, config=settings_to_config(outcome.settings),

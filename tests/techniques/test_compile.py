@@ -17,7 +17,7 @@ import torch._dynamo
 from torch import nn
 
 from torchboost.config import Overlay
-from torchboost.techniques.compile import CompileConfig, CompileFacts, GPU_MODES, TECHNIQUE
+from torchboost.techniques.compile import CompileConfig, CompileFacts, CompileTuning, GPU_MODES, TECHNIQUE
 from torchboost.env import Environment
 from torchboost.techniques.compile.compile_candidates import (
     AUTOTUNE_MIN_COMPILE_S, autotune_compile_s, autotune_refusal,
@@ -293,7 +293,7 @@ def _modes(ctx: TuneContext, propose=None) -> list[str]:
 def _old_propose(incumbent, ctx):
     # The broken twin, as the lever was: every GPU mode on every CUDA run.
     modes = ("default", *GPU_MODES) if ctx.device == "cuda" else ("default",)
-    return [Overlay.of(CompileConfig, mode=mode) for mode in modes] if ctx.can_compile else []
+    return [Overlay.of(CompileConfig, mode=mode) for mode in modes] if ctx.own(CompileTuning).can_compile else []
 
 
 @pytest.mark.parametrize("ctx", [
@@ -325,4 +325,5 @@ def test_a_measured_compile_sets_max_autotune_s_expected_compile():
 
 def test_nothing_gpu_only_is_proposed_on_a_cpu_and_nothing_where_compile_cannot_run():
     assert _modes(TuneContext(device="cpu", budget_s=3600.0, **LONG_RUN)) == ["default"]
-    assert _modes(TuneContext(device="cuda", can_compile=False, budget_s=3600.0, **LONG_RUN)) == []
+    cannot = (CompileTuning(can_compile=False),)
+    assert _modes(TuneContext(device="cuda", budget_s=3600.0, tuning=cannot, **LONG_RUN)) == []

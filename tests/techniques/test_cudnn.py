@@ -12,6 +12,7 @@ import torchboost
 from torchboost import BoostConfig, ConfigError, Overlay
 from torchboost.nocode import Applier, nocode_settings
 from torchboost.techniques.cudnn import CudnnConfig, fixed_shapes, resolve_benchmark
+from torchboost.techniques.memory import MemoryTuning
 from torchboost.tune.search.levers import TuneContext, default_levers
 
 CONV = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(2))
@@ -104,7 +105,8 @@ def test_applied_from_outside_to_an_unmodified_script(benchmark_flag):
 
 def test_tuner_candidate_on_cuda_only():
     lever = next(lv for lv in default_levers() if lv.id == "cudnn")
-    assert lever.propose({}, TuneContext(device="cpu", has_conv2d=True)) == []
-    assert lever.propose({}, TuneContext(device="cuda", has_conv2d=False)) == []
-    assert lever.propose({}, TuneContext(device="cuda", has_conv2d=True)) == [Overlay.of(CudnnConfig, benchmark=True)]
+    convs, no_convs = (MemoryTuning(has_conv2d=True),), (MemoryTuning(has_conv2d=False),)
+    assert lever.propose({}, TuneContext(device="cpu", tuning=convs)) == []
+    assert lever.propose({}, TuneContext(device="cuda", tuning=no_convs)) == []
+    assert lever.propose({}, TuneContext(device="cuda", tuning=convs)) == [Overlay.of(CudnnConfig, benchmark=True)]
     assert "cudnn.benchmark" in lever.finding_ids

@@ -21,6 +21,7 @@ from torchboost.techniques import fp32_math as fp32_math_module
 from torchboost.techniques.fp32_math import (
     Fp32MathConfig, Fp32MathFacts, apply_fp32_math, fp32_math_lower, fp32_math_tf32, measure_bf32_speedup, TECHNIQUE,
 )
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.techniques.registry import ProbeContext, TuneContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "diagnose"))
@@ -153,21 +154,21 @@ def test_twin_no_finding_without_a_gain_a_measurement_or_when_it_is_on(measured,
 
 def test_the_lever_is_tried_on_a_bf16_cpu_and_said_hopeless_without_one():
     lever = next(lv for lv in TECHNIQUE.levers if lv.id == "fp32_math")
-    with_bf16 = TuneContext(device="cpu", cpu_bf16=True)
+    with_bf16 = TuneContext(device="cpu", tuning=(PrecisionTuning(cpu_bf16=True),))
     assert lever.propose({}, with_bf16) == ([Overlay.of(Fp32MathConfig, mode="bf16")] if HAS_SWITCH else [])
-    without = TuneContext(device="cpu", cpu_bf16=False)
+    without = TuneContext(device="cpu", tuning=(PrecisionTuning(cpu_bf16=False),))
     assert lever.propose({}, without) == [] and "no bf16 instructions" in lever.hopeless(without)
-    assert lever.propose({}, TuneContext(device="cuda", cpu_bf16=True)) == []  # the tf32 lever there
+    assert lever.propose({}, TuneContext(device="cuda", tuning=with_bf16.tuning)) == []  # the tf32 lever there
     assert lever.parity == "reduced"
 
 
 def test_the_tf32_lever_is_tried_on_an_ampere_gpu_and_not_on_top_of_a_kept_autocast():
     lever = next(lv for lv in TECHNIQUE.levers if lv.id == "tf32")
-    ampere = TuneContext(device="cuda", tf32=True)
+    ampere = TuneContext(device="cuda", tuning=(PrecisionTuning(tf32=True),))
     assert lever.propose({}, ampere) == [Overlay.of(Fp32MathConfig, mode="tf32")]
     assert lever.propose({"precision.mode": "bf16"}, ampere) == []
-    assert lever.propose({}, TuneContext(device="cuda", tf32=False)) == []
-    assert lever.propose({}, TuneContext(device="cpu", tf32=True)) == []
+    assert lever.propose({}, TuneContext(device="cuda", tuning=(PrecisionTuning(tf32=False),))) == []
+    assert lever.propose({}, TuneContext(device="cpu", tuning=ampere.tuning)) == []
     assert (lever.parity, lever.finding_ids, lever.probed_by) == ("reduced", ("fp32_math.tf32",), "fp32_math.tf32")
 
 

@@ -412,14 +412,15 @@ def test_the_host_levers_bound_comes_from_the_doctors_load_time_and_dataless_ste
 
     from torchboost.config import Overlay
     from torchboost.evidence.observed import Facts, LoaderFacts, StepRecord
-    from torchboost.techniques.loader.loader_tuning import host_floor, loader_tune_context
+    from torchboost.techniques.loader.loader_tuning import LoaderTuning, host_floor, loader_tune_context
     from torchboost.techniques.registry import TuneContext
 
     steps = [StepRecord(i, 34.0, data_ms=22.0, forward_ms=5.0, backward_ms=7.0) for i in range(10)]
     facts = Facts(env={"device": "cpu", "cpu_cores": 2}, steps=steps, loader=LoaderFacts(num_workers=0),
                   replay_step_ms=[12.8, 12.9, 12.7], cpu_threads=2)
-    ctx = dataclasses.replace(TuneContext(cpu_cores=2), **loader_tune_context(facts))
-    assert (ctx.batch_load_ms, ctx.dataless_step_ms, ctx.dataless_threads) == (22.0, 12.8, 2)
+    ctx = TuneContext(cpu_cores=2, tuning=(loader_tune_context(facts),))
+    loader = ctx.own(LoaderTuning)
+    assert (loader.batch_load_ms, loader.dataless_step_ms, loader.dataless_threads) == (22.0, 12.8, 2)
 
     def bound(workers, threads):
         change = Overlay({"cpu.threads": threads} | ({"loader.num_workers": workers} if workers else {}))
@@ -427,4 +428,4 @@ def test_the_host_levers_bound_comes_from_the_doctors_load_time_and_dataless_ste
 
     assert bound(1, 1) == 22.0 and bound(2, 1) == 11.0 and bound(2, 2) == 12.8 and bound(0, 1) == 22.0
     busy = dataclasses.replace(facts, loader=LoaderFacts(num_workers=2))
-    assert "batch_load_ms" not in loader_tune_context(busy)
+    assert loader_tune_context(busy).batch_load_ms is None

@@ -170,13 +170,13 @@ def test_the_twin_a_wrong_layout_transform_fails_the_same_check():
 
 
 def test_tune_tries_it_on_an_unmodified_script_with_convolutions():
-    from torchboost.techniques.memory import TECHNIQUE
+    from torchboost.techniques.memory import TECHNIQUE, MemoryTuning
     from torchboost.techniques.registry import TuneContext
 
     lever = TECHNIQUE.levers[0]
-    assert lever.propose({}, TuneContext(device="cpu", has_conv2d=True, uses_booster=False)) == [
+    assert lever.propose({}, TuneContext(device="cpu", uses_booster=False, tuning=(MemoryTuning(has_conv2d=True),))) == [
         {"memory.channels_last": True}]
-    assert lever.propose({}, TuneContext(device="cuda", has_conv2d=False)) == []
+    assert lever.propose({}, TuneContext(device="cuda", tuning=(MemoryTuning(has_conv2d=False),))) == []
 
 
 CONV_SCRIPT = """

@@ -28,7 +28,7 @@ from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader import LoaderConfig, resolve_host
 from torchboost.techniques.loader.loader_auto import GiB
 from torchboost.techniques.loader.loader_diagnosis import data_workers
-from torchboost.techniques.loader.loader_tuning import host_candidates, workers_of
+from torchboost.techniques.loader.loader_tuning import LoaderTuning, host_candidates, workers_of
 from torchboost.techniques.loader.spawn_safety import main_file_guarded, spawn_refusal, start_method
 from torchboost.techniques._tuning import TuneContext
 
@@ -157,7 +157,7 @@ def test_the_doctor_sees_the_refusal_and_proposes_no_workers(monkeypatch):
 
 def test_tune_tries_no_worker_counts_where_workers_cannot_start():
     can = host_candidates(Overlay(), TuneContext(cpu_cores=4))
-    cannot = host_candidates(Overlay(), TuneContext(cpu_cores=4, workers_refused=True))
+    cannot = host_candidates(Overlay(), TuneContext(cpu_cores=4, tuning=(LoaderTuning(workers_refused=True),)))
     assert any(workers_of(c) for c in can) and not any(workers_of(c) for c in cannot)
 
 

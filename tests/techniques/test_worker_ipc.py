@@ -15,6 +15,7 @@ from torchboost.env import probe
 from torchboost.nocode import Applier
 from torchboost.techniques.loader import LoaderSettings, rebuild_loader, resolve_host
 from torchboost.techniques.loader.worker_ipc import WorkerSharing, sharing_of, with_sharing
+from torchboost.techniques.loader import LoaderTuning
 from torchboost.tune.search.levers import TuneContext, default_levers
 
 needs_file_system = pytest.mark.skipif(
@@ -118,7 +119,7 @@ def test_tuner_tries_file_system_only_with_workers():
     ctx = TuneContext(cpu_cores=2)
     assert lever.propose({}, ctx) == []
     assert lever.propose({"loader.num_workers": 2}, ctx) == [{"loader.sharing_strategy": "file_system"}]
-    assert lever.propose({"loader.num_workers": 2}, TuneContext(file_system_sharing=False)) == []
+    assert lever.propose({"loader.num_workers": 2}, TuneContext(tuning=(LoaderTuning(file_system_sharing=False),))) == []
 
 
 @needs_file_system
@@ -142,5 +143,6 @@ def test_host_lever_moves_workers_and_their_hand_over_together():
     with_workers = [c for c in proposed if c.get("loader.num_workers")]
     assert {c.get("loader.sharing_strategy") for c in with_workers} == {None, "file_system"}
     assert len(with_workers) == 2 * len({(c["loader.num_workers"], c["cpu.threads"]) for c in with_workers})
-    assert not any("loader.sharing_strategy" in c for c in host.propose({}, TuneContext(cpu_cores=2, file_system_sharing=False)))
+    no_file_system = TuneContext(cpu_cores=2, tuning=(LoaderTuning(file_system_sharing=False),))
+    assert not any("loader.sharing_strategy" in c for c in host.propose({}, no_file_system))
     assert sharing.propose({"loader.num_workers": 2, "loader.sharing_strategy": "file_system"}, TuneContext()) == []

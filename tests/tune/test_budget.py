@@ -73,8 +73,9 @@ def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words)
 
     from torchboost.tune.trials.journal import Journal
 
-    def timed_out(command, settings, repeat, *, timeout_s, **kwargs):
-        return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"timed out after {timeout_s:.0f} s")
+    def timed_out(request):
+        return TrialResult(settings=request.settings, repeat=request.repeat, ok=False,
+                           error=f"timed out after {request.timeout_s:.0f} s")
 
     monkeypatch.setattr(tuner, "run_trial", timed_out)
     options = tuner.TuneOptions(out_dir=Path(tmp_path), config_path=Path(tmp_path) / "t.toml", budget_s=300.0,

@@ -15,6 +15,7 @@ from test_search import CPU2
 from torchboost.evidence.findings import Measured
 from torchboost.observe.spec import Bursts
 from torchboost.tune.search.bursts import FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_verdict, more_bursts, plan_bursts
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
 from torchboost.tune.trials.trial_result import TrialResult
@@ -170,11 +171,11 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
     autocast, the result carries each pair. Twin: a change no switch makes gives no ratio."""
     from pathlib import Path
 
-    from torchboost.tune.trials.trial import run_trial
+    from torchboost.tune.trials.trial import TrialRequest, run_trial
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "tune_tiny.py"
-    result = run_trial(["python", str(script), "--steps", "200"], {}, 0, steps=2, warmup=1, out_dir=tmp_path,
-                       timeout_s=120, bursts=Bursts(change, steps=2, pairs=4))
+    result = run_trial(TrialRequest(command=["python", str(script), "--steps", "200"], settings={}, repeat=0, steps=2,
+                                    warmup=1, out_dir=tmp_path, timeout_s=120, bursts=Bursts(change, steps=2, pairs=4)))
     assert result.ok, result.error
     assert result.bursts == change
     if ratios:
@@ -206,7 +207,7 @@ def test_a_second_switchable_lever_on_the_same_busy_machine_is_measured_too():
     measured = {**MEASURED, "fp32_math.bf16": Measured(1.25, 6, "bf16 math in fp32 matmuls")}
     script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75,
                                                  ("fp32_math.mode", "bf16"): 0.85}, noise=0.4)
-    context = dataclasses.replace(CPU2, measured=measured, has_loader=False, cpu_bf16=True)
+    context = dataclasses.replace(CPU2, measured=measured, has_loader=False).with_own(PrecisionTuning(cpu_bf16=True))
     levers = [lv for lv in order_levers(default_levers(), {}, measured) if lv.id in ("precision", "fp32_math")]
     outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=4000), clock=script.clock)
     by_lever = {d.lever: d for d in outcome.decisions}
@@ -223,7 +224,8 @@ def _busy_four_second_search(*, in_process_first=True):
                ("fp32_math.mode", "bf16"): 0.99, ("compile.mode", "default"): 0.9}
     script = BusyScript(step_ms=4000.0, factors=factors, noise=0.4, warmup=2, fixed_s=6.0, steps=12)
     measured = {"threads.contended": Measured(3.86, 6, "1 thread", 3.5, 4.0)}
-    context = dataclasses.replace(CPU2, measured=measured, has_loader=False, cpu_bf16=True, planned_steps=2000)
+    context = dataclasses.replace(CPU2, measured=measured, has_loader=False, planned_steps=2000).with_own(
+        PrecisionTuning(cpu_bf16=True))
     estimates = {"threads.contended": 2.0, "compile.enable": 1.3, "precision.lower": 1.25, "fp32_math.bf16": 1.1,
                  "optimizer.fused": 1.05}
     levers = order_levers(default_levers(), estimates, measured)

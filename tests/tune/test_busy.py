@@ -10,6 +10,7 @@ from slow_script import SlowScript
 from test_search import CPU2
 
 from torchboost.evidence.findings import Measured
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
 from torchboost.tune.trials.trial_result import TrialResult
@@ -105,7 +106,7 @@ def test_a_trial_stopped_as_slower_while_the_machine_was_busy_is_measured_again(
                            stopped_early=stopped)
 
     levers = [lv for lv in default_levers() if lv.id == "precision"]
-    outcome = run_search(levers, dataclasses.replace(CPU2, cpu_bf16=True), measure, SearchOptions(run_steps=1000))
+    outcome = run_search(levers, CPU2.with_own(PrecisionTuning(cpu_bf16=True)), measure, SearchOptions(run_steps=1000))
     decision = next(d for d in outcome.decisions if d.lever == "precision")
     assert decision.status == status, decision.reason
     assert len([c for c in calls if c.get("precision.mode") == "bf16"]) >= 2

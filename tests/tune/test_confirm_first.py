@@ -3,20 +3,20 @@ can still win, and keeps the end-to-end check's time: on a fake clock, in millis
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 import pytest
 
 from test_search import BASE_LOSSES, CPU2
 
+from torchboost.techniques.loader import LoaderTuning
 from torchboost.tune.search.levers import default_levers
 from torchboost.tune.search import SearchOptions, run_search
 from torchboost.tune.trials.trial_result import TrialResult
 
 # The demo's shape on 2 cores: 84 ms a step, 70 of them waiting for a batch the training
 # process loads itself; 14 ms with no loader work.
-LOADER_BOUND = dataclasses.replace(CPU2, batch_load_ms=70.0, dataless_step_ms=14.0, dataless_threads=2)
+LOADER_BOUND = CPU2.with_own(LoaderTuning(batch_load_ms=70.0, dataless_step_ms=14.0, dataless_threads=2))
 
 
 class HostScript:

@@ -11,6 +11,7 @@ from test_search import CPU2, FakeScript
 
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Measured
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search.noise import NoiseFloor
 from torchboost.tune.search.parity import judge
@@ -105,7 +106,7 @@ def test_runs_that_vary_by_over_100_percent_call_no_faster_candidate_slower(swin
                            samples_per_step=16)
 
     levers = [lv for lv in order_levers(default_levers(), {}, BF16) if lv.id == "precision"]
-    outcome = run_search(levers, dataclasses.replace(CPU2, measured=BF16, cpu_bf16=True), busy,
+    outcome = run_search(levers, dataclasses.replace(CPU2, measured=BF16).with_own(PrecisionTuning(cpu_bf16=True)), busy,
                          SearchOptions(budget_s=2000), clock=lambda: clock[0])
     decision = next(d for d in outcome.decisions if d.lever == "precision")
     assert decision.status == status, decision.reason

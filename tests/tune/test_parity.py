@@ -78,6 +78,7 @@ def test_on_top_of_bf16_a_real_divergence_still_fails():
 
 
 def _search_unseeded():
+    from torchboost.techniques.compile import CompileTuning
     from torchboost.tune.search.levers import TuneContext, default_levers
     from torchboost.tune.search import SearchOptions, run_search
     from torchboost.tune.trials.trial_result import TrialResult
@@ -89,8 +90,8 @@ def _search_unseeded():
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 5, losses=_unseeded_run(next(seeds)),
                            samples_per_step=32)
 
-    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False), unseeded,
-                         SearchOptions(run_steps=1000))
+    no_compile = TuneContext(device="cpu", cpu_cores=2, tuning=(CompileTuning(can_compile=False),))
+    outcome = run_search(default_levers(), no_compile, unseeded, SearchOptions(run_steps=1000))
     return [d for d in outcome.decisions if d.lever == "optimizer"]
 
 
@@ -132,6 +133,7 @@ def test_a_nan_on_an_unseeded_script_is_incorrect_however_wide_the_spread():
 
 
 def _search_wide_spread(candidate_offset: float):
+    from torchboost.techniques.compile import CompileTuning
     from torchboost.tune.search.levers import TuneContext, default_levers
     from torchboost.tune.search import SearchOptions, run_search
     from torchboost.tune.trials.trial_result import TrialResult
@@ -146,8 +148,8 @@ def _search_wide_spread(candidate_offset: float):
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[80.0 if fused else 100.0] * 5,
                            losses=losses, samples_per_step=32)
 
-    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False), unseeded,
-                         SearchOptions(run_steps=1000))
+    no_compile = TuneContext(device="cpu", cpu_cores=2, tuning=(CompileTuning(can_compile=False),))
+    outcome = run_search(default_levers(), no_compile, unseeded, SearchOptions(run_steps=1000))
     return [d for d in outcome.decisions if d.settings.get("optimizer.implementation") == "fused"]
 
 
@@ -169,6 +171,8 @@ def test_the_report_says_too_noisy_to_tell_in_words():
 
 def _search_partial_bf16(note: str):
     from torchboost.tune.search.coverage import CoverageNotes
+    from torchboost.techniques.compile import CompileTuning
+    from torchboost.techniques.precision import PrecisionTuning
     from torchboost.tune.search.levers import TuneContext, default_levers
     from torchboost.tune.search import SearchOptions, run_search
     from torchboost.tune.trials.trial_result import TrialResult
@@ -186,8 +190,9 @@ def _search_partial_bf16(note: str):
         coverage.record(result)
         return result
 
-    outcome = run_search(default_levers(), TuneContext(device="cpu", cpu_cores=2, can_compile=False,
-                                                       cpu_bf16=True), measure, SearchOptions(run_steps=1000))
+    context = TuneContext(device="cpu", cpu_cores=2,
+                          tuning=(CompileTuning(can_compile=False), PrecisionTuning(cpu_bf16=True)))
+    outcome = run_search(default_levers(), context, measure, SearchOptions(run_steps=1000))
     coverage.annotate(outcome.decisions)
     return next(d for d in outcome.decisions if d.settings.get("precision.mode") == "bf16")
 

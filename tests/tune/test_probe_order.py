@@ -9,11 +9,12 @@ import pytest
 from test_search import CPU2, FakeScript
 
 from torchboost.evidence.findings import Measured
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
 
 # bf16 where the CPU has it: fp32_math's lever is proposed too.
-BF16_CPU = dataclasses.replace(CPU2, cpu_bf16=True)
+BF16_CPU = CPU2.with_own(PrecisionTuning(cpu_bf16=True))
 ESTIMATES = {"data.workers": 1.3, "precision.lower": 1.1}
 
 

@@ -8,12 +8,16 @@ import statistics
 
 import pytest
 
+from torchboost.techniques.compile import CompileTuning
+from torchboost.techniques.loader import LoaderTuning
+from torchboost.techniques.memory import MemoryTuning
+from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import TuneContext, default_levers, order_levers
 from torchboost.tune.search.parity import EXACT, REDUCED, check_parity
 from torchboost.tune.search import SearchOptions, compile_break_even, run_search
 from torchboost.tune.trials.trial_result import TrialResult
 
-CPU2 = TuneContext(device="cpu", cpu_cores=2, cpu_bf16=False, can_compile=True)
+CPU2 = TuneContext(device="cpu", cpu_cores=2, tuning=(PrecisionTuning(cpu_bf16=False), CompileTuning(can_compile=True)))
 BASE_LOSSES = [2.0 - 0.05 * i for i in range(20)]
 
 # The 2-core loader-bound script from the issue: ms per step by (workers, threads).
@@ -278,8 +282,9 @@ def _two_lever_script(calls):
     return measure
 
 
-BOOSTER_CPU2 = TuneContext(device="cpu", cpu_cores=2, uses_booster=True, has_conv2d=True, file_system_sharing=False,
-                           can_compile=False)
+BOOSTER_CPU2 = TuneContext(device="cpu", cpu_cores=2, uses_booster=True,
+                           tuning=(MemoryTuning(has_conv2d=True), LoaderTuning(file_system_sharing=False),
+                                   CompileTuning(can_compile=False)))
 
 
 def test_interaction_pass_finds_two_levers_that_only_pay_together():
@@ -441,13 +446,14 @@ def test_a_machine_busy_throughout_is_said_though_no_pair_stands_out(load, warne
 
 
 def test_bf16_is_skipped_when_the_probe_shows_its_matmul_far_slower():
-    slow = TuneContext(device="cpu", cpu_cores=2, cpu_bf16_speedup=0.01)
+    slow = TuneContext(device="cpu", cpu_cores=2, tuning=(PrecisionTuning(cpu_bf16_speedup=0.01),))
     script = FakeScript()
     outcome = run_search(default_levers(), slow, script, SearchOptions())
     bf16 = next(d for d in outcome.decisions if d.lever == "precision")
     assert bf16.status == "skipped" and "0.01x fp32's speed" in bf16.reason
     assert not any(s.get("precision.mode") == "bf16" for s, _ in script.calls)  # never run
-    near = TuneContext(device="cpu", cpu_cores=2, cpu_bf16_speedup=0.9)  # the twin: tried and measured
+    # the twin: tried and measured
+    near = TuneContext(device="cpu", cpu_cores=2, tuning=(PrecisionTuning(cpu_bf16_speedup=0.9),))
     tried = FakeScript()
     run_search(default_levers(), near, tried, SearchOptions())
     assert any(s.get("precision.mode") == "bf16" for s, _ in tried.calls)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from torchboost.config import Overlay
 from torchboost.diagnose import Facts, StepRecord
 from torchboost.tune import tuner
@@ -36,3 +40,45 @@ def test_the_search_s_levers_see_its_budget_and_the_run_given_with_run_steps(tmp
     (context, search_options), = seen
     assert context.planned_steps == 20_000  # --run-steps wins over the doctor's estimate
     assert context.budget_s == search_options.budget_s and 250.0 < context.budget_s <= 260.0  # less the diagnosis
+
+
+def _technique_fields(context: type) -> set[str]:
+    """The fields of ``context`` that some technique's own tuning facts hold."""
+    from torchboost.techniques.registry import techniques
+
+    own = {f.name for t in techniques() if t.tune_context is not None
+           for f in dataclasses.fields(type(t.tune_context(Facts())))}
+    return {f.name for f in dataclasses.fields(context)} & own
+
+
+def test_the_context_names_no_technique_each_technique_owns_its_tuning_facts():
+    """Each technique's hook gives one frozen object of its own kind, which its levers read
+    with ``own`` (defaults where none was given); no field of TuneContext is one of them."""
+    from torchboost.techniques.loader import LoaderTuning
+    from torchboost.techniques.memory import MemoryTuning
+    from torchboost.techniques.registry import techniques
+    from torchboost.tune.search.levers import TuneContext
+
+    assert _technique_fields(TuneContext) == set()
+    context = tuner.context_from_facts(_facts())
+    kinds = [type(facts) for facts in context.tuning]
+    assert len(kinds) == len(set(kinds)) == sum(t.tune_context is not None for t in techniques()) >= 4
+    assert all(dataclasses.is_dataclass(k) and k.__dataclass_params__.frozen for k in kinds)
+    assert context.own(MemoryTuning) is next(f for f in context.tuning if isinstance(f, MemoryTuning))
+    assert TuneContext().own(LoaderTuning) == LoaderTuning()
+    moved = context.with_own(MemoryTuning(has_conv2d=False))
+    assert moved.own(MemoryTuning).has_conv2d is False and len(moved.tuning) == len(context.tuning)
+
+
+def test_twin_a_context_field_of_a_technique_or_its_facts_given_twice_is_found():
+    from torchboost.techniques.memory import MemoryTuning
+    from torchboost.tune.search.levers import TuneContext
+
+    @dataclasses.dataclass(frozen=True)
+    class GrownContext:
+        device: str = "cpu"
+        has_conv2d: bool = True
+
+    assert _technique_fields(GrownContext) == {"has_conv2d"}
+    with pytest.raises(ValueError, match="MemoryTuning"):
+        TuneContext(tuning=(MemoryTuning(), MemoryTuning(has_conv2d=False)))

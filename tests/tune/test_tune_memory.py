@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from torchboost.diagnose import Facts, StepRecord
+from torchboost.techniques.compile import CompileTuning
 from torchboost.tune.search.levers import Lever, TuneContext, default_levers
 from torchboost.tune.search.memory_limit import MEMORY_MARGIN, PEAK_SLACK, default_memory_limit, limit_source, size
 from torchboost.tune.search.parity import EXACT
@@ -23,7 +24,8 @@ FUSED = {"optimizer.implementation": "fused"}
 
 def _context(limit: int | None) -> TuneContext:
     # No loader and no compile: the optimizer and the memory lever are the only candidates.
-    return TuneContext(device="cpu", cpu_cores=2, has_loader=False, can_compile=False, memory_limit_bytes=limit)
+    return TuneContext(device="cpu", cpu_cores=2, has_loader=False, memory_limit_bytes=limit,
+                       tuning=(CompileTuning(can_compile=False),))
 
 
 def _memory_lever() -> Lever:

@@ -8,6 +8,7 @@ is what the tuner knows of the machine and script before it starts.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
@@ -37,48 +38,17 @@ class Parity(str, enum.Enum):
 class TuneContext:
     """What the tuner knows before it starts: machine and script facts, plain data.
 
-    The generic facts are read by the tuner itself; each technique's own fields are filled
-    from the doctor's facts by that technique's :attr:`Technique.tune_context` hook (named
-    after each field below).
+    The generic facts are read by the tuner itself; each technique's own tuning facts
+    (:attr:`tuning`) come from the doctor's facts through that technique's
+    :attr:`Technique.tune_context` hook, and its levers read them with :meth:`own`.
     """
 
     device: str = "cpu"
     cpu_cores: int = 1
-    cpu_bf16: bool = False
-    """The CPU has bf16 instructions (precision's)."""
-    cuda_bf16: bool = False
-    """The GPU computes in bf16 (precision's)."""
-    tf32: bool = False
-    """The GPU has TF32 tensor cores (precision's)."""
-    can_compile: bool = True
-    """torch.compile can run here and the script does not compile its model itself (compile's)."""
-    iterable_dataset: bool = False
-    """The script's loader reads an IterableDataset (the loader's)."""
-    workers_refused: bool = False
-    """Loader workers cannot start for the script's loader here (spawn and a dataset that
-    does not pickle, or no ``__main__`` guard: the loader's)."""
     has_loader: bool = True
     has_optimizer: bool = True
     uses_booster: bool = False
     """The script calls Booster.prepare: every lever applies through it (fp16 too)."""
-    has_conv2d: bool = True
-    """The model has 2-D convolutions (their memory format and algorithm choice can matter;
-    memory's, read by cudnn's lever too)."""
-    file_system_sharing: bool = True
-    """The platform offers torch's file_system sharing strategy for worker batches (the loader's)."""
-    batch_load_ms: float | None = None
-    """Milliseconds the doctor's run waited for a batch that its training process loaded
-    itself (no loader workers): what one worker takes to load it (the loader's); None: not
-    known (no loader, or workers already loading)."""
-    dataless_step_ms: float | None = None
-    """A step with no loader work at torch's own thread count (``dataless_threads``), ms:
-    the doctor's replay of batches already seen, else the step less its wait for data (the
-    loader's); None: not known."""
-    dataless_threads: int = 0
-    """The intra-op threads the doctor's run stepped with (0: not known)."""
-    cpu_bf16_speedup: float | None = None
-    """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown;
-    precision's)."""
     memory_limit_bytes: int | None = None
     """The peak memory a kept configuration must stay under, bytes (``--memory-limit``; by
     default 90% of the GPU's memory, or of the RAM on a CPU); None: no limit known."""
@@ -100,10 +70,32 @@ class TuneContext:
     measured: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """The doctor's quick probes by finding id, each a :class:`~torchboost.evidence.findings.Measured`:
     the fix timed against plain steps, interleaved, in the script's process (``Facts.quick_probes``)."""
+    tuning: tuple[Any, ...] = ()
+    """Each technique's own tuning facts, one object of its own frozen dataclass each (what
+    its ``tune_context`` hook read from the doctor's facts), read with :meth:`own`."""
+
+    def __post_init__(self) -> None:
+        kinds = [type(facts).__name__ for facts in self.tuning]
+        twice = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+        if twice:
+            raise ValueError(f"TuneContext.tuning holds more than one of {twice}: one object per technique")
 
     def seen(self, kind: type[T]) -> T:
         """A technique's facts (``kind`` names its technique); its defaults when not seen."""
         return seen_in(self.techniques, kind)
+
+    def own(self, kind: type[T]) -> T:
+        """A technique's tuning facts of ``kind`` (see :attr:`tuning`); its defaults when
+        its hook gave none (no doctor's facts, or a context built by hand)."""
+        for facts in self.tuning:
+            if type(facts) is kind:
+                return facts
+        return kind()
+
+    def with_own(self, *facts: Any) -> TuneContext:
+        """A copy with ``facts`` in place of the tuning facts of their kinds (added where absent)."""
+        kinds = {type(f) for f in facts}
+        return dataclasses.replace(self, tuning=(*(f for f in self.tuning if type(f) not in kinds), *facts))
 
 
 @dataclass(frozen=True)

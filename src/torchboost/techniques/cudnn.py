@@ -26,6 +26,7 @@ from torchboost.config import AUTO, KEEP, BoolOrWord, Overlay, check_bool_or_wor
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, cuda_conv_compute_share, r
+from torchboost.techniques.memory import MemoryTuning
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, ResolveContext, Resolution, Rule, Technique, TuneContext,
 )
@@ -128,8 +129,11 @@ def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
 
 
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
-    # Only on CUDA with convolutions: on a CPU it is inert, and a trial would measure noise.
-    return [Overlay.of(CudnnConfig, benchmark=True)] if ctx.device == "cuda" and ctx.has_conv2d else []
+    # Only on CUDA with 2-D convolutions (the memory technique's tuning facts know them): on
+    # a CPU it is inert, and a trial would measure noise.
+    if ctx.device != "cuda" or not ctx.own(MemoryTuning).has_conv2d:
+        return []
+    return [Overlay.of(CudnnConfig, benchmark=True)]
 
 
 def _spell(section: CudnnConfig) -> FrameworkSpelling:

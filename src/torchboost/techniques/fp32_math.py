@@ -29,7 +29,7 @@ from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts, ModelFacts, ProfileFacts, StepRecord
 from torchboost.evidence.rulekit import amdahl, matmul_share, r, view
 from torchboost.limits.cache import cached_limits
-from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts, reduced_precision
+from torchboost.techniques.precision.precision_diagnosis import PrecisionFacts, PrecisionTuning, reduced_precision
 from torchboost.techniques.precision.precision_settings import PrecisionConfig
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
@@ -121,7 +121,7 @@ def _nocode_start(values: dict[str, Any], notes: list[str]) -> None:
 
 def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # bf16 math on a CPU; on CUDA the "tf32" lever below.
-    if ctx.device != "cpu" or not ctx.cpu_bf16 or not _has_switches("cpu"):
+    if ctx.device != "cpu" or not ctx.own(PrecisionTuning).cpu_bf16 or not _has_switches("cpu"):
         return []
     return [Overlay.of(Fp32MathConfig, mode="bf16")]
 
@@ -129,13 +129,13 @@ def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
 def _propose_tf32(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # Not on top of a kept autocast: its matmuls already run in bf16/fp16, and what stays
     # fp32 there (norms, reductions, the loss) TF32 does not touch.
-    if ctx.device != "cuda" or not ctx.tf32 or incumbent.section(PrecisionConfig):
+    if ctx.device != "cuda" or not ctx.own(PrecisionTuning).tf32 or incumbent.section(PrecisionConfig):
         return []
     return [Overlay.of(Fp32MathConfig, mode="tf32")]
 
 
 def _hopeless(ctx: TuneContext) -> str | None:
-    if ctx.device == "cpu" and not ctx.cpu_bf16:
+    if ctx.device == "cpu" and not ctx.own(PrecisionTuning).cpu_bf16:
         return "this CPU has no bf16 instructions (no AMX, no avx512_bf16): its fp32 kernels have no bf16 path"
     return None
 

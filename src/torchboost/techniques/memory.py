@@ -33,7 +33,8 @@ from torchboost.techniques.registry import (
     TuneContext,
 )
 
-__all__ = ["MemoryConfig", "apply_channels_last", "has_conv2d", "resolve_channels_last", "to_channels_last"]
+__all__ = ["MemoryConfig", "MemoryTuning", "apply_channels_last", "has_conv2d", "resolve_channels_last",
+           "to_channels_last"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,12 +131,20 @@ def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # CPU the vision workload's tune kept it at 1.06x, benchmarks/RESULTS.md).
     if ctx.seen(MemoryFacts).channels_last:  # the script converted the model itself
         return []
-    return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.has_conv2d else []
+    return [Overlay.of(MemoryConfig, channels_last=True)] if ctx.own(MemoryTuning).has_conv2d else []
 
 
-def _tune_context(facts: Facts) -> dict[str, Any]:
-    # cudnn's autotuner lever reads it too: both act on 2-D convolutions.
-    return {"has_conv2d": bool(facts.model and facts.model.has_conv2d)}
+@dataclass(frozen=True)
+class MemoryTuning:
+    """What the memory format's lever knows of the script (cudnn's autotuner lever reads it
+    too: both act on 2-D convolutions)."""
+
+    has_conv2d: bool = True
+    """The model has 2-D convolutions (their memory format and algorithm choice can matter)."""
+
+
+def _tune_context(facts: Facts) -> MemoryTuning:
+    return MemoryTuning(has_conv2d=bool(facts.model and facts.model.has_conv2d))
 
 
 def _spell(section: MemoryConfig) -> FrameworkSpelling:

@@ -7,8 +7,8 @@ it applies from outside to an unmodified script (or why it cannot), its tuner le
 with their parity kind, the finding ids that propose them and its Lightning and
 Accelerate spellings. :func:`techniques` collects every module's
 descriptor in application order; the Booster, ``torchboost run``'s applier, the tuner and
-the reports iterate it and know no technique by name; the tuner's context is filled
-from each one's ``tune_context``. Adding a technique is one new module (and its tests);
+the reports iterate it and know no technique by name; the tuner's context holds each
+one's own tuning facts, from its ``tune_context``. Adding a technique is one new module (and its tests);
 shared model surgery is in :mod:`torchboost.techniques._model`.
 """
 
@@ -226,8 +226,10 @@ class Technique:
     quick_probe: Callable[[ProbeContext], QuickSwitch | None] | None = None
     """Its fix as an in-process switch the doctor times for a few steps against plain ones,
     after the profiler window (:mod:`torchboost.techniques._quick`); None: not so probed."""
-    tune_context: Callable[[Facts], Mapping[str, Any]] | None = None
-    """Its own :class:`TuneContext` fields (by name), read from the doctor's facts."""
+    tune_context: Callable[[Facts], Any] | None = None
+    """Its own tuning facts (an object of its own frozen dataclass, with a default for each
+    field), read from the doctor's facts; its levers read them with ``ctx.own(Kind)``
+    (:meth:`TuneContext.own`)."""
     order: int = -1
     """Its position in the application order, from 1 (set by :func:`techniques`)."""
 

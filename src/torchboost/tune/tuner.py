@@ -34,7 +34,7 @@ from torchboost.tune.search.levers import TuneContext, default_levers, order_lev
 from torchboost.tune.search.probe_order import measured_from_facts
 from torchboost.tune.search.memory_limit import default_memory_limit
 from torchboost.tune.search import Decision, SearchOptions, TuneOutcome, run_search
-from torchboost.tune.trials.trial import failure_words, last_traceback, run_trial
+from torchboost.tune.trials.trial import TrialRequest, failure_words, last_traceback, run_trial
 from torchboost.tune.trials.trial_length import (BURST_TRIAL_STEPS, BURST_WARMUP, DIAGNOSIS_RECORD_S, DIAGNOSIS_STEPS,
                                                  MIN_TRIAL_STEPS, auto_trial_steps)
 from torchboost.tune.trials.trial_result import TrialResult
@@ -59,7 +59,7 @@ def context_from_facts(facts: Facts) -> TuneContext:
         peak_memory_bytes=int(facts.peak_memory_bytes or 0),
         techniques=dict(facts.techniques),
         measured=measured_from_facts(facts), random_ops=tuple(facts.random_ops),
-        **techniques_context(facts),
+        tuning=techniques_context(facts),
     )
 
 
@@ -84,10 +84,11 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         # A burst trial's figures are its bursts: its warm-up only readies them (its first
         # switched step is set aside too); 5 steps of 4 s were 20 s of each such trial.
         warmup = min(options.warmup, BURST_WARMUP) if bursts else options.warmup
-        result = run_trial(command, settings, repeat, base=base, steps=steps, warmup=warmup,
-                           out_dir=trials_dir / "current", timeout_s=timeout_s,
-                           slower_than_ms=slower_than_ms, stall_timeout_s=options.stall_timeout_s,
-                           writes_ledger=options.writes_ledger, decide=decide, bursts=bursts)
+        result = run_trial(TrialRequest(
+            command=command, settings=settings, repeat=repeat, base=base, steps=steps, warmup=warmup,
+            out_dir=trials_dir / "current", timeout_s=timeout_s, slower_than_ms=slower_than_ms,
+            stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger, decide=decide,
+            bursts=bursts))
         if not result.ok and timeout_s == left_s and (result.error or "").startswith("timed out"):
             kept = "" if limit_s is None else ", less the time kept for the end-to-end check"
             result.error = (f"ran past the end of --budget {options.budget_s:.0f} s and its slack{kept} ({left_s:.0f} s "

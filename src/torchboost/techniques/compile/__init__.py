@@ -22,9 +22,8 @@ from typing import Any
 from torch import nn
 
 from torchboost.config import Overlay
-from torchboost.evidence.observed import Facts
 from torchboost.techniques._model import find_repeated_blocks
-from torchboost.techniques.compile.compile_candidates import compile_modes
+from torchboost.techniques.compile.compile_candidates import CompileTuning, compile_modes, compile_tune_context
 from torchboost.techniques.compile.compile_diagnosis import compile_enable
 from torchboost.techniques.compile.compile_facts import CompileFacts, observe_compile
 from torchboost.techniques.compile.compile_settings import CompileConfig
@@ -39,6 +38,7 @@ __all__ = [
     "CompileConfig",
     "CompileFacts",
     "CompileStats",
+    "CompileTuning",
     "CompileWarning",
     "GPU_MODES",
     "TECHNIQUE",
@@ -81,12 +81,6 @@ def _propose(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(CompileConfig, mode=mode) for mode in compile_modes(ctx)]
 
 
-def _tune_context(facts: Facts) -> dict[str, Any]:
-    # A script that compiles its model itself leaves nothing to try.
-    env = facts.env or {}
-    return {"can_compile": bool(env.get("can_compile", True)) and not (facts.model and facts.model.compiled)}
-
-
 def _spell(section: CompileConfig) -> FrameworkSpelling:
     if section.mode == "off":
         return FrameworkSpelling()
@@ -109,7 +103,7 @@ TECHNIQUE = Technique(
     nocode=NoCode(wants_root=lambda values: values.get("mode", "off") != "off", at_root=_nocode_root),
     levers=(Lever("compile", "torch.compile", Parity.EXACT, _propose, ("compile.enable",), priority=50,
                   fixed_cost="compile", draws_own_random=True),),
-    tune_context=_tune_context,
+    tune_context=compile_tune_context,
     spell=_spell,
     facts=CompileFacts,
     observe=observe_compile,

@@ -11,11 +11,14 @@ its compile time included, like any other candidate.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from torchboost.evidence.observed import Facts
 from torchboost.techniques._tuning import TuneContext
 from torchboost.techniques.compile.compile_facts import CompileFacts
 
 __all__ = ["AUTOTUNE_BUDGET_SHARE", "AUTOTUNE_COMPILE_MULTIPLE", "AUTOTUNE_MIN_COMPILE_S", "AUTOTUNE_STEP_GAIN",
-           "autotune_compile_s", "autotune_refusal", "compile_modes"]
+           "CompileTuning", "autotune_compile_s", "autotune_refusal", "compile_modes", "compile_tune_context"]
 
 AUTOTUNE_COMPILE_MULTIPLE = 5.0
 """max-autotune's first compile, in multiples of the default compile's where the doctor's
@@ -58,11 +61,26 @@ def autotune_refusal(ctx: TuneContext) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class CompileTuning:
+    """What the tuner's compile lever knows of the script."""
+
+    can_compile: bool = True
+    """torch.compile can run here and the script does not compile its model itself."""
+
+
+def compile_tune_context(facts: Facts) -> CompileTuning:
+    """Compile's tuning facts from the doctor's: a script that compiles its model itself
+    leaves nothing to try."""
+    env = facts.env or {}
+    return CompileTuning(can_compile=bool(env.get("can_compile", True)) and not (facts.model and facts.model.compiled))
+
+
 def compile_modes(ctx: TuneContext) -> tuple[str, ...]:
     """The modes to try: none where compile cannot run or the script compiles its model
     itself; the default one on a CPU; on CUDA reduce-overhead too, and max-autotune where it
     can repay its compile."""
-    if not ctx.can_compile:
+    if not ctx.own(CompileTuning).can_compile:
         return ()
     if ctx.device != "cuda":
         return ("default",)

@@ -34,7 +34,7 @@ from torchboost.techniques.loader.loader_auto import auto_num_workers, resolve_h
 from torchboost.techniques.loader.loader_diagnosis import data_persistent_workers, data_pin_memory, data_workers
 from torchboost.techniques.loader.loader_settings import (LOADER_FIELDS, MAX_WORKERS, LoaderConfig, LoaderSettings,
                                                          more_workers_refused, rebuild_loader, shards_by_worker)
-from torchboost.techniques.loader.loader_tuning import (TRIED_WORKERS, host_candidates, host_floor,
+from torchboost.techniques.loader.loader_tuning import (TRIED_WORKERS, LoaderTuning, host_candidates, host_floor,
                                                        loader_tune_context, pin_candidates, prefetch_candidates,
                                                        sharing_candidates, threads_alone)
 from torchboost.techniques.loader.resumable import ResumableLoader
@@ -49,6 +49,7 @@ __all__ = [
     "LOADER_FIELDS",
     "LoaderConfig",
     "LoaderSettings",
+    "LoaderTuning",
     "MAX_WORKERS",
     "ResumableLoader",
     "TECHNIQUE",

@@ -11,9 +11,10 @@ while that bound leaves it room to beat the configuration kept so far.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from typing import Any
+from dataclasses import dataclass
 
 from torchboost.config import Overlay
 from torchboost.evidence.observed import Facts
@@ -23,7 +24,7 @@ from torchboost.techniques.loader.loader_settings import MAX_WORKERS, LoaderConf
 from torchboost.techniques.loader.worker_ipc import available as sharing_available
 from torchboost.techniques.registry import TuneContext
 
-__all__ = ["TRIED_WORKERS", "host_candidates", "host_floor", "loader_tune_context", "pin_candidates",
+__all__ = ["TRIED_WORKERS", "LoaderTuning", "host_candidates", "host_floor", "loader_tune_context", "pin_candidates",
            "prefetch_candidates", "sharing_candidates", "threads_alone", "workers_of"]
 
 TRIED_WORKERS = MAX_WORKERS // 2
@@ -47,11 +48,12 @@ def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # 1 thread gained 1.35x. Fewer threads alone is a candidate too: on a busy or small box,
     # intra-op threads that spin-wait for each other can cost more than they bring.
     out = [Overlay.of(CpuConfig, threads=t) for t in sorted({1, ctx.cpu_cores // 2}) if 0 < t < ctx.cpu_cores]
-    if not ctx.has_loader or ctx.iterable_dataset or ctx.workers_refused:
+    loader = ctx.own(LoaderTuning)
+    if not ctx.has_loader or loader.iterable_dataset or loader.workers_refused:
         return out
     file_system = Overlay.of(LoaderConfig, sharing_strategy="file_system")
     for workers in range(1, min(TRIED_WORKERS, max(ctx.cpu_cores, 1)) + 1):
-        sharings = [Overlay()] + ([file_system] if ctx.file_system_sharing else [])
+        sharings = [Overlay()] + ([file_system] if loader.file_system_sharing else [])
         for threads in sorted({max(1, ctx.cpu_cores - workers), ctx.cpu_cores}):
             for sharing in sharings:
                 out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
@@ -68,15 +70,16 @@ def threads_alone(change: Overlay) -> bool:
 def host_floor(change: Overlay, ctx: TuneContext) -> tuple[float, str] | None:
     """The least step time ``change`` could reach, ms, and why, from the doctor's run (None
     when it did not measure what bounds it: workers already loading, no loader)."""
-    load = ctx.batch_load_ms
+    loader = ctx.own(LoaderTuning)
+    load = loader.batch_load_ms
     if load is None:
         return None
     workers = workers_of(change)
     threads = change.value(CpuConfig, "threads", None)
-    dataless = ctx.dataless_step_ms
+    dataless = loader.dataless_step_ms
     # Fewer threads than the doctor's may step faster (threads that spin-wait on a busy
     # box): only a step at its own thread count or more is bound by its dataless step.
-    same_threads = dataless is not None and isinstance(threads, int) and threads >= ctx.dataless_threads > 0
+    same_threads = dataless is not None and isinstance(threads, int) and threads >= loader.dataless_threads > 0
     loading = load / workers if workers else load
     said = (f"loading a batch took {load:.1f} ms in the training process" +
             (f": {loading:.1f} ms over {workers} worker{'s' if workers > 1 else ''}" if workers else
@@ -96,7 +99,7 @@ def sharing_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     # With busy CPU workers, torch's default hand-over (a file descriptor fetched over a
     # socket from a worker thread that needs the worker's GIL) stalls the training loop;
     # on 2 cores file_system measured 7-13% faster per step with 2 workers.
-    if not workers_of(incumbent) or not ctx.file_system_sharing:
+    if not workers_of(incumbent) or not ctx.own(LoaderTuning).file_system_sharing:
         return []
     if incumbent.value(LoaderConfig, "sharing_strategy") == "file_system":  # kept with the workers
         return []
@@ -108,19 +111,42 @@ def pin_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     return [Overlay.of(LoaderConfig, pin_memory=True)] if ctx.device == "cuda" and ctx.has_loader else []
 
 
-def loader_tune_context(facts: Facts) -> dict[str, Any]:
-    """The loader's :class:`TuneContext` fields from the doctor's facts: the hand-over this
-    platform offers (trials run here), the kind of dataset, and what bounds the host lever's
-    candidates (a batch's load time when the training process loaded it, the dataless step)."""
-    fields: dict[str, Any] = {"iterable_dataset": bool(facts.loader and facts.loader.iterable),
-                              "workers_refused": bool(facts.loader and facts.loader.workers_refused),
-                              "file_system_sharing": sharing_available("file_system")}
+@dataclass(frozen=True)
+class LoaderTuning:
+    """What the tuner's loader levers know of the script's loader and this platform."""
+
+    iterable_dataset: bool = False
+    """The script's loader reads an IterableDataset."""
+    workers_refused: bool = False
+    """Loader workers cannot start for the script's loader here (spawn and a dataset that
+    does not pickle, or no ``__main__`` guard)."""
+    file_system_sharing: bool = True
+    """The platform offers torch's file_system sharing strategy for worker batches."""
+    batch_load_ms: float | None = None
+    """Milliseconds the doctor's run waited for a batch that its training process loaded
+    itself (no loader workers): what one worker takes to load it; None: not known (no
+    loader, or workers already loading)."""
+    dataless_step_ms: float | None = None
+    """A step with no loader work at torch's own thread count (``dataless_threads``), ms:
+    the doctor's replay of batches already seen, else the step less its wait for data;
+    None: not known."""
+    dataless_threads: int = 0
+    """The intra-op threads the doctor's run stepped with (0: not known)."""
+
+
+def loader_tune_context(facts: Facts) -> LoaderTuning:
+    """The loader's tuning facts from the doctor's: the hand-over this platform offers
+    (trials run here), the kind of dataset, and what bounds the host lever's candidates (a
+    batch's load time when the training process loaded it, the dataless step)."""
+    seen = LoaderTuning(iterable_dataset=bool(facts.loader and facts.loader.iterable),
+                        workers_refused=bool(facts.loader and facts.loader.workers_refused),
+                        file_system_sharing=sharing_available("file_system"))
     steps = typical_steps(measured_steps(facts)) if facts.steps else []
     if facts.loader is None or facts.loader.num_workers or not steps:
-        return fields
+        return seen
     load = statistics.median(s.data_ms for s in steps)
     step = statistics.median(s.total_ms for s in steps)
     replay = [ms for ms in facts.replay_step_ms if ms > 0 and math.isfinite(ms)]
     dataless = statistics.median(replay) if replay else max(step - load, 0.0)
-    return {**fields, "batch_load_ms": load, "dataless_step_ms": dataless or None,
-            "dataless_threads": int(facts.cpu_threads or 0)}
+    return dataclasses.replace(seen, batch_load_ms=load, dataless_step_ms=dataless or None,
+                               dataless_threads=int(facts.cpu_threads or 0))

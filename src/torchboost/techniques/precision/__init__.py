@@ -53,7 +53,7 @@ from torchboost.config import AUTO, ConfigError, Overlay, check_choice
 from torchboost.techniques.precision.precision_policy import (
     AutocastPrecision, Fp16Precision, Precision, Tf32Precision, make_precision,
 )
-from torchboost.techniques.precision.precision_diagnosis import (PrecisionFacts, precision_lower,
+from torchboost.techniques.precision.precision_diagnosis import (PrecisionFacts, PrecisionTuning, precision_lower,
                                                                  precision_slower_on_cpu,
                                                                  probe_precision, reduced_precision, tune_context)
 from torchboost.techniques.precision.precision_settings import PrecisionConfig
@@ -69,6 +69,7 @@ __all__ = [
     "Fp16Precision",
     "Precision",
     "PrecisionConfig",
+    "PrecisionTuning",
     "SlowPrecisionWarning",
     "Tf32Precision",
     "make_precision",
@@ -257,7 +258,7 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
 
 def _propose_precision(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     if ctx.device == "cuda":
-        if ctx.cuda_bf16:
+        if ctx.own(PrecisionTuning).cuda_bf16:
             return [Overlay.of(PrecisionConfig, mode="bf16")]
         return [Overlay.of(PrecisionConfig, mode="fp16")] if ctx.uses_booster else []
     # On a CPU bf16 is tried even without bf16 instructions: the measurement, not the
@@ -271,7 +272,7 @@ worth a bf16 trial: nothing around the matmuls can make up for it."""
 
 
 def _hopeless(ctx: TuneContext) -> str | None:
-    speedup = ctx.cpu_bf16_speedup
+    speedup = ctx.own(PrecisionTuning).cpu_bf16_speedup
     if ctx.device == "cpu" and speedup is not None and speedup < HOPELESS_CPU_BF16_SPEEDUP:
         return (f"the bf16 matmul probe ran at {speedup:.2f}x fp32's speed on this CPU "
                 f"(< {HOPELESS_CPU_BF16_SPEEDUP}x): bf16 cannot be faster here")

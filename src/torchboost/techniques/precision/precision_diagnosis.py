@@ -9,7 +9,7 @@ gains; the tuner measures the real one. Declared by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from torchboost import _fp32_precision
 from torchboost.config import Overlay
@@ -19,8 +19,8 @@ from torchboost.evidence.rulekit import REDUCED_DTYPES, amdahl, dtype_name, matm
 from torchboost.techniques.precision.precision_settings import PrecisionConfig
 from torchboost.techniques.registry import ProbeContext
 
-__all__ = ["PrecisionFacts", "precision_lower", "precision_slower_on_cpu", "probe_precision", "reduced_precision",
-           "tune_context"]
+__all__ = ["PrecisionFacts", "PrecisionTuning", "precision_lower", "precision_slower_on_cpu", "probe_precision",
+           "reduced_precision", "tune_context"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,27 @@ def probe_precision(ctx: ProbeContext) -> PrecisionFacts:
                           grad_scaler=ctx.grad_scaler, tf32_matmul=tf32.matmul, tf32_cudnn=tf32.cudnn)
 
 
-def tune_context(facts: Facts) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PrecisionTuning:
+    """What the tuner's precision levers know of the machine (fp32 math's read it too:
+    bf16 and TF32 inside fp32 matmuls need the same instructions and tensor cores)."""
+
+    cpu_bf16: bool = False
+    """The CPU has bf16 instructions."""
+    cuda_bf16: bool = False
+    """The GPU computes in bf16."""
+    tf32: bool = False
+    """The GPU has TF32 tensor cores."""
+    cpu_bf16_speedup: float | None = None
+    """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown)."""
+
+
+def tune_context(facts: Facts) -> PrecisionTuning:
     """What the tuner's precision levers know of the machine, from the doctor's facts: the
     device's bf16 and TF32 support, and the probe's bf16/fp32 matmul speed on a CPU."""
     env = facts.env or {}
-    return {"cpu_bf16": bool(env.get("cpu_bf16", False)), "cuda_bf16": bool(env.get("cuda_bf16", False)),
-            "tf32": bool(env.get("tf32", False)), "cpu_bf16_speedup": getattr(facts, "cpu_bf16_speedup", None)}
+    return PrecisionTuning(cpu_bf16=bool(env.get("cpu_bf16", False)), cuda_bf16=bool(env.get("cuda_bf16", False)),
+                           tf32=bool(env.get("tf32", False)), cpu_bf16_speedup=getattr(facts, "cpu_bf16_speedup", None))
 
 _CUDA_HALF_FACTOR = 2.0  # tensor cores and half the memory traffic vs plain fp32 (assumed)
 _CUDA_HALF_OVER_TF32 = 1.3  # what is left once TF32 already feeds the tensor cores (assumed)

@@ -9,7 +9,9 @@ data a trial gives back)::
                                                  bursts in one run, too busy to tell
     repaid, memory_limit, interaction, coverage  fixed costs, the memory gate, levers that
                                                  pay together, what a root change covered
-    search_state -> confirm -> step_by_step      the state, confirming one candidate, the flow
+    search_state -> screening -> confirm         the state and its books, screening the
+                                                 candidates, confirming one and deciding it
+    step_by_step                                 the flow: the three composed, lever by lever
 
 :func:`run_search` (:mod:`.step_by_step`) is the room's entry.
 """

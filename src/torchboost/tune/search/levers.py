@@ -42,16 +42,7 @@ def order_levers(levers: list[Lever], expected_speedup: dict[str, float],
     return [lever for _, lever in ranked]
 
 
-def techniques_context(facts: Facts) -> dict[str, Any]:
-    """Every technique's own :class:`TuneContext` fields, by name, from the doctor's facts
-    (each technique's ``tune_context`` hook); a field given twice is an error."""
-    own: dict[str, Any] = {}
-    for technique in techniques():
-        if technique.tune_context is None:
-            continue
-        fields = dict(technique.tune_context(facts))
-        twice = sorted(set(fields) & set(own))
-        if twice:
-            raise RuntimeError(f"technique {technique.name!r} gives TuneContext fields another already gave: {twice}")
-        own.update(fields)
-    return own
+def techniques_context(facts: Facts) -> tuple[Any, ...]:
+    """Every technique's own tuning facts from the doctor's facts (each technique's
+    ``tune_context`` hook), for :attr:`TuneContext.tuning`."""
+    return tuple(technique.tune_context(facts) for technique in techniques() if technique.tune_context is not None)

@@ -1,9 +1,10 @@
 """The search's state: the incumbent kept so far, the noise floor, the decisions made.
 
 :class:`SearchState` holds what one search knows between its trials and keeps its books:
-the baseline and the incumbent, the A/A noise floor the incumbent's repeats give, every
-decision and the waterfall of kept changes. The flow that pulls the levers is
-:mod:`torchboost.tune.search`'s.
+the baseline and the incumbent, the A/A noise floor the incumbent's repeats give, loss
+parity against them, every decision and the waterfall of kept changes. Screening
+(:mod:`.screening`) and confirmation (:mod:`.confirm`) act on it; the flow that pulls the
+levers is :mod:`.step_by_step`'s.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from torchboost.tune.search.decision import Decision, Status, TuneOutcome, Water
 from torchboost.tune.search.levers import Lever, TuneContext
 from torchboost.tune.search.memory_limit import MemoryGate
 from torchboost.tune.search.noise import NoiseFloor
-from torchboost.tune.search.pairs import Measure, Pairs, Runner, Screened
-from torchboost.tune.search.parity import REDUCED
+from torchboost.tune.search.pairs import Pairs, Runner, Screened
+from torchboost.tune.search.parity import REDUCED, ParityVerdict, judge
 from torchboost.tune.search.search_options import SearchOptions
-from torchboost.tune.trials.trial_result import TrialResult
+from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["SearchState"]
 
@@ -32,18 +33,19 @@ Settings = Overlay
 class SearchState:
     """One search's state: the incumbent kept so far, and every decision made on the way there."""
 
-    def __init__(self, measure: Measure, options: SearchOptions, clock: Callable[[], float],
-                 on_decision: Callable[[Decision], None] | None, memory_limit: int | None = None):
+    def __init__(self, run: Runner, baseline: TrialResult, options: SearchOptions, context: TuneContext,
+                 on_decision: Callable[[Decision], None] | None):
         self.options = options
-        self.run = Runner(measure, options.budget_s, clock, options.deadline_s)
+        self.run = run
+        """The trials, within the budget (the baseline was the first)."""
         self.on_decision = on_decision
         self.decisions: list[Decision] = []
         self.warnings: list[str] = []
         self._busiest = 0.0  # the most load other processes took during a trial, % of the machine
         self.floor = NoiseFloor(options.min_gain)
         """The A/A ratios of the incumbent's runs beside the candidates, and the floor they make."""
-        self.baseline = self.run(Overlay())
-        self.memory = MemoryGate(memory_limit, self.baseline.peak_memory_bytes)
+        self.baseline = baseline
+        self.memory = MemoryGate(context.memory_limit_bytes, self.baseline.peak_memory_bytes)
         self.incumbent: Settings = Overlay()
         self.incumbent_ms = self.baseline.ms_per_step
         self.incumbent_fixed = self.baseline.fixed_s
@@ -60,7 +62,7 @@ class SearchState:
         """The first lever the doctor measured, its ratio and what it switched (for "too busy to tell")."""
         self.screened: dict[str, list[tuple[float, Settings]]] = {}
         """Per lever: the correct candidates' screening times, for the interaction pass."""
-        self.context = TuneContext()
+        self.context = context
         self.bursted: set[tuple[str, str]] = set()
         """(configuration kept, change) pairs already measured in alternating bursts."""
 
@@ -85,10 +87,10 @@ class SearchState:
         """With ``aa_first``: the baseline against itself ``noise_repeats`` times before any
         candidate (the order before pairs). Otherwise nothing here: the pairs' A's measure it."""
         for _ in range(self.options.noise_repeats if self.options.aa_first else 0):
-            if self.run.out_of_budget() or not self._incumbent_again().ok:
+            if self.run.out_of_budget() or not self.incumbent_again().ok:
                 break
 
-    def _incumbent_again(self) -> TrialResult:
+    def incumbent_again(self) -> TrialResult:
         """One more run of the incumbent (a pair's A): a point of the noise floor, and, while
         it is the baseline, one more repeat its losses are known to vary by."""
         again = self.run(self.incumbent)
@@ -98,6 +100,11 @@ class SearchState:
             if not self.incumbent:
                 self.repeats.append(list(again.losses))
         return again
+
+    def parity(self, lever: Lever, losses: list[float]) -> ParityVerdict:
+        """``losses`` of one of ``lever``'s candidates judged against the incumbent's (:func:`judge`)."""
+        return judge(lever, losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced,
+                     random_ops=self.context.random_ops)
 
     def outcome(self, error: str | None) -> TuneOutcome:
         if error is not None:
@@ -137,7 +144,7 @@ class SearchState:
         if self.on_decision is not None:
             self.on_decision(decision)
 
-    def _busy(self, *results: TrialResult) -> bool:
+    def busy(self, *results: TrialResult) -> bool:
         """Other processes took more of the machine than during the baseline; warned once."""
         load = max(r.load_pct for r in results)
         if load - self.baseline.load_pct <= self.options.busy_pct:
@@ -152,7 +159,7 @@ class SearchState:
             self.warnings.append(warning)
         return True
 
-    def _keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
+    def keep(self, lever: Lever, best: Screened, pairs: Pairs, candidate_ms: float) -> None:
         """The candidate becomes the incumbent, and the waterfall gains its bar."""
         ratios = pairs.ratios
         self.incumbent = best.settings
@@ -164,3 +171,17 @@ class SearchState:
         speedup = self.waterfall[-1].speedup / statistics.median(ratios)
         self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent, self.baseline.ms_per_step / speedup,
                                             speedup, max(ratios) - min(ratios), self.memory.peak))
+
+    def was_kept(self, lever: Lever, kept: Screened | None) -> bool:
+        """The last decision kept its candidate: a sibling kept before it (``kept``) is
+        marked replaced, and its bar of the waterfall gives way to the new one."""
+        last = self.decisions[-1]
+        if last.status is not Status.KEPT or last.lever != lever.id:
+            return False
+        if kept is not None:
+            earlier = next(d for d in reversed(self.decisions[:-1])
+                           if d.lever == lever.id and d.status is Status.KEPT)
+            earlier.status = Status.REPLACED
+            earlier.reason += f"; replaced by {describe_settings(last.settings)}, confirmed faster than it"
+            self.waterfall.pop(-2)
+        return True

@@ -38,7 +38,8 @@ def identity(command: Sequence[str], script: Path | None) -> dict[str, Any]:
 
 
 class _Lines:
-    """An append-only JSON-lines file with an identity header (see the module docstring)."""
+    """An append-only JSON-lines file with an identity header (see the module docstring):
+    what both journals write through."""
 
     def __init__(self, path: str | Path, *, resume: bool, ident: dict[str, Any] | None):
         self.path = Path(path)
@@ -55,9 +56,10 @@ class _Lines:
                 self.entries = []
         if not resume or self.restarted or not self.path.exists():
             self.path.unlink(missing_ok=True)  # a fresh run starts a fresh journal
-            self._write({"identity": ident})
+            self.write({"identity": ident})
 
-    def _write(self, entry: dict[str, Any]) -> None:
+    def write(self, entry: dict[str, Any]) -> None:
+        """One line, flushed and synced before it returns."""
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(strict_json.dumps(entry, sort_keys=True) + "\n")
             fh.flush()
@@ -93,11 +95,12 @@ def _mismatch(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | N
     return None
 
 
-class Journal(_Lines):
+class Journal:
     """Append-only JSONL file of :class:`TrialResult`, keyed by (settings, repeat)."""
 
     def __init__(self, path: str | Path, *, resume: bool = False, ident: dict[str, Any] | None = None):
-        super().__init__(path, resume=resume, ident=ident)
+        self._lines = _Lines(path, resume=resume, ident=ident)
+        self.path, self.restarted = self._lines.path, self._lines.restarted
         self._recorded: dict[str, TrialResult] = {}
         self.reused = 0
         """Trials answered from the journal instead of being run."""
@@ -106,7 +109,7 @@ class Journal(_Lines):
                 self._recorded[trial_key(result.settings, result.repeat, result.bursts)] = result
 
     def _results(self) -> Iterator[TrialResult]:
-        for entry in self.entries:
+        for entry in self._lines.entries:
             try:
                 yield TrialResult.from_dict(entry)
             except (TypeError, KeyError, ValueError):
@@ -122,23 +125,24 @@ class Journal(_Lines):
     def append(self, result: TrialResult) -> None:
         """Record a finished trial durably (flush + fsync) before the search goes on."""
         self._recorded[trial_key(result.settings, result.repeat, result.bursts)] = result
-        self._write(result.to_dict())
+        self._lines.write(result.to_dict())
 
     def results(self) -> list[TrialResult]:
         """Every recorded result, in no particular order."""
         return list(self._recorded.values())
 
 
-class RunJournal(_Lines):
+class RunJournal:
     """The end-to-end check's runs, one JSON line each (``{"key", "seconds", "pace_ms"}``;
     the pace of a capped run, else null), so that ``--resume`` replays them as the search
     replays its trials."""
 
     def __init__(self, path: str | Path, *, resume: bool = False, ident: dict[str, Any] | None = None):
-        super().__init__(path, resume=resume, ident=ident)
+        self._lines = _Lines(path, resume=resume, ident=ident)
+        self.path, self.restarted = self._lines.path, self._lines.restarted
         self._recorded: dict[str, float] = {}
         self._paces: dict[str, float] = {}
-        for entry in self.entries:
+        for entry in self._lines.entries:
             try:
                 self._recorded[str(entry["key"])] = float(entry["seconds"])
                 if entry.get("pace_ms") is not None:
@@ -159,4 +163,4 @@ class RunJournal(_Lines):
         self._recorded[key] = seconds
         if pace_ms is not None:
             self._paces[key] = pace_ms
-        self._write({"key": key, "seconds": seconds, "pace_ms": pace_ms})
+        self._lines.write({"key": key, "seconds": seconds, "pace_ms": pace_ms})

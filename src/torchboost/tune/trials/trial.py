@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,7 +22,7 @@ from torchboost.observe.spec import Bursts
 from torchboost.techniques.compile.compile_facts import CompileFacts
 from torchboost.tune.trials.trial_result import TrialResult
 
-__all__ = ["run_trial", "result_from_facts"]
+__all__ = ["TrialRequest", "run_trial", "result_from_facts"]
 
 
 def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
@@ -97,39 +98,55 @@ def _burst_figures(result: TrialResult, facts: Any) -> None:
     result.burst_error = probe.error or (None if probe.switched_ms else "the script ended before its bursts")
 
 
-def run_trial(
-    command: Sequence[str],
-    settings: Overlay,
-    repeat: int,
-    *,
-    base: BoostConfig | None = None,
-    steps: int,
-    warmup: int,
-    out_dir: Path,
-    timeout_s: float | None = None,
-    slower_than_ms: float | None = None,
-    stall_timeout_s: float | None = 60.0,
-    writes_ledger: Path | None = None,
-    decide: tuple[float, float] | None = None,
-    bursts: Bursts | None = None,
-) -> TrialResult:
-    """Run ``command`` once with ``settings`` on top of ``base`` (the user's configuration;
-    None: plain PyTorch); ``warmup`` steps, then ``steps`` measured, or fewer when the first
-    ones are already slower than ``slower_than_ms`` each (the trial then stops early), or
-    once they decide the ratio to ``decide`` = (the incumbent's ms/step, the margin).
-    With ``bursts``, a burst trial: the candidate change alternated on top of ``settings``
-    after the measured steps (:mod:`torchboost.tune.search.bursts`)."""
-    config = Overlay(settings).on(base if base is not None else BoostConfig.off())
+@dataclass(frozen=True, kw_only=True)
+class TrialRequest:
+    """One trial asked for: ``command`` run once with ``settings`` on top of ``base``;
+    seconds and steps as named."""
+
+    command: Sequence[str]
+    settings: Overlay
+    """The candidate's settings (``repeat`` counts the runs of the same ones)."""
+    repeat: int
+    base: BoostConfig | None = None
+    """The user's configuration under ``settings``; None: plain PyTorch."""
+    steps: int
+    """Measured steps after ``warmup`` unmeasured ones."""
+    warmup: int
+    out_dir: Path
+    timeout_s: float | None = None
+    """The trial is ended after this long, and fails as timed out."""
+    slower_than_ms: float | None = None
+    """It stops early once its first steps are slower than this each."""
+    stall_timeout_s: float | None = 60.0
+    writes_ledger: Path | None = None
+    """Where the trials sum what the script wrote in the user's folders."""
+    decide: tuple[float, float] | None = None
+    """(the incumbent's ms/step, the margin): it stops once its steps decide its ratio."""
+    bursts: Bursts | None = None
+    """A burst trial: the candidate change alternated on top of ``settings`` after the
+    measured steps (:mod:`torchboost.tune.search.bursts`)."""
+
+    def run_request(self) -> RunRequest:
+        """The observed run this trial is: its configuration applied, no profiler, quiet."""
+        config = Overlay(self.settings).on(self.base if self.base is not None else BoostConfig.off())
+        return RunRequest(
+            command=self.command, steps=self.steps, warmup=self.warmup, out_dir=self.out_dir, apply=config,
+            profile=False, echo=False, timeout_s=self.timeout_s, stop_slower_than_ms=self.slower_than_ms,
+            stall_timeout_s=self.stall_timeout_s, writes_ledger=self.writes_ledger, stop_decided=self.decide,
+            bursts=self.bursts)
+
+
+def run_trial(request: TrialRequest) -> TrialResult:
+    """Run the trial ``request`` asks for: its warm-up, then its steps measured, or fewer
+    when it stops early (slower, or decided); with bursts, a burst trial."""
+    settings, repeat, bursts = request.settings, request.repeat, request.bursts
     with LoadMeter() as load:
         start = time.monotonic()
-        observed = run_observed(RunRequest(
-            command=command, steps=steps, warmup=warmup, out_dir=out_dir, apply=config, profile=False,
-            echo=False, timeout_s=timeout_s, stop_slower_than_ms=slower_than_ms, stall_timeout_s=stall_timeout_s,
-            writes_ledger=writes_ledger, stop_decided=decide, bursts=bursts,
-        ))
+        observed = run_observed(request.run_request())
         wall = time.monotonic() - start
     if observed.timed_out:
-        return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"timed out after {timeout_s:.0f} s",
+        return TrialResult(settings=settings, repeat=repeat, ok=False,
+                           error=f"timed out after {request.timeout_s:.0f} s",
                            wall_s=wall, load_pct=load.pct, bursts=dict(bursts.change) if bursts else {})
     result = result_from_facts(observed.facts, settings, repeat, exit_code=observed.exit_code,
                                error_tail=observed.stderr_tail, wall_s=wall, bursts=bursts)
