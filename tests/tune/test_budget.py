@@ -179,3 +179,38 @@ def test_a_burst_trial_is_not_started_where_the_typical_burst_trial_would_not_fi
     now[0] = 150.0
     assert runner.out_of_budget(bursts=True) and not runner.out_of_budget()
     assert runner.spent_s == {"bursts": 80.0, "trials": 30.0}
+
+
+def test_the_reserve_follows_the_pace_kept_so_far():
+    """A 9 s-step baseline beside a busy loop: a pair of shortened runs at its pace is 174 s;
+    once one thread is kept at 3 s a step, the pair's tuned run takes 33 s, not 87, and the
+    search gets back the difference. Twin: without the kept pace, both runs at the baseline's."""
+    from torchboost.tune.verify import reserve_s
+
+    both = reserve_s(2000.0, 6.0, 9000.0, trial_steps=12, warmup=5, most_s=225.0)
+    kept = reserve_s(2000.0, 6.0, 9000.0, trial_steps=12, warmup=5, most_s=225.0, tuned_ms=3000.0)
+    assert both == pytest.approx(2 * (6.0 + 9 * 9.0)) and kept == pytest.approx((6.0 + 9 * 9.0) + (6.0 + 9 * 3.0))
+
+
+def test_the_search_keeps_back_less_once_a_faster_change_is_kept():
+    """One search, bf16 kept at 0.75 of a 1 s step: the reserve is asked at the baseline's pace
+    first, then at the kept 0.75 s."""
+    import dataclasses
+
+    from test_bursts import BusyScript
+    from test_search import CPU2
+    from torchboost.tune.search import SearchOptions, run_search
+    from torchboost.tune.search.levers import default_levers
+
+    seen: list[float | None] = []
+
+    def reserve(baseline, tuned_ms):
+        seen.append(tuned_ms)
+        return 50.0
+
+    script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.01)
+    levers = [lv for lv in default_levers() if lv.id == "precision"]
+    outcome = run_search(levers, dataclasses.replace(CPU2, has_loader=False), script.measure,
+                         SearchOptions(budget_s=2000, deadline_s=3000), clock=script.clock, reserve=reserve)
+    assert outcome.settings.get("precision.mode") == "bf16"
+    assert seen[0] is None and seen[-1] == pytest.approx(750.0, rel=0.05)

@@ -91,15 +91,16 @@ def verify_outcome(command: Sequence[str], options: TuneOptions, base: BoostConf
     return settings, e2e, verdict
 
 
-def check_reserve(options: TuneOptions) -> Callable[[TrialResult], float] | None:
-    """The seconds the search keeps for the end-to-end check, from the baseline's trial (at
-    most half of the whole tune's time); None when there is no check."""
+def check_reserve(options: TuneOptions) -> Callable[[TrialResult, float | None], float] | None:
+    """The seconds the search keeps for the end-to-end check, from the baseline's trial and
+    the pace of the configuration kept so far (None: the baseline's), at most half of the
+    whole tune's time; None when there is no check."""
     if options.verify_pairs < 1:
         return None
     most_s = check_most_s(options)
-    return lambda baseline: reserve_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
-                                      trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS,
-                                      warmup=options.warmup, most_s=most_s)
+    return lambda baseline, tuned_ms=None: reserve_s(
+        baseline.wall_s, baseline.fixed_s, baseline.ms_per_step, trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS,
+        warmup=options.warmup, most_s=most_s, tuned_ms=tuned_ms)
 
 
 def check_most_s(options: TuneOptions) -> float:

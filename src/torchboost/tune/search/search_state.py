@@ -65,6 +65,9 @@ class SearchState:
         self.context = context
         self.bursted: set[tuple[str, str]] = set()
         """(configuration kept, change) pairs already measured in alternating bursts."""
+        self.on_keep: Callable[[], None] = lambda: None
+        """Called after each keep (the time kept for the end-to-end check, measured again at
+        the new pace: ``run_search``'s ``reserve``)."""
 
     def baseline_error(self) -> str | None:
         """Why the search cannot start (the baseline failed, or its loss is not finite)."""
@@ -171,6 +174,7 @@ class SearchState:
         speedup = self.waterfall[-1].speedup / statistics.median(ratios)
         self.waterfall.append(WaterfallStep(f"+ {lever.title}", self.incumbent, self.baseline.ms_per_step / speedup,
                                             speedup, max(ratios) - min(ratios), self.memory.peak))
+        self.on_keep()
 
     def was_kept(self, lever: Lever, kept: Screened | None) -> bool:
         """The last decision kept its candidate: a sibling kept before it (``kept``) is

@@ -186,16 +186,18 @@ def run_search(
     *,
     clock: Callable[[], float] = time.monotonic,
     on_decision: Callable[[Decision], None] | None = None,
-    reserve: Callable[[TrialResult], float] | None = None,
+    reserve: Callable[[TrialResult, float | None], float] | None = None,
 ) -> TuneOutcome:
     """Measure the baseline, then try each lever in order; see the module docstring.
-    ``reserve``: the seconds the end-to-end check will take, from the baseline's trial: kept
-    back before ``options.deadline_s``, never spent on a trial."""
+    ``reserve``: the seconds the end-to-end check will take, from the baseline's trial and
+    the pace of the configuration kept so far (None before any change is kept): kept back
+    before ``options.deadline_s``, never spent on a trial, and measured again at each keep."""
     run = Runner(measure, options.budget_s, clock, options.deadline_s)
     state = SearchState(run, run(Overlay()), options, context, on_decision)
     error = state.baseline_error()
     if error is None and reserve is not None:
-        run.keep_back(reserve(state.baseline))
+        run.keep_back(reserve(state.baseline, None))
+        state.on_keep = lambda: run.keep_back(reserve(state.baseline, state.incumbent_ms))
     if error is None:
         state.measure_noise()
         _Search(state).pull_levers(levers)

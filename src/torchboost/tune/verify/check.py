@@ -141,7 +141,7 @@ def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps
 
 
 def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
-              most_s: float) -> float:
+              most_s: float, tuned_ms: float | None = None) -> float:
     """Seconds to keep for the end-to-end check, from the baseline's trial, both runs of a
     pair at its pace, start-up included: the first that fits in ``most_s`` of
     :data:`RESERVED_PAIRS` pairs of its shortest runs (:func:`shortest_run_s`), as many of
@@ -150,10 +150,15 @@ def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int
     and says so, and the search has the time). Short of a claim, the search's time is worth
     more than longer runs or a second pair: on 5 s steps beside a busy loop, one pair of
     17-step runs (196 s) left the search no time after its baseline; the check takes what is
-    left at the end in any case."""
+    left at the end in any case. ``tuned_ms``: the pace of the configuration kept so far, for
+    the tuned run of each pair (None: the baseline's): one thread kept at a third of a busy
+    baseline's step gives the search back the time its runs will not take."""
     def pair_s(shortened: bool) -> float:
-        return 2 * max(shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup,
-                                      shortened=shortened), 1.0)
+        baseline = shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup,
+                                  shortened=shortened)
+        tuned = baseline if tuned_ms is None else shortest_run_s(0.0, fixed_s, tuned_ms, trial_steps=trial_steps,
+                                                                  warmup=warmup, shortened=shortened)
+        return max(baseline, 1.0) + max(tuned, 1.0)
 
     options = ((RESERVED_PAIRS, False), (RESERVED_PAIRS, True), (1, True))
     return next((n * pair_s(cut) for n, cut in options if n * pair_s(cut) <= most_s), 0.0)
