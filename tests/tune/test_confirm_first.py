@@ -126,6 +126,6 @@ def test_the_end_to_end_checks_reserve_is_never_spent_on_trials(reserved):
     script = HostScript({(0, 2, False): 84.0, (2, 1, True): 62.0, (2, 1, False): 63.0}, trial_s=15.0)
     options = SearchOptions(budget_s=190.0, deadline_s=200.0)
     run_search(_host_levers(), CPU2, script, options, clock=script.clock,
-               reserve=(lambda baseline: 80.0) if reserved else None)
+               reserve=(lambda baseline, tuned_ms: 80.0) if reserved else None)
     last_end = max(end for _, _, _, end in script.calls)
     assert (last_end <= 120.0) is reserved
