@@ -13,7 +13,7 @@ for it the model and optimizer settings stand down here, so nothing is applied t
 Booster claims them in the process's :class:`~torchboost.handover.Claims`, which is given
 to the applier).
 
-SIGTERM and SIGHUP, as under the doctor, raise :class:`~torchboost.observe.child.bootstrap.Terminated`
+SIGTERM and SIGHUP, as under the doctor, raise :class:`~torchboost.process.target.Terminated`
 where the script is, so its ``finally`` blocks run; then every process it started
 (loader workers, persistent ones too) is ended, and ``torchboost run`` says "stopped by
 SIGTERM" and exits with 128 + the signal's number (Ctrl-C likewise, 130).
@@ -40,14 +40,13 @@ from torchboost.config import CONFIG_FILENAME, PYPROJECT_FILENAME, BoostConfig, 
 from torchboost.config_files import config_words, find_config
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
 from torchboost.nocode import Applier, settings_from_config
-from torchboost.observe.child.bootstrap import (Terminated, exit_status, print_user_traceback, run_target,
-                                               terminated_by)
-from torchboost.observe.parent.launch import Launch, UsageError, parse_launch
-from torchboost.observe.parent.process_group import Interrupted, descendants, end_tree
-from torchboost.observe.parent.tree_facts import tree_env
-from torchboost.observe.spec import TREE_ENV, ObserveSpec
+from torchboost.process.launch import Launch, parse_launch
+from torchboost.process.process_group import Interrupted, descendants, end_tree
+from torchboost.process.target import Terminated, exit_status, print_user_traceback, run_target, terminated_by
+from torchboost.process.tree_spec import TREE_ENV, TreeSpec, tree_env
 from torchboost.techniques.compile.compile_cache import CACHE_ENV, compile_cache_env
 from torchboost.tune.config_file import TunedFor, tuned_for
+from torchboost.usage import UsageError
 
 __all__ = ["add_arguments", "run", "run_applied", "run_job"]
 
@@ -119,7 +118,7 @@ def _guarded_by_tune() -> None:
     leaves torchboost's own process to this, once its modules are loaded."""
     spec_path = os.environ.get(TREE_ENV)
     if spec_path:
-        from torchboost.observe.child.tree import start
+        from torchboost.process.tree_start import start
 
         start(spec_path)
 
@@ -151,7 +150,7 @@ def run_tree(launch: Launch, config: BoostConfig) -> int:
     """Any other command (``bash train.sh``, ``accelerate launch train.py``): it runs as
     typed, and every Python process it starts applies the configuration once it imports
     torch, through the start-up hook that reaches every Python process of the command
-    (:mod:`torchboost.observe.child.tree`) and the settings hand-over
+    (:mod:`torchboost.process.tree_spec`) and the settings hand-over
     (:mod:`torchboost.handover`). Signals are passed on as for a torchrun job."""
     with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
         settings = Path(tmp) / "settings.json"
@@ -159,7 +158,7 @@ def run_tree(launch: Launch, config: BoostConfig) -> int:
         env = {**os.environ, TRIAL_SETTINGS_ENV: str(settings)}
         if TREE_ENV not in env:  # else tune's end-to-end check already put its guard there
             spec = Path(tmp) / "spec.json"
-            ObserveSpec(out_dir=tmp, observe=False, parent_pid=os.getpid()).write(spec)
+            TreeSpec().write(spec)
             env.update(tree_env(spec))
         return _passing_signals(subprocess.Popen(list(launch.tree or ()), env=env))
 

@@ -37,7 +37,7 @@ from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.config_files import (HEADER_START, has_tool_table, header_lines, in_pyproject, tool_toml,
                                      with_tool_table)
-from torchboost.observe.parent.launch import UsageError, parse_launch, without_interpreter
+from torchboost.process.launch import UsageError, parse_launch, without_interpreter
 from torchboost.tune.trials.journal import script_digest
 
 __all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "settings_to_config", "tuned_for", "user_config",

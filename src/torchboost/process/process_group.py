@@ -27,7 +27,7 @@ from typing import IO, Iterator, Mapping
 import psutil
 
 from torchboost._signals import raising_on
-from torchboost.observe.parent.no_stdin import STDIN
+from torchboost.process.no_stdin import STDIN
 
 __all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "end_tree", "forwarded_signals", "kill_group",
            "run_group", "signal_name", "start_group", "survivors"]
