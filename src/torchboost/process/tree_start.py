@@ -21,7 +21,7 @@ import sys
 
 from torchboost import env as _env
 from torchboost import handover
-from torchboost.nocode import Applier, settings_from_config
+from torchboost.nocode import Applier
 from torchboost.process.guard.guard_spec import WriteGuardSpec
 from torchboost.process.guard.write_guard import WriteGuard
 from torchboost.process.tree_spec import TreeSpec
@@ -38,9 +38,8 @@ def start(spec_path: str) -> object | None:
     if _is_torchboost(sys.orig_argv):
         return None
     claims = handover.process_claims()
-    trial = handover.trial_config()
-    applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
-    applier = Applier(applicable, claims=claims).install() if applicable else None
+    plan = handover.trial_plan()
+    applier = Applier(plan, claims=claims).install() if plan is not None and plan.apply else None
     if tree.observer is not None:
         # Named by the starter, not imported here: the observer stands above this room.
         observer = importlib.import_module(tree.observer)

@@ -21,7 +21,7 @@ from typing import Sequence
 from torchboost import env as _env
 from torchboost import handover
 from torchboost.evidence.observed import Facts
-from torchboost.nocode import Applier, settings_from_config
+from torchboost.nocode import Applier
 from torchboost.process.guard.guard_spec import WriteGuardSpec
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.process.guard.write_guard import WriteGuard
@@ -55,9 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              parent_pid=parent if polls_parent else None).start()
     # A tuning trial's settings: what only a Booster can apply (fp16, accumulation) is
     # left to the Booster, which reads the same hand-over; the rest is applied from outside.
-    trial = handover.trial_config()
-    applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
-    applier = Applier(applicable, claims=claims).install() if applicable else None
+    plan = handover.trial_plan()
+    applier = Applier(plan, claims=claims).install() if plan is not None and plan.apply else None
     guard = guard_of(spec)
     instrumentation = Instrumentation(recorder).install()
     exit_code = 0

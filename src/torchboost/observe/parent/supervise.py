@@ -34,7 +34,8 @@ from torchboost.process.wait import Waited, progress_reader, wait_for
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
-from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.plan import Plan
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
 from torchboost.techniques.compile.compile_cache import compile_cache_env
 
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
@@ -188,9 +189,9 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path, spec_path: Path,
     env = {**os.environ, **tree_env(tree_path)}
     if apply is None:
         return env
-    # A tuning trial, the baseline ({}) included.
+    # A tuning trial, the baseline ({}) included: its configuration resolved once, here.
     settings_path = tmp_dir / "trial-settings.json"
-    write_trial_config(settings_path, apply)
+    write_plan(settings_path, Plan.of(apply))
     return {**env, **compile_cache_env(), TRIAL_SETTINGS_ENV: str(settings_path)}
 
 

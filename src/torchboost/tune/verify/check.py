@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
-from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
+from torchboost.plan import Plan
 from torchboost.process.launch import parse_launch
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
@@ -228,7 +229,7 @@ def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str,
     files = {name: tmp / f"{name}.toml" for name in ("baseline", "tuned")}
     for name, config in (("baseline", base), ("tuned", tuned)):
         config.to_toml(files[name])
-        write_trial_config(files[name].with_suffix(".json"), config)
+        write_plan(files[name].with_suffix(".json"), Plan.of(config))
     return files
 
 
