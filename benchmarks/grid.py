@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from torchboost.env import probe
-from torchboost.nocode import changed_settings, settings_from_config
+from torchboost.plan import Plan, changed_settings
 from torchboost.cli.tune import NO_PROVEN_WIN, UNVERIFIED
 from torchboost.config import BoostConfig
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
@@ -80,7 +80,7 @@ def _run_time_s(result: TrialResult, run_steps: int) -> float:
 
 def _settings_of(config: BoostConfig, booster: bool) -> dict[str, Any]:
     # A Booster script takes every change; an unmodified one what can be applied from outside.
-    return (changed_settings if booster else settings_from_config)(config)[0]
+    return changed_settings(config)[0] if booster else Plan.of(config).apply
 
 
 def _tune(command: list[str], run_steps: int, budget: float, tmp: Path, trial: list[str],

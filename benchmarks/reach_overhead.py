@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from torchboost.observe.parent.supervise import run_guarded
+from torchboost.process.guarded import run_guarded
 
 SCRIPT = """\
 import sys, torch

@@ -108,8 +108,11 @@ def test_imports_point_one_way():
     to_cli = [p for p, t in modules.items()
               if not p.startswith("cli/") and p != "__main__.py" and _imports_package(t, "torchboost.cli")]
     techniques_up = [p for p, t in modules.items() if p.startswith("techniques/") and any(
+        _imports_package(t, f"torchboost.{pkg}") for pkg in ("process", "observe", "diagnose", "tune", "report", "cli"))]
+    # process/ launches and guards a command; the observer above it uses it, never the other way
+    process_up = [p for p, t in modules.items() if p.startswith("process/") and any(
         _imports_package(t, f"torchboost.{pkg}") for pkg in ("observe", "diagnose", "tune", "report", "cli"))]
-    assert (report_to_tune, tune_to_report, to_cli, techniques_up) == ([], [], [], [])
+    assert (report_to_tune, tune_to_report, to_cli, techniques_up, process_up) == ([], [], [], [], [])
 
 
 def test_no_two_modules_share_a_name():
@@ -383,6 +386,32 @@ def test_twin_a_folder_that_imports_one_importing_it_back_is_found():
     modules["tune/trials/trial.py"] = ast.parse("def f():\n    from torchboost.tune.search.run import x\n")
     assert _folder_circles(_import_graph(modules)) == {"torchboost": [["nocode", "reach"]],
                                                        "torchboost.tune": [["search", "trials"]]}
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (in-function imports counted)."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_torchboost_run_imports_nothing_of_the_observer():
+    """``torchboost run`` observes nothing: it launches through process/ alone."""
+    reached = _reached(_import_graph(_modules()), "torchboost.cli.run")
+    assert {"torchboost.process.launch", "torchboost.nocode"} <= reached  # the check has something to find
+    assert sorted(m for m in reached if m.startswith("torchboost.observe")) == []
+
+
+def test_twin_a_run_that_reaches_the_observer_through_another_module_is_found():
+    modules = {"cli/run.py": ast.parse("from torchboost.process.launch import parse\n"),
+               "process/launch.py": ast.parse("def f():\n    from torchboost.observe.spec import Spec\n"),
+               "observe/spec.py": ast.parse("")}
+    assert _reached(_import_graph(modules), "torchboost.cli.run") == {"torchboost.process.launch",
+                                                                     "torchboost.observe.spec"}
 
 
 MAX_TUNE_MODULES = 8

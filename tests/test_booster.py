@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import torchboost
 from torchboost import BoostConfig
 from torchboost.checkpoint import CheckpointError
+from torchboost.plan import Plan
 
 STEPS = 20
 
@@ -287,8 +288,8 @@ def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch)
 
     settings = tmp_path / "trial.json"
     # the trial's whole configuration: the candidate on top of plain PyTorch (no torchboost.toml)
-    trial.write_trial_config(settings, torchboost.Overlay({"precision.mode": "bf16", "loader.num_workers": 0})
-                             .on(BoostConfig.off()))
+    trial.write_plan(settings, Plan.of(torchboost.Overlay({"precision.mode": "bf16", "loader.num_workers": 0})
+                                       .on(BoostConfig.off())))
     monkeypatch.setenv(trial.TRIAL_SETTINGS_ENV, str(settings))
     own = BoostConfig().replace(compile={"mode": "default"})  # the script's own config
     booster = torchboost.Booster(own, device="cpu", verbose=False)
@@ -297,7 +298,9 @@ def test_a_tuning_trial_hands_its_settings_to_the_booster(tmp_path, monkeypatch)
     # The rest is plain PyTorch, as tune would write it: what is measured is what is written.
     assert booster.config.compile == BoostConfig.off().compile
     assert booster.config.optimizer == BoostConfig.off().optimizer
-    trial.write_trial_config(settings, BoostConfig.off())  # the baseline trial
+    baseline = tmp_path / "baseline.json"  # a trial's process reads its plan once: another trial, another file
+    trial.write_plan(baseline, Plan.of(BoostConfig.off()))
+    monkeypatch.setenv(trial.TRIAL_SETTINGS_ENV, str(baseline))
     assert torchboost.Booster(own, device="cpu", verbose=False).config == BoostConfig.off()
     monkeypatch.delenv(trial.TRIAL_SETTINGS_ENV)
     assert torchboost.Booster(own, device="cpu", verbose=False).config == own

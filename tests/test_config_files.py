@@ -7,7 +7,7 @@ import pytest
 
 from torchboost.booster import load_config
 from torchboost.config import BoostConfig, ConfigError
-from torchboost.config_files import config_text, config_to_write, find_config, tool_toml, with_tool_table
+from torchboost.config_files import ConfigFile, config_text, config_to_write, find_config, tool_toml, with_tool_table
 from torchboost.tune.config_file import TunedFor, tuned_for, user_config, write_config
 
 PROJECT = '''[project]
@@ -35,7 +35,8 @@ def test_the_pyproject_table_is_read_as_torchboost_toml_is(tmp_path, monkeypatch
     (tmp_path / "pyproject.toml").write_text(PROJECT)
     assert find_config(tmp_path) == config_to_write(tmp_path) == tmp_path / "pyproject.toml"
     assert BoostConfig.from_toml(tmp_path / "pyproject.toml") == BoostConfig().replace(cpu={"threads": 1})
-    assert BoostConfig.written_keys(tmp_path / "pyproject.toml") == {"cpu.threads"}
+    read = ConfigFile.read(tmp_path / "pyproject.toml")
+    assert (read.config, read.written, read.header) == (BoostConfig().replace(cpu={"threads": 1}), {"cpu.threads"}, ())
     monkeypatch.chdir(tmp_path)
     assert load_config(None).cpu.threads == 1  # what Booster() reads
 

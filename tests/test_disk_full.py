@@ -16,7 +16,7 @@ from torchboost import _io, cli
 from torchboost._disk import NoSpaceError, os_error_in
 from torchboost.checkpoint import save_checkpoint
 from torchboost.cli import export
-from torchboost.observe.parent.relay import NoiseFilter
+from torchboost.process.relay import NoiseFilter
 from torchboost.observe.spec import ChildCount, StepCounter, read_count
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

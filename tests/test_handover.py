@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 import torchboost
 from torchboost import handover
-from torchboost.config import BoostConfig
+from torchboost.config import BoostConfig, ConfigError
 from torchboost.handover import Claims, process_claims
 from torchboost.observe import ObserveSpec, StepRecorder
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 
 
 def test_claims_grow_and_answer():
@@ -37,7 +39,7 @@ def test_a_booster_claims_in_the_process_claims(tmp_path, monkeypatch):
 
 def _forward_patched(claims: Claims | None) -> bool:
     model = nn.Linear(8, 2)
-    applier = Applier({"precision.mode": "bf16"}, claims=claims).install()
+    applier = Applier(Plan.applying({"precision.mode": "bf16"}), claims=claims).install()
     try:
         for _ in range(2):
             model(torch.randn(4, 8)).sum().backward()
@@ -51,3 +53,17 @@ def test_the_applier_stands_down_for_what_a_booster_claimed():
     claims.claim(["precision"])
     assert not _forward_patched(claims)
     assert _forward_patched(Claims())  # the twin: nothing claimed, so the applier applies bf16
+
+
+def test_a_trial_reads_its_plan_once_and_keeps_it(tmp_path, monkeypatch):
+    path = tmp_path / "plan.json"
+    plan = Plan.of(BoostConfig.off().replace(precision={"mode": "bf16"}, accumulation={"steps": 2}))
+    handover.write_plan(path, plan)
+    monkeypatch.setenv(handover.TRIAL_SETTINGS_ENV, str(path))
+    monkeypatch.setattr(handover, "_READ", {})
+    assert handover.trial_plan() == plan and plan.apply == {"precision.mode": "bf16"}
+    path.write_text("not a plan")
+    assert handover.trial_plan() == plan  # the process's applier and its Booster share one read
+    monkeypatch.setattr(handover, "_READ", {})  # the twin: a fresh process reads the file as it now is
+    with pytest.raises(ConfigError, match="TORCHBOOST_TRIAL_SETTINGS"):
+        handover.trial_plan()

@@ -1,6 +1,6 @@
 """Signals that raise where the program is, so its ``finally`` blocks run: one helper for
 the observed child (:mod:`torchboost.observe.child.bootstrap`), ``torchboost run`` and the
-parent's wait (:mod:`torchboost.observe.parent.process_group`)."""
+parent's wait (:mod:`torchboost.process.process_group`)."""
 
 from __future__ import annotations
 

@@ -109,11 +109,11 @@ class Booster:
         verbose: bool = True,
     ):
         self.config = load_config(config)
-        trial = handover.trial_config()
+        trial = handover.trial_plan()
         if trial is not None:
             # A `torchboost tune` trial (see torchboost.handover): the candidate on top of
             # the user's configuration, exactly what tune writes to torchboost.toml if it wins.
-            self.config = trial
+            self.config = trial.config
         self.env = probe()
         # The script builds the Booster with no torchboost argument to carry the claims,
         # so it takes this process's one (torchboost.handover says why and who else sees it).

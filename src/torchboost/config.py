@@ -55,9 +55,11 @@ __all__ = [
     "check_bool_or_word",
     "check_choice",
     "check_int_or_word",
+    "parse_toml",
     "register_section",
     "section_classes",
     "tool_table",
+    "toml_text",
 ]
 
 CONFIG_FILENAME = "torchboost.toml"
@@ -222,30 +224,17 @@ class BoostConfig:
         """Read a ``torchboost.toml``, or a ``pyproject.toml``'s ``[tool.torchboost]``
         table; errors name the file (and the table) and the field."""
         path = Path(path)
-        if path.is_dir():
-            raise ConfigError(f"{path}: a directory, not a torchboost.toml file")
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return cls.from_parsed(path, parse_toml(path, toml_text(path)))
+
+    @classmethod
+    def from_parsed(cls, path: Path, data: Mapping[str, Any]) -> "BoostConfig":
+        """The configuration in ``data``, the parsed file at ``path`` (:func:`parse_toml`);
+        errors name the file (and the table) and the field."""
         where = f"{path} [tool.torchboost]" if path.name == PYPROJECT_FILENAME else str(path)
         try:
             return cls.from_dict(tool_table(path, data))
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-
-    @staticmethod
-    def written_keys(path: str | Path) -> set[str]:
-        """The dotted keys a ``torchboost.toml`` (or ``[tool.torchboost]``) sets itself (the rest take defaults)."""
-        try:
-            data = tool_table(Path(path), tomllib.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ConfigError):
-            return set()
-        return {f"{section}.{key}" for section, values in data.items() if isinstance(values, dict) for key in values}
 
     def to_toml_string(self, header: str = "") -> str:
         """The TOML text, with ``header`` lines as leading comments."""
@@ -255,6 +244,26 @@ class BoostConfig:
     def to_toml(self, path: str | Path, header: str = "") -> None:
         """Write atomically: a crash mid-write leaves any previous file intact."""
         atomic_write_bytes(Path(path), self.to_toml_string(header).encode("utf-8"))
+
+
+def toml_text(path: Path) -> str:
+    """The text of the configuration file at ``path``; ConfigError naming it when it cannot be read."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: a directory, not a torchboost.toml file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def parse_toml(path: Path, text: str) -> dict[str, Any]:
+    """``text``, read from ``path``, parsed; ConfigError naming the file when it is not TOML."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
 def tool_table(path: Path, data: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -8,6 +8,7 @@ would be the obvious one to read. In ``pyproject.toml`` the tables are the same 
     [tool.torchboost.precision]
     mode = "bf16"
 
+:func:`config_to_apply` is what ``torchboost run`` applies, read once (:class:`ConfigFile`);
 :func:`config_to_write` is where ``torchboost tune`` writes its result: the file the
 configuration already lives in, else ``torchboost.toml``. :func:`with_tool_table` puts
 the tables into a ``pyproject.toml``'s text in place of its old ``[tool.torchboost]``
@@ -19,19 +20,22 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from torchboost.config import CONFIG_FILENAME, PYPROJECT_FILENAME, BoostConfig, ConfigError
+from torchboost.config import CONFIG_FILENAME, PYPROJECT_FILENAME, BoostConfig, ConfigError, parse_toml, tool_table, \
+    toml_text
+from torchboost.usage import UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["HEADER_START", "config_text", "config_to_write", "config_words", "find_config", "has_tool_table", "header_lines", "in_pyproject",
+__all__ = ["HEADER_START", "ConfigFile", "config_text", "config_to_apply", "config_to_write", "config_words", "find_config", "has_tool_table", "header_lines", "in_pyproject",
            "tool_toml", "with_tool_table"]
 
 HEADER_START = "Tuned by torchboost for:"
@@ -74,6 +78,50 @@ def find_config(folder: str | Path = ".") -> Path | None:
     return found[0] if found else None
 
 
+@dataclass(frozen=True)
+class ConfigFile:
+    """A configuration file, read once: what it configures, the keys it sets itself, its header."""
+
+    path: Path
+    """Where it was read: a ``torchboost.toml``, or a ``pyproject.toml`` (its ``[tool.torchboost]``)."""
+    config: BoostConfig
+    """The configuration; what the file does not set takes the defaults."""
+    written: frozenset[str]
+    """The dotted keys the file sets itself."""
+    header: tuple[str, ...]
+    """The comment lines right above the configuration (:func:`header_lines`)."""
+
+    @classmethod
+    def read(cls, path: str | Path) -> "ConfigFile":
+        """Read the file at ``path``; ConfigError naming the file (and the field) when it cannot be used."""
+        path = Path(path)
+        text = toml_text(path)
+        data = parse_toml(path, text)
+        config = BoostConfig.from_parsed(path, data)
+        written = {f"{section}.{key}" for section, values in tool_table(path, data).items()
+                   if isinstance(values, dict) for key in values}
+        return cls(path, config, frozenset(written), tuple(_header(path, text)))
+
+    @property
+    def words(self) -> str:
+        """How the messages name it (:func:`config_words`)."""
+        return config_words(self.path)
+
+
+def config_to_apply(name: str | None) -> ConfigFile:
+    """What ``torchboost run`` applies, read once: the file named (``--config``), else the
+    folder's configuration; UsageError when there is none."""
+    if name is None:
+        found = find_config()
+        if found is None:
+            raise UsageError(f"no {CONFIG_FILENAME} here, nor [tool.torchboost] in {PYPROJECT_FILENAME}; "
+                             "write one with 'torchboost tune -- python train.py'")
+        return ConfigFile.read(found)
+    if not Path(name).is_file():
+        raise UsageError(f"{name}: no such file; write one with 'torchboost tune -- python train.py'")
+    return ConfigFile.read(name)
+
+
 def config_to_write(folder: str | Path = ".") -> Path:
     """Where tune writes in ``folder``: where the configuration lives, else ``torchboost.toml``."""
     return find_config(folder) or Path(folder) / CONFIG_FILENAME
@@ -101,9 +149,12 @@ def header_lines(path: str | Path) -> list[str]:
     ``torchboost.toml``'s first two lines; in a ``pyproject.toml``, those right above its
     first ``[tool.torchboost]`` table. [] when the file cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        return _header(path, Path(path).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return []
+
+
+def _header(path: str | Path, text: str) -> list[str]:
     lines = text.splitlines()
     if in_pyproject(path):
         first = next((i for i, line in enumerate(lines) if _ours(_table_path(line))), None)

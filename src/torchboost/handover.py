@@ -2,14 +2,17 @@
 
 ``torchboost tune`` runs the user's script once per candidate. The trial's whole
 configuration (the user's ``torchboost.toml``, or plain PyTorch without one, with the
-candidate's settings on top) travels once: the trial's parent writes it to a JSON file
-and sets one environment variable, ``TORCHBOOST_TRIAL_SETTINGS``, to its path. Inside the
-trial both appliers read that one file through :func:`trial_config`: the no-code applier
-(:mod:`torchboost.nocode`) applies its concrete changes as ``torchboost run``
-would, and a :class:`torchboost.Booster` in the script uses it instead of the file it
-would read. It is what tune writes to ``torchboost.toml`` when the candidate wins, so
-what is measured is what is written. Nothing else in torchboost reads the environment for
-configuration, and nothing sets this variable except a tuning trial.
+candidate's settings on top), resolved once into a :class:`~torchboost.plan.Plan`, travels
+once: the trial's parent writes the plan to a JSON file (:func:`write_plan`) and sets one
+environment variable, ``TORCHBOOST_TRIAL_SETTINGS``, to its path. Inside the trial the
+plan is read once (:func:`trial_plan`, kept for the process): the no-code applier
+(:mod:`torchboost.nocode`) applies its settings as ``torchboost run`` would, and a
+:class:`torchboost.Booster` in the script uses its configuration instead of the file it
+would read. That configuration is what tune writes to ``torchboost.toml`` when the
+candidate wins, so what is measured is what is written. Nothing else in torchboost reads
+the environment for configuration, and nothing sets this variable except tune (its trials
+and its end-to-end check) and ``torchboost run`` of a launcher, for the processes the
+command starts.
 
 A Booster in the script applies the techniques itself, so it *claims* them; the no-code
 applier leaves a claimed technique alone, so nothing is applied twice, and the observer
@@ -31,28 +34,35 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from torchboost.config import BoostConfig, ConfigError
+from torchboost.config import ConfigError
+from torchboost.plan import Plan
 
-__all__ = ["TRIAL_SETTINGS_ENV", "Claims", "process_claims", "trial_config", "write_trial_config"]
+__all__ = ["TRIAL_SETTINGS_ENV", "Claims", "process_claims", "trial_plan", "write_plan"]
 
 TRIAL_SETTINGS_ENV = "TORCHBOOST_TRIAL_SETTINGS"
 """Names the JSON file of a trial's settings; set only by ``torchboost tune`` for its trials."""
 
 
-def trial_config() -> BoostConfig | None:
-    """The current trial's configuration, or None outside a trial."""
+def trial_plan() -> Plan | None:
+    """This process's plan, handed over (None outside a trial): read once, then kept."""
     path = os.environ.get(TRIAL_SETTINGS_ENV)
     if not path:
         return None
-    try:
-        return BoostConfig.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{TRIAL_SETTINGS_ENV}: {path}: {exc}") from None
+    if path not in _READ:
+        try:
+            _READ[path] = Plan.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{TRIAL_SETTINGS_ENV}: {path}: {exc}") from None
+    return _READ[path]
 
 
-def write_trial_config(path: Path, config: BoostConfig) -> None:
-    """Write a trial's configuration file (the parent side of the hand-over)."""
-    path.write_text(json.dumps(config.to_dict(), sort_keys=True), encoding="utf-8")
+def write_plan(path: Path, plan: Plan) -> None:
+    """Write the plan handed over (the parent's side)."""
+    path.write_text(json.dumps(plan.to_dict(), sort_keys=True), encoding="utf-8")
+
+
+_READ: dict[str, Plan] = {}
+"""The plans this process has read, by path: one in a trial."""
 
 
 class Claims:

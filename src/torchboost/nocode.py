@@ -1,9 +1,9 @@
 """Apply torchboost settings to an unmodified training script, from inside its process.
 
-Used by ``torchboost tune`` trials and ``torchboost run``. The settings are an
-:class:`~torchboost.config.Overlay`; what each technique does with its fields is its
-descriptor's :class:`~torchboost.techniques.registry.NoCode` hooks, and this module owns
-the patching that reaches them, restored by :meth:`Applier.uninstall`:
+Used by ``torchboost tune`` trials and ``torchboost run``. What it applies is a
+:class:`~torchboost.plan.Plan`'s settings, as resolved there; what each technique does
+with its fields is its descriptor's :class:`~torchboost.techniques.registry.NoCode` hooks,
+and this module owns the patching that reaches them, restored by :meth:`Applier.uninstall`:
 
 * process-wide switches (threads, TF32) are set at install;
 * ``DataLoader.__init__`` is wrapped (by :mod:`torchboost.reach.loader_patch`, the one
@@ -33,25 +33,24 @@ from __future__ import annotations
 import functools
 import weakref
 from itertools import chain
-from typing import Any, Collection, Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.optim.optimizer as _optim
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
-from torchboost.config import BoostConfig, Overlay
-from torchboost.frameworks import fix_words
 from torchboost.handover import Claims
+from torchboost.plan import Plan
 from torchboost.reach.loader_patch import LoaderPatch, rewritten_arguments
 from torchboost.reach.log_filters import LoggerFilters
 from torchboost.reach.optimizer_owner import module_names
 from torchboost.techniques.registry import NoCode, Technique, techniques
 
-__all__ = ["Applier", "changed_settings", "nocode_settings", "settings_from_config"]
+__all__ = ["Applier"]
 
 
-def _hooks(settings: Overlay) -> list[tuple[Technique, NoCode, dict[str, Any]]]:
+def _hooks(settings: Mapping[str, Any]) -> list[tuple[Technique, NoCode, dict[str, Any]]]:
     """(technique, its no-code hooks, the fields the settings set in its section)."""
     out = []
     for technique in techniques():
@@ -61,55 +60,6 @@ def _hooks(settings: Overlay) -> list[tuple[Technique, NoCode, dict[str, Any]]]:
         if values:
             out.append((technique, technique.nocode, values))
     return out
-
-
-def nocode_settings(settings: Mapping[str, Any]) -> tuple[Overlay, list[str]]:
-    """Split settings into what can be applied from outside and notes on the rest."""
-    settings = Overlay(settings)
-    applicable = settings
-    notes: list[str] = []
-    for technique in techniques():
-        if technique.section is None:
-            continue
-        values = settings.section(technique.section)
-        if not values:
-            continue
-        why = technique.nocode_refusal if technique.nocode is None else technique.nocode.refuse(values)
-        if why is not None:
-            applicable = applicable.without(technique.section)
-            notes += [f"{technique.section.section}.{key} = {value!r} needs the Booster in the training loop "
-                      f"({why}); not applied{_trainer_words(technique, key, value)}" for key, value in values.items()]
-    return applicable, notes
-
-
-def _trainer_words(technique: Technique, key: str, value: Any) -> str:
-    # A Hugging Face Trainer script has a flag for some of what needs the Booster.
-    words = fix_words(Overlay.of(technique.section, **{key: value})).get("transformers")
-    return f"; a Hugging Face Trainer takes {words}" if words else ""
-
-
-def changed_settings(config: BoostConfig, written: Collection[str] | None = None) -> tuple[Overlay, list[str]]:
-    """The settings of ``config`` that change something, and notes on its "auto"s.
-
-    "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
-    only the Booster resolves it (it sees the model). ``written``: the dotted keys the
-    user's file sets; notes speak of those only (None: of every key).
-    """
-    changed = Overlay.between(BoostConfig.off(), config)
-    notes = [f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it'
-             for dotted, value in changed.items() if value == "auto" and (written is None or dotted in written)]
-    return Overlay({k: v for k, v in changed.items() if v not in ("auto", "keep")}), notes
-
-
-def settings_from_config(config: BoostConfig, written: Collection[str] | None = None) -> tuple[Overlay, list[str]]:
-    """The settings to apply from outside, and notes on what is left alone.
-
-    Only the :func:`changed_settings` that can be applied without a Booster in the loop;
-    ``written`` as there.
-    """
-    wanted, notes = changed_settings(config, written)
-    settings, refused = nocode_settings(wanted)
-    return settings, notes + refused
 
 
 def _trainable(module: nn.Module) -> bool:
@@ -147,18 +97,16 @@ class _Coverage:
 
 
 class Applier:
-    """Installs the patches for ``settings``; ``uninstall`` restores everything.
+    """Installs the patches for ``plan``'s settings; ``uninstall`` restores everything.
 
+    The plan is trusted as it is given (:mod:`torchboost.plan` resolved it, once).
     ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`);
     ``torchboost run`` and the observed child pass the process's. By default a ``Claims``
     of its own: no Booster, so every setting is applied from here.
     """
 
-    def __init__(self, settings: Mapping[str, Any], *, claims: Claims | None = None):
-        _, refused = nocode_settings(settings)
-        if refused:
-            raise ValueError("; ".join(refused))
-        self.settings = Overlay(settings)
+    def __init__(self, plan: Plan, *, claims: Claims | None = None):
+        self.settings = plan.apply
         self._hooks = _hooks(self.settings)
         self._claims = claims if claims is not None else Claims()
         self._loader_patch: LoaderPatch | None = None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.cli.compare import sides
-from torchboost.observe.parent.launch import UsageError
+from torchboost.process.launch import UsageError
 from torchboost.tune.verify.versus import Comparison, Side, loss_verdict
 from torchboost.tune.verify.end_to_end import EndToEnd
 

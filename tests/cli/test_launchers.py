@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchboost.observe.parent.launch import UsageError, parse_launch
+from torchboost.process.launch import UsageError, parse_launch
 
 TRAIN = """\
 import sys, torch

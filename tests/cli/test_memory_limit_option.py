@@ -9,7 +9,7 @@ import pytest
 from torchboost.cli import main
 from torchboost.cli._inputs import parse_size
 from torchboost.cli.tune import add_arguments, options_from_args
-from torchboost.observe.parent.launch import UsageError
+from torchboost.process.launch import UsageError
 
 GiB, MiB = 2**30, 2**20
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchboost.nocode import nocode_settings
+from torchboost.plan import nocode_settings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "hf_trainer_train.py"
 TOML = """\

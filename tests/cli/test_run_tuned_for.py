@@ -57,3 +57,31 @@ def test_a_users_own_file_is_not_checked(tuned, capfd):
     tuned.write_text("pass\n")
     code, err = _run(capfd, "python", "train.py")
     assert code == 0 and WORD not in err
+
+
+def _reads_of(name: str, monkeypatch) -> list[str]:
+    """Every opening of a file called ``name`` for reading from now on (pathlib's too)."""
+    import builtins
+    import io
+
+    seen: list[str] = []
+    real_open = io.open
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        if str(file).endswith(name) and "r" in mode:
+            seen.append(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(io, "open", counting_open)
+    return seen
+
+
+def test_run_reads_the_configuration_once(tuned, capfd, monkeypatch):
+    seen = _reads_of("torchboost.toml", monkeypatch)
+    code, err = _run(capfd, "python", "train.py")
+    assert code == 0 and "applying torchboost.toml: cpu.threads=1" in err
+    assert len(seen) == 1, seen
+    # the twin: a second read of the file is counted
+    BoostConfig.from_toml(tuned.parent / "torchboost.toml")
+    assert len(seen) == 2

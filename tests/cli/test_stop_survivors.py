@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from torchboost.observe.parent.process_group import end_group, survivors
+from torchboost.process.process_group import end_group, survivors
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

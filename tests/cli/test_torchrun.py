@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from torchboost.observe.parent.launch import Launch, UsageError, parse_launch
+from torchboost.process.launch import Launch, UsageError, parse_launch
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PROBE = str(SCRIPTS / "ddp_probe.py")

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from torchboost.cli._lock import folder_lock
-from torchboost.observe.parent.launch import UsageError
+from torchboost.process.launch import UsageError
 
 
 def test_a_held_folder_refuses_a_second_holder_until_released(tmp_path):

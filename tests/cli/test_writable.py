@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.cli._inputs import check_writable_file
-from torchboost.observe.parent.launch import UsageError
+from torchboost.process.launch import UsageError
 
 UNWRITABLE = Path("/sys/torchboost.toml")  # sysfs: not even root creates a file there
 

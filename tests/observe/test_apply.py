@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from torchboost import BoostConfig
-from torchboost.nocode import settings_from_config
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 
 
 def _data():
@@ -23,7 +25,7 @@ class _Stream(IterableDataset):
 
 def test_loader_settings_apply_to_map_style_only_and_are_restored():
     original_init = DataLoader.__init__
-    applier = Applier({"loader.num_workers": 2, "loader.persistent_workers": True, "loader.prefetch_factor": 4})
+    applier = Applier(Plan.applying({"loader.num_workers": 2, "loader.persistent_workers": True, "loader.prefetch_factor": 4}))
     applier.install()
     try:
         loader = DataLoader(_data(), batch_size=4, shuffle=True)
@@ -39,7 +41,7 @@ def test_loader_settings_apply_to_map_style_only_and_are_restored():
 
 def test_zero_workers_drop_worker_only_options():
     with_workers = DataLoader.__init__
-    applier = Applier({"loader.num_workers": 0}).install()
+    applier = Applier(Plan.applying({"loader.num_workers": 0})).install()
     try:
         loader = DataLoader(_data(), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=3)
         assert loader.num_workers == 0 and not loader.persistent_workers
@@ -50,7 +52,7 @@ def test_zero_workers_drop_worker_only_options():
 
 def test_threads_are_set_at_install():
     before = torch.get_num_threads()
-    applier = Applier({"cpu.threads": 1}).install()
+    applier = Applier(Plan.applying({"cpu.threads": 1})).install()
     try:
         assert torch.get_num_threads() == 1
         assert "intra-op threads set to 1" in applier.notes
@@ -74,7 +76,7 @@ def test_bf16_runs_around_the_root_forward_from_the_second_call():
     from torch.nn.modules import module as nn_module
 
     model = Probe()
-    applier = Applier({"precision.mode": "bf16"}).install()
+    applier = Applier(Plan.applying({"precision.mode": "bf16"})).install()
     try:
         assert nn_module._global_forward_pre_hooks  # watching for the root
         model(torch.randn(2, 8)).sum().backward()
@@ -96,7 +98,7 @@ def test_optimizer_switches_kernels_before_its_first_step():
     reference.load_state_dict(model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
-    applier = Applier({"optimizer.implementation": "fused"}).install()
+    applier = Applier(Plan.applying({"optimizer.implementation": "fused"})).install()
     try:
         model(torch.ones(2, 4)).sum().backward()
         optimizer.step()
@@ -111,27 +113,37 @@ def test_optimizer_switches_kernels_before_its_first_step():
 
 def test_fp16_is_refused_without_the_booster():
     with pytest.raises(ValueError, match="fp16"):
-        Applier({"precision.mode": "fp16"})
+        Applier(Plan.applying({"precision.mode": "fp16"}))
 
 
-def test_settings_from_config_applies_only_concrete_changes():
+def test_a_plan_applies_only_concrete_changes():
     config = BoostConfig.off().replace(
         loader={"num_workers": 2, "pin_memory": "auto"}, cpu={"threads": 1},
         memory={"channels_last": True}, precision={"mode": "bf16"}, accumulation={"steps": 2},
     )
-    settings, notes = settings_from_config(config)
-    assert settings == {"loader.num_workers": 2, "cpu.threads": 1, "precision.mode": "bf16",
-                        "memory.channels_last": True}
-    assert any("loader.pin_memory" in n and "auto" in n for n in notes)
-    assert any("accumulation.steps" in n and "Booster" in n for n in notes)
-    assert settings_from_config(BoostConfig.off()) == ({}, [])
+    plan = Plan.of(config)
+    assert plan.apply == {"loader.num_workers": 2, "cpu.threads": 1, "precision.mode": "bf16",
+                          "memory.channels_last": True}
+    assert plan.config == config  # whole, for a Booster in the script
+    assert any("loader.pin_memory" in n and "auto" in n for n in plan.notes)
+    assert any("accumulation.steps" in n and "Booster" in n for n in plan.notes)
+    assert (Plan.of(BoostConfig.off()).apply, Plan.of(BoostConfig.off()).notes) == ({}, ())
+    # the notes on "auto" speak only of what the user's file writes
+    assert not any("pin_memory" in n for n in Plan.of(config, written={"cpu.threads"}).notes)
+
+
+def test_a_plan_reads_back_as_it_was_written():
+    plan = Plan.of(BoostConfig.off().replace(loader={"num_workers": 2}, accumulation={"steps": 2}))
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    twin = Plan.from_dict({**plan.to_dict(), "apply": {}})  # the twin: another plan reads back as another
+    assert twin != plan and twin.config == plan.config
 
 
 def test_root_is_the_trained_model_not_a_module_called_under_no_grad():
     teacher = nn.Linear(8, 2)
     model = nn.Linear(8, 2)
     loss_fn = nn.MSELoss()
-    applier = Applier({"precision.mode": "bf16"}).install()
+    applier = Applier(Plan.applying({"precision.mode": "bf16"})).install()
     try:
         with torch.no_grad():
             target = teacher(torch.randn(4, 8))
@@ -160,7 +172,7 @@ def _script(apart: bool) -> Applier:
     enc1, enc2, head = nn.Linear(4, 8), nn.Linear(4, 8), nn.Linear(8, 1)
     model = _Combined(enc1, enc2, head)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    applier = Applier({"precision.mode": "bf16"}).install()
+    applier = Applier(Plan.applying({"precision.mode": "bf16"})).install()
     try:
         for _ in range(2):
             x = torch.randn(2, 4)
@@ -191,7 +203,7 @@ def test_the_first_step_hook_stays_through_the_optimizers_own_loop_over_its_hook
     threads = torch.get_num_threads()
     model = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    applier = Applier({"cpu.threads": 1}).install()
+    applier = Applier(Plan.applying({"cpu.threads": 1})).install()
     after = optim_module.register_optimizer_step_pre_hook(lambda *a: None)  # the observer's, after it
     try:
         for _ in range(3):
@@ -235,7 +247,7 @@ class _Blocks(nn.Module):
 def test_the_root_is_boosted_once_however_often_it_runs_before_the_first_step(forwards):
     model = _Blocks()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    applier = Applier({"checkpointing.scope": "blocks"}).install()
+    applier = Applier(Plan.applying({"checkpointing.scope": "blocks"})).install()
     try:
         for _ in range(forwards):
             model(torch.randn(2, 4)).sum().backward()

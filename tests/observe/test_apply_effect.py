@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +30,7 @@ def _step() -> None:
 
 
 def _effect(settings, script) -> Applier:
-    applier = Applier(settings).install()
+    applier = Applier(Plan.applying(settings)).install()
     try:
         script()
     finally:
@@ -91,11 +92,12 @@ def test_reading_what_held_leaves_torchs_step_hooks_as_they_are_mid_step():
     import torch
     import torch.optim.optimizer as optim_module
 
-    from torchboost.nocode import Applier
     from torchboost.config import Overlay
+    from torchboost.nocode import Applier
+    from torchboost.plan import Plan
 
     seen: list[int] = []
-    applier = Applier(Overlay({"cpu.threads": torch.get_num_threads()})).install()
+    applier = Applier(Plan.applying(Overlay({"cpu.threads": torch.get_num_threads()}))).install()
     # After the applier's, as the observer's are installed after it: torch's loop goes on past it.
     other = optim_module.register_optimizer_step_pre_hook(lambda opt, args, kwargs: seen.append(1))
     try:

@@ -9,6 +9,7 @@ from torch import nn
 
 from torchboost.observe import Instrumentation, ObserveSpec, StepRecorder
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 from torchboost.reach.log_filters import LoggerFilters, torchboost_filters
 from torchboost.techniques.compile import apply_compile
 
@@ -45,7 +46,7 @@ def test_compiles_filter_is_on_dynamos_logger_while_recording_and_gone_after(tmp
 
 
 def test_the_no_code_applier_takes_it_off_too(no_filters_of_ours):
-    applier = Applier({"loader.num_workers": 0}).install()
+    applier = Applier(Plan.applying({"loader.num_workers": 0})).install()
     _compile_a_model()
     assert torchboost_filters() != []
     applier.uninstall()

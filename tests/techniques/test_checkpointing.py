@@ -20,6 +20,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.frameworks import fix_words
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 from torchboost.techniques.checkpointing import (
     CheckpointingConfig, CheckpointingFacts, TECHNIQUE, apply_checkpointing, checkpointing_blocks,
     remove_checkpointing,
@@ -119,7 +120,7 @@ def test_the_booster_applies_it_and_off_leaves_the_model_plain():
 
 
 def test_torchboost_run_applies_it_at_the_root():
-    applier = Applier(Overlay.of(CheckpointingConfig, scope="blocks")).install()
+    applier = Applier(Plan.applying(Overlay.of(CheckpointingConfig, scope="blocks"))).install()
     try:
         model = _model()
         model(torch.randn(2, 8))  # the first forward finds the root

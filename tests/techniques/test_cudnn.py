@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import torchboost
 from torchboost import BoostConfig, ConfigError, Overlay
-from torchboost.nocode import Applier, nocode_settings
+from torchboost.nocode import Applier
+from torchboost.plan import Plan, nocode_settings
 from torchboost.techniques.cudnn import CudnnConfig, fixed_shapes, resolve_benchmark
 from torchboost.techniques.memory import MemoryTuning
 from torchboost.tune.search.levers import TuneContext, default_levers
@@ -95,7 +96,7 @@ def test_applied_from_outside_to_an_unmodified_script(benchmark_flag):
     torch.backends.cudnn.benchmark = False
     settings, notes = nocode_settings(Overlay.of(CudnnConfig, benchmark=True))
     assert notes == [] and dict(settings) == {"cudnn.benchmark": True}
-    applier = Applier(settings).install()
+    applier = Applier(Plan.applying(settings)).install()
     try:
         assert torch.backends.cudnn.benchmark is True
         assert applier.notes == ["cudnn.benchmark set to True"]

@@ -22,7 +22,8 @@ from torchboost.diagnose.rules import RULES
 from torchboost.evidence.findings import Measured
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.frameworks import spell
-from torchboost.nocode import Applier, nocode_settings
+from torchboost.nocode import Applier
+from torchboost.plan import Plan, nocode_settings
 from torchboost.techniques.debug import DebugConfig, DebugFacts, quick_switch
 from torchboost.techniques.debug.debug_facts import LINE_PATTERNS, probe_debug, script_line
 from torchboost.techniques.registry import Parity, ProbeContext, TuneContext, techniques
@@ -260,10 +261,10 @@ def _script_steps(applier: Applier) -> bool:
 def test_run_turns_it_off_at_the_first_step_and_says_so_and_leaves_it_unasked(anomaly):
     settings, notes = nocode_settings(Overlay.of(DebugConfig, detect_anomaly=False))
     assert notes == [] and dict(settings) == {"debug.detect_anomaly": False}
-    applier = Applier(settings).install()
+    applier = Applier(Plan.applying(settings)).install()
     assert _script_steps(applier) is False
     assert applier.notes == ["autograd's anomaly detection turned off (the script had it on)"]
-    assert _script_steps(Applier({}).install()) is True  # twin: nothing asked, nothing changed
+    assert _script_steps(Applier(Plan.applying({})).install()) is True  # twin: nothing asked, nothing changed
 
 
 def test_the_lever_is_exact_proposed_when_it_was_seen_on_and_confirmed_in_bursts():

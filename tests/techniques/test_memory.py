@@ -14,6 +14,7 @@ from torch import nn
 from torchboost import cli, handover
 from torchboost.config import BoostConfig
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 from torchboost.techniques.memory import (
     apply_channels_last,
     has_conv2d,
@@ -125,7 +126,7 @@ def test_has_conv2d():
 
 def _nocode_channels_last(model: nn.Module, x: torch.Tensor) -> list[str]:
     """``model`` run twice under the no-code applier asking for channels_last; its notes."""
-    applier = Applier({"memory.channels_last": True}).install()
+    applier = Applier(Plan.applying({"memory.channels_last": True})).install()
     try:
         for _ in range(2):  # converted after the root's first forward, as in a script's loop
             model(x)

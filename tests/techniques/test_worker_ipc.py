@@ -13,6 +13,7 @@ from torchboost.techniques.cpu import CpuConfig
 from torchboost.techniques.loader import LoaderConfig
 from torchboost.env import probe
 from torchboost.nocode import Applier
+from torchboost.plan import Plan
 from torchboost.techniques.loader import LoaderSettings, rebuild_loader, resolve_host
 from torchboost.techniques.loader.worker_ipc import WorkerSharing, sharing_of, with_sharing
 from torchboost.techniques.loader import LoaderTuning
@@ -105,7 +106,7 @@ def test_resolve_auto_keeps_the_default_and_an_explicit_choice_is_used():
 
 @needs_file_system
 def test_applied_from_outside_to_an_unmodified_loader():
-    applier = Applier({"loader.num_workers": 2, "loader.sharing_strategy": "file_system"}).install()
+    applier = Applier(Plan.applying({"loader.num_workers": 2, "loader.sharing_strategy": "file_system"})).install()
     try:
         got = items(loader())
     finally:

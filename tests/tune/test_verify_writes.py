@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.config import BoostConfig
-from torchboost.observe.guard.run_guard import INSURED_FILE_BYTES
+from torchboost.process.guard.run_guard import INSURED_FILE_BYTES
 from torchboost.tune.verify.check import _config_files, _whole_run
 
 SCRIPT = """\

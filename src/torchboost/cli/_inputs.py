@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from torchboost._disk import NO_SPACE, NoSpaceError
-from torchboost.observe.parent.launch import UsageError
+from torchboost.usage import UsageError
 
 __all__ = ["check_out_dir", "check_seconds", "check_writable_file", "parse_size", "SIZE_UNITS"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from torchboost._disk import NO_SPACE, NoSpaceError
-from torchboost.observe.parent.launch import UsageError
+from torchboost.usage import UsageError
 
 __all__ = ["LOCK_NAME", "folder_lock"]
 

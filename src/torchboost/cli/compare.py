@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from torchboost.observe.parent.launch import UsageError, parse_launch
+from torchboost.process.launch import UsageError, parse_launch
 from torchboost.tune.verify.versus import Side, compare
 
 __all__ = ["USAGE", "add_arguments", "fraction", "run", "sides"]

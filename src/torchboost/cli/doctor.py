@@ -27,8 +27,8 @@ from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
 from torchboost.report.limits_text import shared_run_words
 from torchboost.cli._inputs import check_out_dir, check_seconds
-from torchboost.observe.parent.launch import parse_launch
-from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.process.launch import parse_launch
+from torchboost.process.no_stdin import stdin_words
 from torchboost.observe.parent.request import DOCTOR_PRECISION, DOCTOR_RECORD_S, RunRequest, doctor_bounds
 from torchboost.observe.parent.supervise import ObservedRun, Progress, UsageError, job_facts, run_observed
 from torchboost.diagnose.trace_file import facts_from_trace, load_traces

@@ -26,7 +26,7 @@ from torchboost.config import ConfigError
 from torchboost.config_files import config_to_write
 from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
-from torchboost.observe.parent.launch import UsageError, parse_launch
+from torchboost.process.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.search.memory_limit import MEMORY_MARGIN
 from torchboost.tune.trials.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, SLOW_STEP_MS, TRIAL_WINDOW_S

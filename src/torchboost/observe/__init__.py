@@ -1,4 +1,4 @@
-"""Zero-code observation of a training script: instrumentation, profiler window, child launch.
+"""Zero-code observation of a training script: instrumentation, profiler window, facts.
 
 Public names::
 
@@ -11,26 +11,26 @@ Public names::
 
 Rooms, and the one way their imports flow::
 
-    parent/   launch, supervise, process_group, relay, no_stdin   (the torchboost process)
-       |          starts the child, relays its output, reads back what it left:
-       v          facts.json (evidence.observed), the step count, the progress line
+    parent/   request, supervise, tree_facts                   (the torchboost process)
+       |          asks for the run, starts the child through torchboost.process, reads back
+       v          what it left: facts.json (evidence.observed), the step count, the progress line
     spec.py   the one contract between parent and child: ObserveSpec, the progress line,
        ^          the step count; imports no room
        |
-    child/    bootstrap, watchdog, compiling                   (the observed process)
+    child/    bootstrap, tree, watchdog, compiling, here       (the observed process)
        v
-    hooks/    instrument, host_calls (and guard/'s write guard) (patched in, taken off again)
+    hooks/    instrument, host_calls                           (patched in, taken off again)
        v
     record/   recorder and its parts, facts_builder, run_output
        v
     probes/   profile, flop_count, byte_count, replay, quick, describe, hf_trainer, run_length
 
-    guard/    the write guard, both sides: the parent's snapshot and settling, the child's
-              patches and keeper, and the contract between them; imports no other room
-
 Each room imports only the rooms below it and the spec (the child uses the hooks and the
 recorder; the hooks call into the recorder; the recorder drives the probes); the parent
-imports none of the child's rooms, only the spec. What reaches into the script (the
+imports none of the child's rooms, only the spec. Launching, supervising and relaying a
+command, the write guard and the start-up hook of a command's tree are no observation:
+they stand below this package, in :mod:`torchboost.process`, which ``torchboost run``
+uses without importing any of this package. What reaches into the script (the
 DataLoader's construction, loggers' filters, its frames, an optimizer's owner) lives below
 both this package and the no-code applier (:mod:`torchboost.nocode`), in
 :mod:`torchboost.reach`; the child imports the applier, never the other way. The

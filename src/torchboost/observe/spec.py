@@ -4,9 +4,10 @@ The parent tells the child what to do in an :class:`ObserveSpec`: step counts an
 to write facts. It writes the spec to a JSON file and passes that file's path on the
 child's command line. Processes the command starts itself (a shell wrapper's ``python``,
 ``accelerate launch``'s worker, ranks spawned with ``torch.multiprocessing``) cannot be
-given a command-line word, so the same path also travels in one environment variable,
-:data:`TREE_ENV`, read only by :mod:`torchboost.observe.child.tree` at their start-up;
-each such process writes files tagged with its process id (:meth:`ObserveSpec.for_process`). The child answers in
+given a command-line word, so the same path also travels in the tree's spec
+(:class:`~torchboost.process.tree_spec.TreeSpec`), which names :mod:`torchboost.observe.child.tree`
+as their observer; each such process writes files tagged with its process id
+(:meth:`ObserveSpec.for_process`). The child answers in
 three files: ``facts.json`` (its :class:`~torchboost.evidence.observed.Facts`), the
 progress line (:class:`ProgressFile`, :func:`stage_of`) and the step count
 (:class:`StepCounter`, :func:`read_count`, :func:`reconcile`), each described below.
@@ -40,7 +41,7 @@ from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "Bursts", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "TREE_ENV", "INJECT_DIR", "HELLO_DIR", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+__all__ = ["ObserveSpec", "Bursts", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
            "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
@@ -48,14 +49,6 @@ FACTS_FILE = "facts.json"
 TRACE_FILE = "trace.pt.trace.json"
 """Name of the Chrome-trace file inside the output folder (TensorBoard's profiler plugin
 opens ``*.pt.trace.json`` files only)."""
-TREE_ENV = "TORCHBOOST_OBSERVE_TREE"
-"""Names the spec file for every Python process of an observed command's tree; set only by
-the doctor's and tune's parent, for the command it starts (see the module docstring)."""
-INJECT_DIR = Path(__file__).resolve().parent / "child" / "inject"
-"""The folder holding the start-up hook (``sitecustomize.py``) put first on the tree's PYTHONPATH."""
-HELLO_DIR = "processes"
-"""Folder (in the parent's scratch folder, beside the spec) where each Python process of the
-tree leaves one line at start-up: its pid, parent pid and command line."""
 REPLAY_STEPS = 3
 """Steps timed with re-served batches, after the profiler window
 (:mod:`torchboost.observe.probes.replay`)."""
@@ -179,12 +172,11 @@ class ObserveSpec:
     pid: int | None = None
     """Set for a process of the command's tree (:meth:`for_process`): its files are tagged
     with this process id, since its rank is not known when it starts."""
-    observe: bool = True
-    """False: the processes of the tree are not observed, only guarded (``guard``) or given
-    a trial's settings (tune's end-to-end runs, ``torchboost run`` of a launcher command)."""
     guard: dict[str, Any] | None = None
-    """The write guard's spec (:class:`~torchboost.observe.guard.guard_spec.WriteGuardSpec` as a
-    dict): the user's files are kept as they were; None: the run's writes stay (``--full``)."""
+    """The write guard's spec (:class:`~torchboost.process.guard.guard_spec.WriteGuardSpec` as a
+    dict) for the observed child itself: the user's files are kept as they were; None: the
+    run's writes stay (``--full``). The tree's other processes have it from the tree's spec
+    (:class:`~torchboost.process.tree_spec.TreeSpec`)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:

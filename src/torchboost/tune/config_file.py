@@ -37,10 +37,11 @@ from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig, ConfigError, Overlay
 from torchboost.config_files import (HEADER_START, has_tool_table, header_lines, in_pyproject, tool_toml,
                                      with_tool_table)
-from torchboost.observe.parent.launch import UsageError, parse_launch, without_interpreter
+from torchboost.process.launch import UsageError, parse_launch, without_interpreter
 from torchboost.tune.trials.journal import script_digest
 
-__all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "settings_to_config", "tuned_for", "user_config",
+__all__ = ["HEADER_START", "ConfigWrite", "TunedFor", "backup_path", "settings_to_config", "tuned_elsewhere", "tuned_for",
+           "user_config",
            "write_config",
            "written_by_torchboost"]
 
@@ -111,6 +112,22 @@ def tuned_for(path: Path) -> TunedFor | None:
     pyproject.toml's ``[tool.torchboost]``); None when it has none (the user's own file,
     or one an older torchboost wrote without the script's hash)."""
     return TunedFor.from_lines(header_lines(path))
+
+
+def tuned_elsewhere(header: Sequence[str], command: Sequence[str]) -> str | None:
+    """What a configuration whose header is ``header`` was tuned for, in words, when that
+    is not ``command`` as it now is ("another version of train.py (sha256 …)", "another
+    command (command then: …)"); None when it is, or when the header has no record."""
+    then = TunedFor.from_lines(header)
+    if then is None:  # the user's own file, or an older torchboost's: nothing to check against
+        return None
+    now = TunedFor.of(command)
+    differs = then.differences(now)
+    if not differs:
+        return None
+    what = f"another version of {then.script or now.script}" if then.script_sha256 != now.script_sha256 \
+        else "another command"
+    return f"{what} ({'; '.join(differs)})"
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import limits_device, step_dtype
 from torchboost.limits import machine_limits
 from torchboost.evidence.observed import Facts
-from torchboost.observe.parent.launch import parse_launch
-from torchboost.observe.guard.run_guard import summed_writes
+from torchboost.process.launch import parse_launch
+from torchboost.process.guard.run_guard import summed_writes
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts

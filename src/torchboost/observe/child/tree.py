@@ -4,8 +4,10 @@
 launch train.py``, a script whose ranks ``torch.multiprocessing`` spawns) does not start
 the training process itself: the command does, somewhere down its tree. Each Python
 process of the tree loads torchboost's start-up hook
-(:mod:`torchboost.observe.child.inject.sitecustomize`), which calls :func:`start` here
-once the process imports torch. From then on the process is observed as the bootstrap
+(:mod:`torchboost.process.inject.sitecustomize`); once the process imports torch, its
+start (:mod:`torchboost.process.tree_start`) installs the write guard and the settings
+handed over, then, the tree's spec naming this module, calls :func:`observe_process`
+here. From then on the process is observed as the bootstrap
 observes ``python train.py``: the same recorder, hooks, watchdog and, in a tuning trial,
 the same applier; its files are tagged with its process id (``facts.pidN.json``), and the
 parent keeps those of the processes that trained, ordered by rank. Processes that never
@@ -27,16 +29,15 @@ import sys
 import threading
 from typing import Any
 
-from torchboost import env as _env
-from torchboost import handover
-from torchboost.nocode import Applier, settings_from_config
-from torchboost.observe.child.bootstrap import finish, guard_of
+from torchboost.handover import Claims
+from torchboost.nocode import Applier
+from torchboost.observe.child.bootstrap import finish
 from torchboost.observe.child.watchdog import StallWatchdog
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.observe.record.recorder import StepRecorder
 from torchboost.observe.spec import ObserveSpec
 
-__all__ = ["TreeTerminated", "start"]
+__all__ = ["TreeTerminated", "observe_process"]
 
 
 class TreeTerminated(SystemExit):
@@ -48,24 +49,11 @@ class TreeTerminated(SystemExit):
         self.signum = signum
 
 
-def start(spec_path: str) -> StepRecorder | None:
-    """Start what the spec asks of this process (called once it has imported torch): the
-    write guard, a trial's settings, the observer; returns the recorder when observed.
-
-    torchboost's own command-line process (``torchboost run`` in tune's end-to-end check)
-    is only guarded: it applies the settings itself."""
+def observe_process(spec_path: str, *, applier: Applier | None, claims: Claims) -> StepRecorder:
+    """Observe this process (called once it has imported torch, by the start-up of the
+    tree's processes, :mod:`torchboost.process.tree_start`, which has installed the write
+    guard and ``applier``, the settings handed over); returns the recorder."""
     spec = ObserveSpec.read(spec_path).for_process(os.getpid())
-    guard_of(spec)  # uninstalled by its own exit hook, after every other
-    if _is_torchboost(sys.orig_argv):
-        return None
-    claims = handover.process_claims()
-    trial = handover.trial_config()
-    applicable, _ = settings_from_config(trial) if trial is not None else (None, [])
-    applier = Applier(applicable, claims=claims).install() if applicable else None
-    if not spec.observe:
-        if applier is not None:
-            atexit.register(_say_applied, applier)
-        return None
     recorder = StepRecorder(spec, claims=claims)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"), torchboost_pid=spec.parent_pid,
                              after_first_step=True).start()
@@ -74,23 +62,6 @@ def start(spec_path: str) -> StepRecorder | None:
     _on_crash(recorder)
     atexit.register(_at_exit, recorder, watchdog, instrumentation, applier)
     return recorder
-
-
-def _say_applied(applier: Applier) -> None:
-    """``torchboost run`` of a command's tree: what held in this process, where it trained
-    (as ``torchboost run`` says it for ``python train.py``); rank 0 speaks for a job."""
-    stepped = applier.effect is not None  # read at its first optimizer step; a helper process never steps
-    applier.uninstall()
-    place = _env.job_place() or (_env.rank(), 1)
-    if stepped and applier.effect and place[0] == 0:
-        print(f"torchboost run: applied in pid {os.getpid()} ({' '.join(sys.orig_argv[1:])[:60]}), as at "
-              f"{applier.effect_at}: {'; '.join(applier.effect)}", file=sys.stderr)
-
-
-def _is_torchboost(argv: list[str]) -> bool:
-    """``torchboost ...`` or ``python -m torchboost.cli ...``."""
-    words = [os.path.basename(w) for w in argv[:3]]
-    return "torchboost" in words[1:2] or "torchboost.cli" in words
 
 
 def _on_signals(recorder: StepRecorder) -> None:

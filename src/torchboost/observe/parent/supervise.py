@@ -15,31 +15,31 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from torchboost import _json as strict_json
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.parent.process_group import (
+from torchboost.process.process_group import (
     Interrupted, end_group, forwarded_signals, kill_group, run_group, signal_name, start_group,
 )
-from torchboost.observe.parent.launch import Launch, UsageError, parse_command, parse_launch
-from torchboost.observe.parent.relay import PROFILER_LOG, TAIL_CHARS, start_relays
-from torchboost.observe.guard.run_guard import RunGuard
-from torchboost.observe.guard.user_files import UserWrites
-from torchboost.observe.parent.tree_facts import (
-    adopt_trainers, processes_seen, trainers_ended, tree_counts, tree_env, tree_files,
-)
-from torchboost.observe.parent.wait import Waited, progress_reader, wait_for
+from torchboost.process.launch import Launch, UsageError, parse_command, parse_launch
+from torchboost.process.relay import PROFILER_LOG, TAIL_CHARS, start_relays
+from torchboost.process.guard.user_files import UserWrites
+from torchboost.process.guarded import run_guard
+from torchboost.process.tree_spec import TreeSpec, processes_seen, tree_env
+from torchboost.observe.parent.tree_facts import adopt_trainers, trainers_ended, tree_counts, tree_files
+from torchboost.process.wait import Waited, progress_reader, wait_for
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
 from torchboost.config import BoostConfig
-from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
+from torchboost.plan import Plan
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
 from torchboost.techniques.compile.compile_cache import compile_cache_env
 
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
-           "run_guarded", "run_observed"]
+           "run_observed"]
 
 TAIL_CHARS = 8000
 
@@ -88,6 +88,10 @@ class ObservedRun:
     "pid N (command)" (a wrapper's python, a launcher's workers, spawned ranks)."""
 
 
+_BOOTSTRAP = "torchboost.observe.child.bootstrap"
+"""The observed child, run as ``python -m``."""
+_TREE_OBSERVER = "torchboost.observe.child.tree"
+"""What observes the other Python processes of the command's tree, named in its spec."""
 _DRAIN_S = 0.25
 """Seconds to let the relays copy what an exited child left in its pipes."""
 
@@ -104,21 +108,21 @@ def run_observed(request: RunRequest, *, on_progress: Callable[[Progress], None]
     ``--json`` sends it to stderr). Raises :class:`UsageError` for a command it cannot run.
     Past ``timeout_s`` the child is killed and ``timed_out`` set.
 
-    Unless ``full``, the user's folders are guarded (:mod:`torchboost.observe.guard`;
+    Unless ``full``, the user's folders are guarded (:mod:`torchboost.process.guard`;
     ``writes_ledger`` sums many runs' writes).
     SIGINT/SIGTERM/SIGHUP end the child's group and raise :class:`.process_group.Interrupted`.
     """
     launch = parse_launch(request.command)
     out = Path(request.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    guard = None if request.full else _guard(out, launch.script, request.apply is not None, request.writes_ledger)
+    guard = None if request.full else run_guard(out, launch.script, request.apply is not None, request.writes_ledger)
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         spec = ObserveSpec(out_dir=str(out), parent_pid=os.getpid(), progress_path=str(Path(tmp) / "progress.json"),
                            count_path=str(Path(tmp) / "steps.count"), guard=guard.spec() if guard else None,
                            **request.spec_fields())
         spec_path = _write_spec(spec, out, Path(tmp))
-        argv = launch.argv("torchboost.observe.child.bootstrap", str(spec_path))
-        env = _child_env(request.apply, Path(tmp), spec_path)
+        argv = launch.argv(_BOOTSTRAP, str(spec_path))
+        env = _child_env(request.apply, Path(tmp), spec_path, spec.guard)
         try:
             proc, tail, waited = _run_child(argv, env, spec, echo=request.echo, stdout=stdout,
                                             on_progress=on_progress, timeout_s=request.timeout_s)
@@ -127,32 +131,6 @@ def run_observed(request: RunRequest, *, on_progress: Callable[[Progress], None]
         run = _collect(out, proc, tail, waited, _child_boundaries(spec), Path(tmp))
         run.processes, run.writes = processes_seen(Path(tmp)), writes
     return run
-
-
-def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None, out_dir: Path,
-                script: Path | None, writes_ledger: Path | None = None) -> tuple[int | None, UserWrites]:
-    """A whole run of the user's command, not observed (tune's end-to-end check): to its end
-    in its own group (:func:`.process_group.run_group`), every Python process of it under
-    the write guard; (its exit status or None past ``timeout_s``, what it wrote)."""
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    guard = _guard(out, script, True, writes_ledger)
-    with tempfile.TemporaryDirectory(prefix="torchboost-run-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        ObserveSpec(out_dir=str(out), observe=False, parent_pid=os.getpid(), guard=guard.spec()).write(spec_path)
-        try:
-            code = run_group(argv, env={**env, **tree_env(spec_path)}, timeout_s=timeout_s)
-        finally:
-            writes = guard.settle()
-    return code, writes
-
-
-def _guard(out: Path, script: Path | None, trial: bool, ledger: Path | None) -> RunGuard:
-    """The run's write guard; a folder it cannot record is said now, before the run."""
-    guard = RunGuard(out, script, also_exempt=compile_cache_env().values() if trial else (), ledger=ledger)
-    if guard.note:
-        print(f"torchboost: {guard.note}", file=sys.stderr)
-    return guard
 
 
 def _run_child(argv: list[str], env: dict[str, str], spec: ObserveSpec, *, echo: bool,
@@ -200,16 +178,20 @@ def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     return spec_path
 
 
-def _child_env(apply: BoostConfig | None, tmp_dir: Path, spec_path: Path) -> dict[str, str]:
+def _child_env(apply: BoostConfig | None, tmp_dir: Path, spec_path: Path,
+               guard: dict[str, Any] | None) -> dict[str, str]:
     """The child's environment: ours, the start-up hook that reaches every Python process
-    of its tree (:mod:`.tree_facts`), and for a tuning trial its settings and the compile
-    cache ``torchboost run`` will use (:mod:`~torchboost.techniques.compile.compile_cache`)."""
-    env = {**os.environ, **tree_env(spec_path)}
+    of its tree (:mod:`torchboost.process.tree_spec`: the guard, and this package's observer
+    with ``spec_path``), and for a tuning trial its settings and the compile cache
+    ``torchboost run`` will use (:mod:`~torchboost.techniques.compile.compile_cache`)."""
+    tree_path = tmp_dir / "tree.json"
+    TreeSpec(guard=guard, observer=_TREE_OBSERVER, observe_spec=str(spec_path)).write(tree_path)
+    env = {**os.environ, **tree_env(tree_path)}
     if apply is None:
         return env
-    # A tuning trial, the baseline ({}) included.
+    # A tuning trial, the baseline ({}) included: its configuration resolved once, here.
     settings_path = tmp_dir / "trial-settings.json"
-    write_trial_config(settings_path, apply)
+    write_plan(settings_path, Plan.of(apply))
     return {**env, **compile_cache_env(), TRIAL_SETTINGS_ENV: str(settings_path)}
 
 

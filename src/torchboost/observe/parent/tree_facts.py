@@ -1,9 +1,7 @@
-"""The parent's side of a command's tree: the environment that reaches every Python process
-of it, and, once it has ended, the facts of the processes that trained.
+"""The observer's side of a command's tree, once it has ended: the facts of the processes that trained.
 
-Every Python process of the command loads the start-up hook in
-:data:`~torchboost.observe.spec.INJECT_DIR` (first on its ``PYTHONPATH``), which finds
-the spec through :data:`~torchboost.observe.spec.TREE_ENV`; a process that trains
+Every Python process of the command is reached by the start-up hook of
+:mod:`torchboost.process.tree_spec`, whose spec names the observer; a process that trains
 writes ``facts.pidN.json`` (and its trace and step count, tagged alike). After the run,
 :func:`adopt_trainers` orders those by rank (torch.distributed's, else the order they
 started in) and gives them the names a torchrun job's ranks have (``facts.json``,
@@ -12,7 +10,6 @@ started in) and gives them the names a torchrun job's ranks have (``facts.json``
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Callable
@@ -22,17 +19,10 @@ import psutil
 from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
-from torchboost.observe.spec import FACTS_FILE, HELLO_DIR, INJECT_DIR, TRACE_FILE, TREE_ENV, ChildCount, rank_file, \
-    read_count, tree_file
+from torchboost.observe.spec import FACTS_FILE, TRACE_FILE, ChildCount, rank_file, read_count, tree_file
+from torchboost.process.tree_spec import hellos
 
-__all__ = ["adopt_trainers", "processes_seen", "trainers_ended", "tree_counts", "tree_env", "tree_files"]
-
-
-def tree_env(spec_path: Path) -> dict[str, str]:
-    """What the command's environment gains: the start-up hook first on ``PYTHONPATH``, and
-    the spec's path for it to find."""
-    path = os.environ.get("PYTHONPATH", "")
-    return {TREE_ENV: str(spec_path), "PYTHONPATH": os.pathsep.join(p for p in (str(INJECT_DIR), path) if p)}
+__all__ = ["adopt_trainers", "trainers_ended", "tree_counts", "tree_files"]
 
 
 def _tagged(name: str) -> str:
@@ -77,7 +67,7 @@ def _alive(pid: int) -> bool:
 def adopt_trainers(out: Path, scratch: Path) -> list[Facts]:
     """The facts of the tree's processes that trained, by rank, renamed as a job's ranks'
     files, each naming its process (from the lines in ``scratch``); [] when none did."""
-    named = _hellos(scratch)
+    named = hellos(scratch)
     found = []
     for path in out.glob(_tagged(FACTS_FILE)):
         pid = int(path.name.split(".")[1][3:])
@@ -97,20 +87,3 @@ def adopt_trainers(out: Path, scratch: Path) -> list[Facts]:
         path.unlink()
         trainers.append(facts)
     return trainers
-
-
-def _hellos(scratch: Path) -> dict[int, str]:
-    """pid -> "pid N (its command)" for every Python process of the tree, in the order they started."""
-    seen = []
-    for path in (scratch / HELLO_DIR).glob("*.json"):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            seen.append((path.stat().st_mtime, data["pid"], f"pid {data['pid']} ({' '.join(data['argv'])[:100]})"))
-        except (OSError, ValueError, KeyError):
-            continue
-    return {pid: words for _, pid, words in sorted(seen)}
-
-
-def processes_seen(scratch: Path) -> list[str]:
-    """The Python processes of the tree, as "pid N (its command)", in the order they started."""
-    return list(_hellos(scratch).values())

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from torchboost.config import BoostConfig, Overlay
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
-from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.process.no_stdin import stdin_words
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts

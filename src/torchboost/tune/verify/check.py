@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
-from torchboost.handover import TRIAL_SETTINGS_ENV, write_trial_config
-from torchboost.observe.parent.launch import parse_launch
+from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
+from torchboost.plan import Plan
+from torchboost.process.launch import parse_launch
 from torchboost.observe.parent.request import RunRequest
-from torchboost.observe.parent.supervise import run_guarded, run_observed
+from torchboost.observe.parent.supervise import run_observed
+from torchboost.process.guarded import run_guarded
 from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
 from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import least_capped_steps
@@ -177,7 +179,7 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
     """Seconds the whole script took under ``torchboost run`` with ``config_file`` (None:
     the user's own command, no torchboost settings in the process); None when it ran past
     ``limit_s``. Raises RuntimeError when it failed. Both sides run under the write guard
-    (:func:`~torchboost.observe.parent.supervise.run_guarded`)."""
+    (:func:`~torchboost.process.guarded.run_guarded`)."""
     if config_file is None:
         argv, env = users_own_command(command), dict(os.environ)
     else:
@@ -234,7 +236,7 @@ def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str,
     files = {name: tmp / f"{name}.toml" for name in ("baseline", "tuned")}
     for name, config in (("baseline", base), ("tuned", tuned)):
         config.to_toml(files[name])
-        write_trial_config(files[name].with_suffix(".json"), config)
+        write_plan(files[name].with_suffix(".json"), Plan.of(config))
     return files
 
 

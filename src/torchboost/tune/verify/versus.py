@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from torchboost.config import BoostConfig
-from torchboost.handover import write_trial_config
+from torchboost.handover import write_plan
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
+from torchboost.plan import Plan
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
 from torchboost.tune.verify.check import EXTRA_PAIRS, VerifyPlan, _measure_pairs, _more_pairs, _whole_run
 from torchboost.tune.verify.end_to_end import EndToEnd
@@ -94,7 +95,7 @@ def _config_file(side: Side, folder: Path) -> Path | None:
     config = BoostConfig.from_toml(side.config)
     path = folder / f"{side.label}.toml"
     config.to_toml(path)
-    write_trial_config(path.with_suffix(".json"), config)
+    write_plan(path.with_suffix(".json"), Plan.of(config))
     return path
 
 

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 import torchboost
-from torchboost.observe.guard.guard_spec import WriteGuardSpec
-from torchboost.observe.guard.folder_snapshot import FolderSnapshot
-from torchboost.observe.guard.user_files import UserWrites, settle
+from torchboost.process.guard.guard_spec import WriteGuardSpec
+from torchboost.process.guard.folder_snapshot import FolderSnapshot
+from torchboost.process.guard.user_files import UserWrites, settle
 
 SRC = str(Path(torchboost.__file__).parent.parent)
 OUT = "torchboost-doctor"
@@ -30,8 +30,8 @@ OUT = "torchboost-doctor"
 _BOOT = textwrap.dedent("""
     import json, runpy, sys
     if sys.argv[1] != "-":
-        from torchboost.observe.guard.guard_spec import WriteGuardSpec
-        from torchboost.observe.guard.write_guard import WriteGuard
+        from torchboost.process.guard.guard_spec import WriteGuardSpec
+        from torchboost.process.guard.write_guard import WriteGuard
         WriteGuard(WriteGuardSpec.from_dict(json.loads(sys.argv[1]))).install()
     sys.argv = [sys.argv[2]]
     runpy.run_path(sys.argv[0], run_name="__main__")
@@ -219,7 +219,7 @@ def test_a_folder_too_large_is_said_before_the_run(tmp_path):
 
 @pytest.mark.parametrize("n", [1, 5])
 def test_words_name_what_was_written(n):
-    from torchboost.observe.guard.user_files import NotRestored, WrittenPath
+    from torchboost.process.guard.user_files import NotRestored, WrittenPath
 
     kept = [WrittenPath(f"f{i}.pt", 2, "w", False) for i in range(n)]
     writes = UserWrites("out/writes", kept, [], [NotRestored("x.log", "changed")])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torchboost.observe.parent.no_stdin import stdin_words
+from torchboost.process.no_stdin import stdin_words
 from torchboost.tune.trials.trial import failure_words
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

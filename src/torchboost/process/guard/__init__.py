@@ -1,6 +1,7 @@
 """The write guard, in one room: the user's files are as they were after every run.
 
-Both sides of a run use it, and it imports no other room of :mod:`torchboost.observe`::
+Both sides of a run use it (the parent that starts the command, each Python process of
+it), and it imports no other room of :mod:`torchboost.process`::
 
     guard_spec        the contract: what each observed process is told, the journal it leaves
     guard_keeper      the child's bookkeeping: an original kept before its first change

@@ -3,12 +3,12 @@
 Before the doctor's run or a tune trial starts, :meth:`FolderSnapshot.take` records every
 entry of the user's folders (the working directory, the script's folder); its
 ``taken_ns`` is the run's start for the write guard
-(:class:`~torchboost.observe.guard.guard_spec.WriteGuardSpec`). A folder too large to record is
+(:class:`~torchboost.process.guard.guard_spec.WriteGuardSpec`). A folder too large to record is
 said before the run starts (:attr:`FolderSnapshot.note`): the guard still keeps the
 originals of what Python changes there, but new entries and changes made outside Python
 cannot be found.
 
-After the run, :func:`~torchboost.observe.guard.user_files.settle` compares the folders
+After the run, :func:`~torchboost.process.guard.user_files.settle` compares the folders
 with it.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from torchboost.observe.guard.run_guard import summed_writes
+from torchboost.process.guard.run_guard import summed_writes
 
 
 def _run(tmp_path, folder: str, not_restored: list[dict] | None = None) -> dict:
@@ -39,8 +39,8 @@ def test_no_ledger_no_summary(tmp_path):
 
 
 def test_a_small_file_changed_outside_python_is_put_back_from_its_copy(tmp_path, monkeypatch):
-    from torchboost.observe.guard.guard_spec import note_held
-    from torchboost.observe.guard.run_guard import INSURED_FILE_BYTES, RunGuard
+    from torchboost.process.guard.guard_spec import note_held
+    from torchboost.process.guard.run_guard import INSURED_FILE_BYTES, RunGuard
 
     user = tmp_path / "project"
     user.mkdir()
@@ -67,7 +67,7 @@ def test_a_small_file_rewritten_outside_python_is_left_as_the_user_made_it(tmp_p
     """Someone edits a file of theirs while the run goes on (nothing of the run's Python wrote
     it): the edit stays, and the file is named; a file removed behind the guard's back comes
     back. Twin of the append above, which is put back."""
-    from torchboost.observe.guard.run_guard import REWRITTEN, RunGuard
+    from torchboost.process.guard.run_guard import REWRITTEN, RunGuard
 
     user = tmp_path / "project"
     user.mkdir()
@@ -87,7 +87,7 @@ def test_a_line_the_user_appends_to_their_script_meanwhile_stays(tmp_path, monke
     """The user appends a line to train.py while a tune runs: it grew with its old content
     whole at its start, like a wrapper's log, but no process of the run held it open, so it
     is left as the user made it and named. Twin: the held log above is put back."""
-    from torchboost.observe.guard.run_guard import GREW, RunGuard
+    from torchboost.process.guard.run_guard import GREW, RunGuard
 
     user = tmp_path / "project"
     user.mkdir()
@@ -108,7 +108,7 @@ def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path,
     inside the project stays exempt (what the run writes there stays)."""
     import tempfile
 
-    from torchboost.observe.guard.run_guard import RunGuard
+    from torchboost.process.guard.run_guard import RunGuard
 
     user = tmp_path / "project"
     user.mkdir()

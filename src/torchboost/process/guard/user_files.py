@@ -1,7 +1,7 @@
 """The user's folders left as they were after a run: originals put back, the run's writes kept apart.
 
 After the whole process tree of a doctor's run or a tune trial has ended, :func:`settle`
-reads the write guard's journal (:mod:`torchboost.observe.guard.guard_spec`) and, against the
+reads the write guard's journal (:mod:`torchboost.process.guard.guard_spec`) and, against the
 snapshot taken before the run (:class:`~.folder_snapshot.FolderSnapshot`):
 
 1. puts every user's original back in place, the script's version of it moved into the
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchboost.observe.guard.guard_spec import COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE, read_journal, \
+from torchboost.process.guard.guard_spec import COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE, read_journal, \
     settled_journals
-from torchboost.observe.guard.folder_snapshot import SKIPPED_NAMES, FolderSnapshot, entry_of, under
+from torchboost.process.guard.folder_snapshot import SKIPPED_NAMES, FolderSnapshot, entry_of, under
 
 __all__ = ["FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle"]
 # -- what settling found ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import psutil
 
-from torchboost.observe.parent.process_group import descendants, end_group, kill_group, survivors
+from torchboost.process.process_group import descendants, end_group, kill_group, survivors
 
 __all__ = ["AFTER_TRAINING_S", "Waited", "progress_reader", "wait_for"]
 

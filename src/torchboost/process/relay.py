@@ -1,4 +1,4 @@
-"""Copying the observed child's output: stdout and stderr to ours, stderr's tail kept.
+"""Copying a child's output: stdout and stderr to ours, stderr's tail kept.
 
 The profiler's own lines (``USDT: ... profiler_start`` from Kineto, written straight to
 file descriptor 2 of every rank) are taken out of the terminal copy and the tail, and

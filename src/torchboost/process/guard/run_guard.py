@@ -4,7 +4,7 @@ after the whole tree has ended.
 
 The user's folders are the working directory and the script's folder. The run may write
 freely in the ``--out`` folder, the temp directory and the caches
-(:func:`~torchboost.observe.guard.guard_spec.default_exempt`); what the script writes anywhere
+(:func:`~torchboost.process.guard.guard_spec.default_exempt`); what the script writes anywhere
 else is kept apart in ``<out>/writes/`` after the run, and every file that existed before
 it is put back (:mod:`.user_files`).
 
@@ -14,7 +14,7 @@ user's folders are also copied before the run (:data:`INSURED_FILE_BYTES` each, 
 :data:`INSURED_BYTES` in all, the shallowest first: logs and CSVs beside the script rather
 than a data set's samples). One of them that grew behind the guard's back, its old content
 kept whole at its start, while a process of the run held it open for writing (a wrapper's
-``>> train.log`` on the script's standard output: :func:`~torchboost.observe.guard.guard_spec.note_held`),
+``>> train.log`` on the script's standard output: :func:`~torchboost.process.guard.guard_spec.note_held`),
 is put back from that copy like any other original. One that grew while no process of the
 run held it, or was rewritten otherwise, is left as it is and named: no process of the run
 wrote it through Python, and the likeliest writer is the user, editing a file (appending a
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from torchboost import _json as strict_json
-from torchboost.observe.guard.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt, read_held
-from torchboost.observe.guard.folder_snapshot import FolderSnapshot, entry_of
-from torchboost.observe.guard.user_files import UserWrites, settle
+from torchboost.process.guard.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt, read_held
+from torchboost.process.guard.folder_snapshot import FolderSnapshot, entry_of
+from torchboost.process.guard.user_files import UserWrites, settle
 
 __all__ = ["INSURED_BYTES", "INSURED_FILE_BYTES", "WRITES_DIR", "RunGuard", "summed_writes"]
 

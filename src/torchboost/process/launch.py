@@ -10,7 +10,7 @@ are read by torchrun's own parser, so whatever it accepts is understood here.
 Any other command (``bash train.sh``, ``./train.sh``, ``make train``, ``accelerate launch
 train.py``) is a *tree*: it runs as typed, and the Python processes it starts, however deep,
 are reached by the start-up hook every Python process of the command loads
-(:mod:`torchboost.observe.child.tree`); so are the processes a Python command starts
+(:mod:`torchboost.process.tree_spec`); so are the processes a Python command starts
 itself (ranks spawned with ``torch.multiprocessing``, a launcher's workers).
 """
 

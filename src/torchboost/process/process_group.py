@@ -18,6 +18,7 @@ interrupts its wait kills its group at once (:func:`run_group`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -27,10 +28,10 @@ from typing import IO, Iterator, Mapping
 import psutil
 
 from torchboost._signals import raising_on
-from torchboost.observe.parent.no_stdin import STDIN
+from torchboost.process.no_stdin import STDIN
 
-__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "end_tree", "forwarded_signals", "kill_group",
-           "run_group", "signal_name", "start_group", "survivors"]
+__all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "end_tree", "ended_below", "forwarded_signals",
+           "kill_group", "run_group", "signal_name", "start_group", "survivors"]
 
 GRACE_S = 10.0
 """Seconds the child's group has to end after a passed-on signal before it is killed."""
@@ -117,6 +118,18 @@ def end_tree(tree: list[psutil.Process], grace_s: float = GRACE_S) -> list[str]:
             process.kill()
     psutil.wait_procs(alive, timeout=1.0)
     return survivors(tree)
+
+
+def ended_below(signum: int) -> Interrupted:
+    """End every process left below this one (a script run here: its loader workers,
+    persistent ones too, and what they started); the stop to raise, for the command's
+    "stopped by" line."""
+    gc.collect()  # a loader no longer referenced shuts its workers down itself
+    # torch's SIGCHLD handler would raise in the middle of this for a worker ended here
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    stop = Interrupted(signum)
+    stop.survivors = end_tree(descendants(os.getpid()))
+    return stop
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchboost.observe.guard.guard_spec import WriteGuardSpec, default_exempt, read_journal
-from torchboost.observe.guard.write_guard import WriteGuard
-from torchboost.observe.guard.folder_snapshot import FolderSnapshot
-from torchboost.observe.guard.user_files import settle
+from torchboost.process.guard.guard_spec import WriteGuardSpec, default_exempt, read_journal
+from torchboost.process.guard.write_guard import WriteGuard
+from torchboost.process.guard.folder_snapshot import FolderSnapshot
+from torchboost.process.guard.user_files import settle
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ Installed in every observed process (the doctor's child, tune's trials and end-t
 runs), it wraps the calls through which Python code changes files, and before the first
 change of a file that existed when the run started keeps its original in the journal
 folder (:mod:`.guard_keeper`); after the run the parent puts the originals back and moves
-what the run made out of the user's folders (:mod:`torchboost.observe.guard.user_files`).
+what the run made out of the user's folders (:mod:`torchboost.process.guard.user_files`).
 
 What is wrapped, and why each:
 
@@ -44,8 +44,8 @@ import sys
 import threading
 from typing import Any, Callable
 
-from torchboost.observe.guard.guard_spec import UNPROTECTED, WriteGuardSpec, note_held
-from torchboost.observe.guard.guard_keeper import COPY, LINK, MOVE, Keeper
+from torchboost.process.guard.guard_spec import UNPROTECTED, WriteGuardSpec, note_held
+from torchboost.process.guard.guard_keeper import COPY, LINK, MOVE, Keeper
 
 __all__ = ["WriteGuard"]
 

@@ -1,8 +1,8 @@
 """The write guard's bookkeeping: which paths are the user's, their originals kept, the journal.
 
-:class:`~torchboost.observe.guard.write_guard.WriteGuard` decides *when* a path is about to
+:class:`~torchboost.process.guard.write_guard.WriteGuard` decides *when* a path is about to
 change; this module keeps its original and writes the journal lines
-(:mod:`torchboost.observe.guard.guard_spec` describes them). Everything here runs with the
+(:mod:`torchboost.process.guard.guard_spec` describes them). Everything here runs with the
 guard's wrappers switched off for the calling thread, so its own renames, links and copies
 go straight to the OS.
 
@@ -22,7 +22,7 @@ import stat
 import threading
 from typing import Any
 
-from torchboost.observe.guard.guard_spec import (ALWAYS_EXEMPT, COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE,
+from torchboost.process.guard.guard_spec import (ALWAYS_EXEMPT, COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE,
                                            WriteGuardSpec, journal_path)
 
 __all__ = ["Keeper", "MOVE", "COPY", "LINK"]

@@ -1,14 +1,14 @@
 """The contract of the write guard: what the observed processes are told, and the journal they leave.
 
 The doctor's runs and tune's trials must leave the user's folders as they were. Each
-observed process installs :class:`~torchboost.observe.guard.write_guard.WriteGuard` with a
+observed process installs :class:`~torchboost.process.guard.write_guard.WriteGuard` with a
 :class:`WriteGuardSpec`; before a file that existed when the run started is first changed,
 the guard keeps its original in the journal folder and writes one JSON line per event
 into a file of its own (``<pid>.jsonl``, appended, one ``write`` call a line, so every
 process of the tree shares the folder without a lock). After the whole tree has ended,
 the parent reads the lines back (:func:`read_journal`) and settles the folders
-(:mod:`torchboost.observe.guard.user_files`). Both sides import this module; it imports
-no room of :mod:`torchboost.observe`.
+(:mod:`torchboost.process.guard.user_files`). Both sides import this module; it imports
+nothing else of torchboost.
 
 A journal line is one of::
 
@@ -97,7 +97,7 @@ def note_held(journal_dir: str | Path, pid: int) -> None:
     """Name, for the parent, the regular files process ``pid`` (this one) was started holding
     open for writing, by inode: a wrapper's ``>> train.log`` on its standard output. A
     small file of the user's that grew is put back only when a process of the run held it
-    (the parent's :class:`~torchboost.observe.guard.run_guard.RunGuard`); one that grew
+    (the parent's :class:`~torchboost.process.guard.run_guard.RunGuard`); one that grew
     otherwise was written by someone else, the user editing it while a tune runs."""
     try:
         import fcntl

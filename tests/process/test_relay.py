@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchboost.observe.parent import relay
-from torchboost.observe.parent.relay import NoiseFilter, split_noise
+from torchboost.process import relay
+from torchboost.process.relay import NoiseFilter, split_noise
 
 USDT = "USDT: [2024-01-01 00:00:00] profiler_start"
 LONG_LINE = "config=" + "x" * 150_000 + "\n"

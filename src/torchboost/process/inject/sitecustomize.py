@@ -1,14 +1,14 @@
-"""Start-up hook of every Python process of a command the doctor or tune observes.
+"""Start-up hook of every Python process of a command torchboost starts.
 
-The doctor and tune put this folder first on the ``PYTHONPATH`` of the command they start
-and name their spec file in ``TORCHBOOST_OBSERVE_TREE``
-(:data:`torchboost.observe.spec.TREE_ENV`), so every Python process of the command's tree
-(a shell wrapper's ``python``, ``accelerate launch``'s worker, ranks spawned with
-``torch.multiprocessing``) loads this module when it starts, as Python loads any
+The doctor, tune and ``torchboost run`` of a launcher put this folder first on the
+``PYTHONPATH`` of the command they start and name their tree's spec file in
+``TORCHBOOST_OBSERVE_TREE`` (:data:`torchboost.process.tree_spec.TREE_ENV`), so every Python
+process of the command's tree (a shell wrapper's ``python``, ``accelerate launch``'s
+worker, ranks spawned with ``torch.multiprocessing``) loads this module when it starts, as Python loads any
 ``sitecustomize``. It uses the standard library alone (importing torchboost would import
 torch into processes that never do): it leaves one line naming the process in the
 spec's folder, and once the process imports torch it hands over to
-:mod:`torchboost.observe.child.tree`, which observes it. Then it runs the
+:mod:`torchboost.process.tree_start`, which starts what the spec asks. Then it runs the
 ``sitecustomize`` that was next on the path (the user's own, or the installation's), so
 that one is not lost.
 """
@@ -23,10 +23,10 @@ import os
 import sys
 
 _ENV = "TORCHBOOST_OBSERVE_TREE"
-_HELLO_DIR = "processes"  # torchboost.observe.spec.HELLO_DIR
+_HELLO_DIR = "processes"  # torchboost.process.tree_spec.HELLO_DIR
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _OBSERVED_ELSEWHERE = (
-    "torchboost.observe.child.bootstrap",  # observes its own process
+    "torchboost.observe.child.bootstrap",  # the observed child: starts its guard and observer itself
     "torch.distributed.run",  # torchrun's agent: its ranks run the bootstrap
     "torch._inductor.compile_worker",  # torch.compile's helpers never train
 )
@@ -62,7 +62,7 @@ def _hello(spec_path: str) -> None:
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):
-    """Lets ``import torch`` run as usual, then starts the observer in this process."""
+    """Lets ``import torch`` run as usual, then starts what the tree's spec asks in this process."""
 
     def __init__(self, spec_path: str) -> None:
         self.spec_path = spec_path
@@ -86,9 +86,9 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
 
 def _start(spec_path: str) -> None:
     try:
-        from torchboost.observe.child import tree
+        from torchboost.process import tree_start
 
-        tree.start(spec_path)
+        tree_start.start(spec_path)
     except Exception as exc:  # noqa: BLE001 - the user's process runs on, unobserved
         print(f"torchboost: this process ({' '.join(sys.orig_argv)[:80]}) is not observed: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)

@@ -1,0 +1,103 @@
+"""The plan: a configuration resolved once into what is applied from outside the training loop.
+
+``torchboost run`` reads its configuration once (``torchboost.toml``, or ``[tool.torchboost]``
+in ``pyproject.toml``) and tune builds each trial's once; either is resolved here, once,
+into a :class:`Plan`: the whole configuration (what a :class:`torchboost.Booster` in the
+script prepares with), the settings the no-code applier (:mod:`torchboost.nocode`) sets
+from outside, and notes on what is left alone and why. The plan, whole, is what the
+applier is given and what a trial's process reads (:mod:`torchboost.handover`: written
+once, read once). Nothing resolves it again: the applier trusts it.
+
+What is applied from outside: the settings that change something ("keep" and the
+plain-PyTorch defaults change nothing) and are concrete ("auto" is the Booster's to
+resolve, since it sees the model), less those whose technique needs the Booster in the
+loop (fp16's scaler, accumulation: each technique's descriptor says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping
+
+from torchboost.config import BoostConfig, Overlay
+from torchboost.frameworks import fix_words
+from torchboost.techniques.registry import Technique, techniques
+
+__all__ = ["Plan", "changed_settings", "nocode_settings"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A configuration, resolved for applying from outside the training loop."""
+
+    config: BoostConfig
+    """The whole configuration: what a Booster in the script uses, what tune writes."""
+    apply: Overlay
+    """What the no-code applier sets from outside (concrete changes that need no Booster)."""
+    notes: tuple[str, ...] = ()
+    """What is left alone, and why, in words."""
+
+    @classmethod
+    def of(cls, config: BoostConfig, written: Collection[str] | None = None) -> "Plan":
+        """Resolve ``config``; ``written``: the dotted keys the user's file sets, the only
+        ones the notes on "auto" speak of (None: every key)."""
+        wanted, notes = changed_settings(config, written)
+        apply, refused = nocode_settings(wanted)
+        return cls(config, apply, tuple(notes + refused))
+
+    @classmethod
+    def applying(cls, settings: Mapping[str, Any]) -> "Plan":
+        """The plan that applies exactly ``settings`` from outside, on plain PyTorch (a probe's,
+        a test's); ValueError when one of them needs the Booster in the loop."""
+        settings = Overlay(settings)
+        _, refused = nocode_settings(settings)
+        if refused:
+            raise ValueError("; ".join(refused))
+        return cls(settings.on(BoostConfig.off()), settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: the configuration's tables, the applied settings by dotted name, the notes."""
+        return {"config": self.config.to_dict(), "apply": self.apply.to_dict(), "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+        """The plan :meth:`to_dict` wrote."""
+        return cls(BoostConfig.from_dict(data["config"]), Overlay.from_dict(data["apply"]), tuple(data["notes"]))
+
+
+def nocode_settings(settings: Mapping[str, Any]) -> tuple[Overlay, list[str]]:
+    """Split settings into what can be applied from outside and notes on the rest."""
+    settings = Overlay(settings)
+    applicable = settings
+    notes: list[str] = []
+    for technique in techniques():
+        if technique.section is None:
+            continue
+        values = settings.section(technique.section)
+        if not values:
+            continue
+        why = technique.nocode_refusal if technique.nocode is None else technique.nocode.refuse(values)
+        if why is not None:
+            applicable = applicable.without(technique.section)
+            notes += [f"{technique.section.section}.{key} = {value!r} needs the Booster in the training loop "
+                      f"({why}); not applied{_trainer_words(technique, key, value)}" for key, value in values.items()]
+    return applicable, notes
+
+
+def _trainer_words(technique: Technique, key: str, value: Any) -> str:
+    # A Hugging Face Trainer script has a flag for some of what needs the Booster.
+    words = fix_words(Overlay.of(technique.section, **{key: value})).get("transformers")
+    return f"; a Hugging Face Trainer takes {words}" if words else ""
+
+
+def changed_settings(config: BoostConfig, written: Collection[str] | None = None) -> tuple[Overlay, list[str]]:
+    """The settings of ``config`` that change something, and notes on its "auto"s.
+
+    "keep" and the plain-PyTorch defaults change nothing; "auto" is left out too, since
+    only the Booster resolves it (it sees the model). ``written``: the dotted keys the
+    user's file sets; notes speak of those only (None: of every key).
+    """
+    changed = Overlay.between(BoostConfig.off(), config)
+    notes = [f'{dotted} = "auto" is resolved by the Booster only; left as the script sets it'
+             for dotted, value in changed.items() if value == "auto" and (written is None or dotted in written)]
+    return Overlay({k: v for k, v in changed.items() if v not in ("auto", "keep")}), notes
