@@ -22,7 +22,7 @@ from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 from torchboost.process.process_group import (
-    Interrupted, end_group, forwarded_signals, kill_group, run_group, signal_name, start_group,
+    Interrupted, end_group, forwarded_signals, kill_group, signal_name, start_group,
 )
 from torchboost.process.launch import Launch, UsageError, parse_command, parse_launch
 from torchboost.process.relay import PROFILER_LOG, TAIL_CHARS, start_relays
@@ -41,7 +41,6 @@ from torchboost.techniques.compile.compile_cache import compile_cache_env
 __all__ = ["Launch", "ObservedRun", "Progress", "UsageError", "job_facts", "parse_command", "parse_launch",
            "run_observed"]
 
-TAIL_CHARS = 8000
 
 
 @dataclass(frozen=True)
