@@ -276,3 +276,26 @@ def test_a_switch_faster_in_bursts_is_not_kept_unjudged_when_the_budget_ends():
         assert (outcome.settings.get("precision.mode") == "bf16") is kept
         assert decision.status == ("kept" if kept else "unconfirmed") and decision.in_bursts
         assert (script.first_call("precision.mode") is not None) is kept
+        if not kept:  # what was measured is said, not "nothing was measured"
+            from torchboost.tune.verify.end_to_end import nothing_kept
+            assert nothing_kept(outcome).startswith("nothing kept: precision.mode=bf16 measured 1.31x a step")
+
+
+def test_a_faster_switch_s_own_run_is_gated_by_its_measured_pace_not_the_typical_trial():
+    """Beside a busy loop a baseline trial of 5 s steps takes 100 s; one thread measured at
+    0.3 of it in bursts: its own run takes about 30 s, and it fits the 60 s left where a
+    typical trial (the baseline's) would not. Twin: the typical trial's length gates it."""
+    from torchboost.tune.search.pairs import Runner
+
+    now = [0.0]
+
+    def measure(settings, repeat, bursts=None):
+        now[0] += 60.0 if bursts else 100.0
+        return TrialResult(settings=dict(settings))
+
+    runner = Runner(measure, budget_s=1000.0, clock=lambda: now[0], deadline_s=300.0)
+    runner.keep_back(80.0)
+    runner({})
+    runner({}, bursts=Bursts(change={"cpu.threads": 1}))
+    assert now[0] == 160.0
+    assert not runner.out_of_budget(expected_s=6.0 + 17 * 1.5) and runner.out_of_budget()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.config import BoostConfig
+from torchboost.plan import Plan
 from torchboost.observe.spec import Bursts
 from torchboost.usage import UsageError
 
@@ -37,8 +37,9 @@ class RunRequest:
     """Recording ends once the median step is known within this fraction (``ObserveSpec.precision``)."""
     settle_warmup: bool = False
     """Warm-up ends as soon as its steps settled (``warmup`` is then its most)."""
-    apply: BoostConfig | None = None
-    """A trial's whole configuration (it reaches the child through :mod:`torchboost.handover`)."""
+    apply: Plan | None = None
+    """A trial's plan, resolved once by whoever asks for the run (it reaches the child whole,
+    through :mod:`torchboost.handover`: written once, read once)."""
     profile: bool = True
     """A profiler window after the recorded steps (the doctor's); False for trials."""
     echo: bool = True

@@ -33,7 +33,6 @@ from torchboost.observe.parent.tree_facts import adopt_trainers, trainers_ended,
 from torchboost.process.wait import Waited, progress_reader, wait_for
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
-from torchboost.config import BoostConfig
 from torchboost.plan import Plan
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
 from torchboost.techniques.compile.compile_cache import compile_cache_env
@@ -177,7 +176,7 @@ def _write_spec(spec: ObserveSpec, out: Path, tmp_dir: Path) -> Path:
     return spec_path
 
 
-def _child_env(apply: BoostConfig | None, tmp_dir: Path, spec_path: Path,
+def _child_env(apply: Plan | None, tmp_dir: Path, spec_path: Path,
                guard: dict[str, Any] | None) -> dict[str, str]:
     """The child's environment: ours, the start-up hook that reaches every Python process
     of its tree (:mod:`torchboost.process.tree_spec`: the guard, and this package's observer
@@ -188,9 +187,9 @@ def _child_env(apply: BoostConfig | None, tmp_dir: Path, spec_path: Path,
     env = {**os.environ, **tree_env(tree_path)}
     if apply is None:
         return env
-    # A tuning trial, the baseline ({}) included: its configuration resolved once, here.
+    # A tuning trial, the baseline ({}) included: its plan as it was given, written once.
     settings_path = tmp_dir / "trial-settings.json"
-    write_plan(settings_path, Plan.of(apply))
+    write_plan(settings_path, apply)
     return {**env, **compile_cache_env(), TRIAL_SETTINGS_ENV: str(settings_path)}
 
 

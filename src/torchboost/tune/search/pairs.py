@@ -61,13 +61,14 @@ class Runner:
 
     def out_of_budget(self, trials: int = 1, *, bursts: bool = False, expected_s: float | None = None) -> bool:
         """No further trial starts: the budget is spent, or ``trials`` trials as long as the
-        typical one so far (a pair: two; ``bursts``: the typical burst trial where one ran,
-        else ``expected_s`` when given) would run into the time kept back."""
+        typical one so far (a pair: two; ``bursts``: the typical burst trial where one ran)
+        would run into the time kept back; ``expected_s``: the trial's own length, as planned,
+        in place of the typical one (for a burst trial, only before any ran)."""
         elapsed = self._clock() - self.start
         kind = self.burst_durations_s if bursts and self.burst_durations_s else self.durations_s
         typical = statistics.median(kind) if kind else 0.0
-        if bursts and not self.burst_durations_s and expected_s is not None:
-            typical = expected_s  # a burst trial is no screening trial: its own length, planned
+        if expected_s is not None and not (bursts and self.burst_durations_s):
+            typical = expected_s  # its own length: a burst trial, a faster candidate's run, is no typical trial
         return elapsed >= self._budget_s or elapsed + trials * typical > self.search_end_s
 
     def elapsed_s(self) -> float:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.config import BoostConfig, Overlay
+from torchboost.plan import Plan
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
 from torchboost.process.no_stdin import stdin_words
@@ -128,9 +129,9 @@ class TrialRequest:
 
     def run_request(self) -> RunRequest:
         """The observed run this trial is: its configuration applied, no profiler, quiet."""
-        config = Overlay(self.settings).on(self.base if self.base is not None else BoostConfig.off())
+        plan = Plan.of(Overlay(self.settings).on(self.base if self.base is not None else BoostConfig.off()))
         return RunRequest(
-            command=self.command, steps=self.steps, warmup=self.warmup, out_dir=self.out_dir, apply=config,
+            command=self.command, steps=self.steps, warmup=self.warmup, out_dir=self.out_dir, apply=plan,
             profile=False, echo=False, timeout_s=self.timeout_s, stop_slower_than_ms=self.slower_than_ms,
             stall_timeout_s=self.stall_timeout_s, writes_ledger=self.writes_ledger, stop_decided=self.decide,
             bursts=self.bursts)

@@ -205,7 +205,7 @@ def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir
     half) and the steps it ran when the script ended on its own before them (else None);
     None when it ran past ``limit_s`` (it is then ended)."""
     start = time.monotonic()
-    observed = run_observed(RunRequest(command=command, steps=steps, warmup=0, out_dir=out_dir, apply=config,
+    observed = run_observed(RunRequest(command=command, steps=steps, warmup=0, out_dir=out_dir, apply=Plan.of(config),
                                        profile=False, echo=False, timeout_s=limit_s, writes_ledger=writes_ledger))
     if observed.timed_out:
         return None

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from torchboost.config import Overlay
 from torchboost.tune.search.decision import TuneOutcome
+from torchboost.tune.trials.trial_result import describe_settings
 
 __all__ = ["CLAIM_PAIRS", "CLAIM_PRECISION", "EndToEnd", "end_to_end_verdict", "median_rank", "nothing_kept"]
 
@@ -179,7 +180,13 @@ class EndToEnd:
 
 
 def nothing_kept(outcome: TuneOutcome) -> str:
-    """Why nothing was written: nothing measured beat the noise, or the budget ran out first."""
+    """Why nothing was written: nothing measured beat the noise, a change measured faster had
+    its losses left unjudged when the budget ran out, or the budget ran out first."""
+    unjudged = next((d for d in outcome.decisions if d.status == "unconfirmed" and d.in_bursts and d.ratio), None)
+    if unjudged is not None:
+        return (f"nothing kept: {describe_settings(unjudged.settings)} measured {1.0 / unjudged.ratio:.2f}x a step in "
+                "alternating bursts, but the budget ran out before its own run judged its losses; give tune a "
+                "larger --budget")
     measured = any(d.status not in ("skipped", "unconfirmed") for d in outcome.decisions)
     if outcome.stopped_by_budget and not measured:
         return "nothing was measured: the budget ran out after the baseline"

@@ -101,8 +101,8 @@ def _config_file(side: Side, folder: Path) -> Path | None:
 
 def _losses(side: Side, steps: int, out_dir: Path) -> list[float]:
     """The losses of a short observed run of ``side`` (warm-up included), or [] when it failed."""
-    config = BoostConfig.from_toml(side.config) if side.config is not None else None
-    observed = run_observed(RunRequest(command=side.command, steps=steps, warmup=0, out_dir=out_dir, apply=config,
+    plan = Plan.of(BoostConfig.from_toml(side.config)) if side.config is not None else None
+    observed = run_observed(RunRequest(command=side.command, steps=steps, warmup=0, out_dir=out_dir, apply=plan,
                                        profile=False, echo=False))
     facts = observed.facts
     return list(facts.warmup_losses) + list(facts.losses) if facts is not None else []
