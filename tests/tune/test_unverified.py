@@ -106,3 +106,26 @@ def test_the_compare_command_keeps_its_default_budget_where_the_runs_fit_it(tmp_
     words = compare_command(["python", "train.py"], tmp_path / "torchboost.toml", tmp_path / UNVERIFIED_NAME,
                             expected_s=600.0)
     assert "--budget" not in words and words[3] == "none"
+
+
+def test_the_terminal_names_the_file_apart_and_how_to_use_it_once_verified(tmp_path, monkeypatch):
+    """The unverified file, its compare command and its run command are printed; not the
+    'nothing changed' hint of a tune that measured nothing. A switch whose own run did not
+    fit is said unconfirmed, not rejected."""
+    import io
+
+    from rich.console import Console
+
+    from torchboost.report._tune_text import verdict
+    from torchboost.report.tune_report import print_tune_report
+
+    run = _tune(tmp_path, monkeypatch, NO_PAIR, users_file=False)
+    buf = io.StringIO()
+    print_tune_report(tune_summary(run, config_path=tmp_path / "torchboost.toml"),
+                      Console(file=buf, width=400, color_system=None), {})
+    text = buf.getvalue()
+    assert f"{UNVERIFIED_NAME}: {tmp_path / UNVERIFIED_NAME}" in text and "verify it: torchboost compare" in text
+    assert f"use it once verified: torchboost run --config {tmp_path / UNVERIFIED_NAME} -- python" in text
+    assert "nothing changed: run your script" not in text
+    unconfirmed = {"subject": "bf16", "status": "unconfirmed", "ratio": 0.441, "reason": "..."}
+    assert verdict(unconfirmed).endswith("the budget ran out before it was confirmed: not kept")

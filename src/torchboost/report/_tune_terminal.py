@@ -141,6 +141,10 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
     if apart:
         console.print(Text.assemble((f"{Path(apart['path']).name}: ", "bold"), apart["path"]))
         console.print(Text(f"  verify it: {shlex.join(apart['command'])}", style="dim"))
+        typed = apart["command"][apart["command"].index("--") + 1:]  # the user's command, as typed
+        console.print(Text(f"  use it once verified: torchboost run --config {shlex.quote(apart['path'])} -- "
+                           f"{shlex.join(typed)}", style="dim"))
+        return
     if not report["settings"]:  # `torchboost run` would apply nothing new and cost its start-up
         console.print(Text(f"  use it: {words.NOTHING_TO_USE}", style="dim"))
         return
@@ -174,3 +178,4 @@ def print_tune(report: dict[str, Any], console: Console, paths: dict[str, Path],
                                             f" ({d['change']}: {d['status']})"))
     _print_context(report, console)
     _print_files(report, console, paths)
+

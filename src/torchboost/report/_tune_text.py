@@ -133,6 +133,8 @@ def verdict(entry: dict[str, Any]) -> str:
         return f"{who} was {said} per step here, but its fixed cost is not repaid over the run: {outcome}"
     if status == "not_beyond_noise":
         return f"{who} was {said} here, not beyond noise: {outcome}"
+    if status == "unconfirmed":  # measured, never judged: not the same as rejected
+        return f"{who} was {said} here, but the budget ran out before it was confirmed: not kept"
     covers = str(entry.get("reason") or "").partition("applied from outside: ")[2]
     if status == "kept" and covers:
         return f"{who} was {said} here: kept, as applied from outside: {covers}"

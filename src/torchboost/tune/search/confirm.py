@@ -106,7 +106,7 @@ class Confirmation:
             return True, None
         # Its own run, from the script's start at the pace the bursts measured.
         own_s = state.incumbent_fixed + max(len(state.baseline.losses), state.options.trial_steps) * candidate_ms / 1e3
-        if state.run.out_of_budget(expected_s=own_s):  # faster, but its losses unjudged: not kept
+        if state.run.out_of_budget(expected_s=own_s, finishing=True):  # faster, its losses unjudged: not kept
             state.stopped = True
             state.record(lever, change, Status.UNCONFIRMED, f"{said}; the budget ran out before its own run judged "
                          "its losses", ratio=ratio, ratios=ratios, ms_per_step=candidate_ms, in_bursts=True)

@@ -59,17 +59,20 @@ class Runner:
         """Seconds from the start by which the search's trials must have ended (inf: none)."""
         return math.inf if self._deadline_s is None else self._deadline_s - self._kept_back_s
 
-    def out_of_budget(self, trials: int = 1, *, bursts: bool = False, expected_s: float | None = None) -> bool:
+    def out_of_budget(self, trials: int = 1, *, bursts: bool = False, expected_s: float | None = None,
+                      finishing: bool = False) -> bool:
         """No further trial starts: the budget is spent, or ``trials`` trials as long as the
         typical one so far (a pair: two; ``bursts``: the typical burst trial where one ran)
         would run into the time kept back; ``expected_s``: the trial's own length, as planned,
-        in place of the typical one (for a burst trial, only before any ran)."""
+        in place of the typical one (for a burst trial, only before any ran). ``finishing``: a
+        trial that completes a decision already measured (a switch's own run after its bursts
+        decided it faster) may start past ``budget_s``, never into the time kept back."""
         elapsed = self._clock() - self.start
         kind = self.burst_durations_s if bursts and self.burst_durations_s else self.durations_s
         typical = statistics.median(kind) if kind else 0.0
         if expected_s is not None and not (bursts and self.burst_durations_s):
             typical = expected_s  # its own length: a burst trial, a faster candidate's run, is no typical trial
-        return elapsed >= self._budget_s or elapsed + trials * typical > self.search_end_s
+        return (elapsed >= self._budget_s and not finishing) or elapsed + trials * typical > self.search_end_s
 
     def elapsed_s(self) -> float:
         return self._clock() - self.start
