@@ -82,3 +82,34 @@ def test_twin_a_context_field_of_a_technique_or_its_facts_given_twice_is_found()
     assert _technique_fields(GrownContext) == {"has_conv2d"}
     with pytest.raises(ValueError, match="MemoryTuning"):
         TuneContext(tuning=(MemoryTuning(), MemoryTuning(has_conv2d=False)))
+
+
+def test_a_probe_whose_pairs_disagree_leaves_its_lever_ordered_by_its_estimate(tmp_path, monkeypatch):
+    """Beside a busy loop the doctor's bf16 probe gave pairs from x0.6 to x1.02 (the report
+    ranks the finding at most x1.02): the search still orders bf16 by its estimate, x1.20,
+    before the fused optimizer's x1.05. Twin: ordered by the report's rank, it came after."""
+    from torchboost.evidence.findings import Finding, Measured
+    from torchboost.tune.search.levers import default_levers, order_levers
+
+    def finding(fid, estimate, measured=None):
+        return Finding(id=fid, title=fid, evidence={}, expected_speedup=estimate, formula="f", measured=measured)
+
+    seen = []
+
+    def search(levers, context, measure, options, **kwargs):
+        seen.append([lv.id for lv in levers])
+        failed = TrialResult(settings=Overlay(), ok=False, error="stop here")
+        return TuneOutcome(failed, Overlay(), [], [], 0, 0.0, error="stop here")
+
+    findings = [finding("precision.lower", 1.2, Measured(0.9, 6, "bf16 autocast", 0.6, 1.02)),
+                finding("optimizer.fused", 1.05)]
+    monkeypatch.setattr(tuner, "run_search", search)
+    monkeypatch.setattr(tuner, "diagnose", lambda facts: findings)
+    (tmp_path / "train.py").write_text("")
+    options = tuner.TuneOptions(out_dir=tmp_path / "out", config_path=tmp_path / "torchboost.toml", budget_s=300.0,
+                                steps_per_trial=10)
+    tuner.tune_script(["python", str(tmp_path / "train.py")], options, facts=_facts())
+    order = seen[0]
+    assert order.index("precision") < order.index("optimizer")
+    by_rank = [lv.id for lv in order_levers(default_levers(), {f.id: f.rank_speedup for f in findings})]
+    assert by_rank.index("optimizer") < by_rank.index("precision")

@@ -235,7 +235,9 @@ def tune_script(
     diagnosis_s = time.monotonic() - start  # the doctor run of ``facts`` included (``spent_s``)
     findings = diagnose(facts) if facts is not None and facts.steps else []
     context = _context(facts, options)
-    levers = order_levers(default_levers(), {f.id: f.rank_speedup for f in findings}, context.measured)
+    # The estimates: a probe's own ratio orders its lever where its pairs agree (order_levers);
+    # pairs that disagree on a busy machine measured nothing the search should order by.
+    levers = order_levers(default_levers(), {f.id: f.expected_speedup for f in findings}, context.measured)
     run_steps, run_steps_source = _planned_run(options, facts)
     options = _trial_length(options, facts, run_steps)
     ident = _identity(command)
