@@ -326,6 +326,8 @@ def test_slow_steps_that_wait_for_no_data_take_fewer_steps_a_trial():
     from torchboost.tune.trials.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, auto_trial_steps
 
     assert auto_trial_steps(1500.0, data_wait_pct=0.5) == MIN_SLOW_TRIAL_STEPS == 12
+    assert auto_trial_steps(5500.0, data_wait_pct=0.5) == 8  # 44 s of steps beside a busy loop, not 66
+    assert auto_trial_steps(5500.0, data_wait_pct=20.0) == MIN_TRIAL_STEPS  # a loader's queue to drain
     assert auto_trial_steps(1500.0, data_wait_pct=20.0) == MIN_TRIAL_STEPS
     assert auto_trial_steps(1500.0) == MIN_TRIAL_STEPS  # the data wait unknown: the loader's floor
     assert auto_trial_steps(100.0, data_wait_pct=0.0) == MIN_TRIAL_STEPS

@@ -29,7 +29,8 @@ from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_
 from torchboost.process.launch import UsageError, parse_launch
 from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.search.memory_limit import MEMORY_MARGIN
-from torchboost.tune.trials.trial_length import MIN_SLOW_TRIAL_STEPS, MIN_TRIAL_STEPS, SLOW_STEP_MS, TRIAL_WINDOW_S
+from torchboost.tune.trials.trial_length import (MIN_SLOW_TRIAL_STEPS, MIN_SLOWEST_TRIAL_STEPS, MIN_TRIAL_STEPS,
+                                                 SLOW_STEP_MS, SLOWEST_STEP_MS, TRIAL_WINDOW_S)
 from torchboost.tune.tuner import TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
@@ -76,7 +77,8 @@ def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> No
     parser.add_argument("--steps-per-trial", type=_steps_or_auto, default=None, metavar="N|auto",
                         help="measured steps per trial, after warm-up (default auto: about "
                              f"{TRIAL_WINDOW_S:g} s of the script's steps, at least {MIN_TRIAL_STEPS}, or "
-                             f"{MIN_SLOW_TRIAL_STEPS} for steps of {SLOW_STEP_MS / 1e3:g} s or more that wait for no data)")
+                             f"{MIN_SLOW_TRIAL_STEPS} for steps of {SLOW_STEP_MS / 1e3:g} s or more that wait for no data, "
+                             f"{MIN_SLOWEST_TRIAL_STEPS} for such steps of {SLOWEST_STEP_MS / 1e3:g} s or more)")
     parser.add_argument("--memory-limit", default=None, metavar="SIZE",
                         help="reject any change whose peak memory (the CUDA allocator's peak on a GPU, the training "
                              "process's peak RSS otherwise) is over SIZE, and try the memory levers when the script "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MIN_TRIAL_STEPS", "MIN_SLOW_TRIAL_STEPS", "SLOW_STEP_MS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S", "BURST_TRIAL_STEPS", "auto_trial_steps",
+__all__ = ["MIN_TRIAL_STEPS", "MIN_SLOW_TRIAL_STEPS", "MIN_SLOWEST_TRIAL_STEPS", "SLOW_STEP_MS", "SLOWEST_STEP_MS", "MAX_TRIAL_STEPS", "TRIAL_WINDOW_S", "BURST_TRIAL_STEPS", "auto_trial_steps",
            "least_capped_steps", "BURST_WARMUP", "CAPPED_HALF_MIN_STEPS", "CAPPED_HALF_MIN_MS", "DIAGNOSIS_RECORD_S"]
 
 MIN_TRIAL_STEPS = 30
@@ -30,15 +30,25 @@ them are 3 s or more, their mean's standard error a third of one step's spread, 
 median of 12 ignores up to 5 long ones; 30 steps of 1-4 s made one trial a minute or two."""
 
 
+SLOWEST_STEP_MS = 2000.0
+MIN_SLOWEST_TRIAL_STEPS = 8
+"""Steps of at least ``SLOWEST_STEP_MS`` that wait for no data: 8 of them are 16 s or more,
+and their median ignores up to 3 long ones; 12 steps of 5.5 s (nanoGPT's shape beside a busy
+loop) made the baseline's trial 100 s of a 300 s budget, and bf16 was never reached."""
+
+
 def auto_trial_steps(step_ms: float | None, *, planned_steps: int | None = None, warmup: int = 5,
                      data_wait_pct: float = 100.0) -> int:
     """Measured steps per trial: about ``TRIAL_WINDOW_S`` of the baseline's steps, at least
     ``MIN_TRIAL_STEPS`` (``MIN_SLOW_TRIAL_STEPS`` for steps of ``SLOW_STEP_MS`` or more whose
-    time waiting for data, ``data_wait_pct`` of it, is under 5%: no loader queue to drain), at
-    most ``MAX_TRIAL_STEPS`` and what the script runs after warm-up."""
+    time waiting for data, ``data_wait_pct`` of it, is under 5%: no loader queue to drain;
+    ``MIN_SLOWEST_TRIAL_STEPS`` for such steps of ``SLOWEST_STEP_MS`` or more), at most
+    ``MAX_TRIAL_STEPS`` and what the script runs after warm-up."""
     if not step_ms or step_ms <= 0 or not math.isfinite(step_ms):
         return MIN_TRIAL_STEPS
-    least = MIN_SLOW_TRIAL_STEPS if step_ms >= SLOW_STEP_MS and data_wait_pct < 5.0 else MIN_TRIAL_STEPS
+    least = MIN_TRIAL_STEPS
+    if step_ms >= SLOW_STEP_MS and data_wait_pct < 5.0:
+        least = MIN_SLOWEST_TRIAL_STEPS if step_ms >= SLOWEST_STEP_MS else MIN_SLOW_TRIAL_STEPS
     steps = min(MAX_TRIAL_STEPS, max(least, math.ceil(TRIAL_WINDOW_S * 1e3 / step_ms)))
     if planned_steps is not None:
         steps = max(least, min(steps, planned_steps - warmup))
