@@ -75,26 +75,43 @@ class _Search:
         state.top = (first.id, measured.ratio, measured.label or first.title) \
             if first is not None and measured is not None else None
         self._fit_memory([lever for lever in levers if lever.for_memory])
-        for lever in levers:
-            if lever.for_memory:
-                continue
-            proposals = lever.propose(state.incumbent, context)
-            if not proposals:
-                continue
-            if self.confirmation.out_of_budget_for(proposals[0], lever):
-                state.stopped = True
-                break
-            hopeless = why_not_tried(lever, context) if proposals else None
-            if hopeless is not None:
-                state.record(lever, proposals[0], Status.SKIPPED, hopeless)
-            elif proposals and not self._cannot_pay_off(lever, proposals):
-                self._pull(lever, proposals)
+        others = [lever for lever in levers if not lever.for_memory]
+        # The switches first, each lever's in-process candidates decided in bursts, then
+        # every candidate that costs a run of its own (a lever's siblings included).
+        skipped = self._each_lever(others, switches=True, skipped=set())
+        self._each_lever(others, switches=False, skipped=skipped)
         together = retry_lever(levers, state.decisions, state.incumbent)
         if together is not None and not state.stopped and not state.run.out_of_budget():
             self._pull(together, together.propose(state.incumbent, context))
         interaction = interaction_lever(levers, state.decisions, state.screened, state.incumbent, state.options)
         if interaction is not None and not state.stopped and not state.run.out_of_budget():
             self._pull(interaction, interaction.propose(state.incumbent, context))
+
+    def _each_lever(self, levers: list[Lever], *, switches: bool, skipped: set[str]) -> set[str]:
+        """One pass over ``levers`` in their order: with ``switches``, only the candidates
+        that are in-process switches here; without, the others. A lever skipped (hopeless,
+        or a fixed cost the run cannot repay) is skipped once, and named in the set returned
+        (``skipped``: those of an earlier pass)."""
+        state, context = self.state, self.state.context
+        for lever in levers:
+            if state.stopped or lever.id in skipped:
+                continue
+            proposals = [change for change in lever.propose(state.incumbent, context)
+                         if self.confirmation.switches_here(lever, change) is switches]
+            if not proposals:
+                continue
+            if self.confirmation.out_of_budget_for(proposals[0], lever):
+                state.stopped = True
+                break
+            hopeless = why_not_tried(lever, context)
+            if hopeless is not None:
+                state.record(lever, proposals[0], Status.SKIPPED, hopeless)
+                skipped.add(lever.id)
+            elif self._cannot_pay_off(lever, proposals):
+                skipped.add(lever.id)
+            else:
+                self._pull(lever, proposals)
+        return skipped
 
     def _fit_memory(self, levers: list[Lever]) -> None:
         """Memory levers, before any other. While the incumbent peaks over the limit, their
