@@ -208,6 +208,12 @@ def _context(facts: Facts | None, options: TuneOptions) -> TuneContext:
     return context
 
 
+def _prepare_out_dir(options: TuneOptions) -> None:
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    if not options.resume:
+        options.writes_ledger.unlink(missing_ok=True)  # an earlier tune's; --resume adds to it
+
+
 def tune_script(
     command: Sequence[str],
     options: TuneOptions = TuneOptions(),
@@ -223,9 +229,7 @@ def tune_script(
     seconds already spent on this tune before the call (the doctor run of ``facts``),
     counted in ``options.budget_s``."""
     base = user_config(options.config_path)
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    if not options.resume:
-        options.writes_ledger.unlink(missing_ok=True)  # an earlier tune's; --resume adds to it
+    _prepare_out_dir(options)
     start = time.monotonic() - max(spent_s, 0.0)
     deadline = start + options.budget_s * (1 + BUDGET_SLACK)
     if facts is None:
