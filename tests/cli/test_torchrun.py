@@ -62,6 +62,17 @@ def test_doctor_observes_every_rank_of_a_torchrun_job(tmp_path):
     assert "A job of 2 ranks" in report["notes"][0]
 
 
+@pytest.mark.slow
+def test_a_rank_the_doctor_stopped_leaves_with_its_process_group_destroyed(tmp_path):
+    # Stopped mid-loop, a rank never reaches its own clean-up; left to the interpreter's
+    # end, gloo's threads can abort it (SIGABRT) after a clean stop, now and then.
+    proc = _cli("doctor", "--steps", "3", "--warmup", "1", "--out", str(tmp_path / "doc"), "--json", "--",
+                *TORCHRUN, PROBE, str(tmp_path / "probe"), "30", "--plain-end", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("process group up at exit: False") == 2, proc.stderr[-3000:]
+    assert "process group up at exit: True" not in proc.stderr
+
+
 def _run_job(tmp_path: Path, toml: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     (tmp_path / "torchboost.toml").write_text(toml)
     proc = _cli("run", "--", *TORCHRUN, PROBE, str(tmp_path / "probe"), "4", cwd=tmp_path)

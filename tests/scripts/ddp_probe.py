@@ -1,11 +1,15 @@
 """A small DDP job for torchrun: each rank trains a few steps and writes what it ran with.
 
-    torchrun --standalone --nproc-per-node 2 ddp_probe.py OUT_DIR [STEPS]
+    torchrun --standalone --nproc-per-node 2 ddp_probe.py OUT_DIR [STEPS] [--plain-end]
+
+With --plain-end the script ends as many do, by leaving its loop (no barrier, no
+destroy_process_group), and says at exit whether its process group is still up.
 
 Writes OUT_DIR/rankR.json: the rank, torch's thread count and the DataLoader's settings
 as the script's own objects report them (so settings applied from outside show here).
 """
 
+import atexit
 import json
 import os
 import sys
@@ -18,7 +22,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 out, steps = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 40
+plain_end = "--plain-end" in sys.argv
 dist.init_process_group("gloo")
+atexit.register(lambda: print(f"process group up at exit: {dist.is_initialized()}", file=sys.stderr, flush=True))
 rank = dist.get_rank()
 torch.manual_seed(0)
 model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 4)))
@@ -39,6 +45,8 @@ while done < steps:
         done += 1
         if done == steps:
             break
+if plain_end:
+    sys.exit(0)
 # gloo can abort a process at exit ("terminate called without an active exception") when
 # one rank tears down while the other still talks, with or without torchboost: meet, then
 # leave without running the process group's destructors.

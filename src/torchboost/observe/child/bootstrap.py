@@ -30,7 +30,7 @@ from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.child.watchdog import StallWatchdog, die_with_parent
 from torchboost.process.target import Terminated, exit_status, print_user_traceback, run_target, terminate
 
-__all__ = ["main", "finish", "guard_of"]
+__all__ = ["main", "finish", "guard_of", "release_process_group"]
 
 _USAGE = "usage: python -m torchboost.observe.child.bootstrap SPEC.json -- (SCRIPT | -m MODULE) [ARGS...]"
 
@@ -77,9 +77,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorder.run.ended, exit_code = "crashed", 1
     finally:
         finish(recorder, watchdog, instrumentation, applier, exit_code)
+        if recorder.run.ended == "stopped":
+            release_process_group()
         if guard is not None:
             guard.uninstall()
     return exit_code
+
+
+def release_process_group() -> None:
+    """Destroy the default process group of a rank the observer stopped, as the script's own
+    end (``destroy_process_group()``, or a barrier and ``os._exit``) would have: stopped
+    mid-loop, the rank otherwise leaves gloo's worker threads holding their work's tensors
+    while the interpreter is torn down, and it can abort (SIGABRT, "malloc(): ... corrupted")
+    after a clean stop. The stop is at the same step boundary on every rank, after the
+    step's collectives; a failure here leaves the stop a stop."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the facts are written; the process ends as it would have
+        pass
 
 
 def guard_of(spec: ObserveSpec) -> WriteGuard | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from torchboost.handover import Claims
 from torchboost.nocode import Applier
-from torchboost.observe.child.bootstrap import finish
+from torchboost.observe.child.bootstrap import finish, release_process_group
 from torchboost.observe.child.watchdog import StallWatchdog
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.observe.record.recorder import StepRecorder
@@ -100,6 +100,8 @@ def _at_exit(recorder: StepRecorder, watchdog: StallWatchdog, instrumentation: I
     ended = recorder.run.ended
     code = {"crashed": 1, "killed": 128 + _signum(recorder.run.signal)}.get(ended, 0)
     finish(recorder, watchdog, instrumentation, applier, code)
+    if ended == "stopped":
+        release_process_group()
 
 
 def _signum(name: str | None) -> int:
