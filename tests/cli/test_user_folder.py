@@ -104,3 +104,40 @@ def test_tune_leaves_the_users_folder_as_it_was(tmp_path):
     listed = {p["path"]: p for p in writes["paths"]}
     assert listed["ckpt.pt"]["runs"] == writes["runs"] >= 2 and "runs/…" in listed
     assert writes["line"].endswith("your files are as they were")
+
+
+def _doctor_into(folder: Path, log: Path) -> dict:
+    """``torchboost doctor -- python train.py >> log 2>&1``, as a user keeps its words: its report's writes."""
+    exe = shutil.which("torchboost") or pytest.skip("the torchboost console script is not installed")
+    with open(log, "a") as fh:
+        proc = subprocess.run([exe, "doctor", "--steps", "5", "--warmup", "2", "--out", str(folder / "doc"), "--",
+                               "python", "train.py"], stdout=fh, stderr=subprocess.STDOUT, cwd=folder, timeout=600)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    return json.loads((folder / "doc" / "report.json").read_text())["writes"]
+
+
+@pytest.mark.slow
+def test_the_file_the_user_sends_the_doctors_words_to_is_theirs_not_a_write_to_name(tmp_path):
+    """``>> log.txt 2>&1`` in the script's folder: torchboost writes it (its words and the
+    script's, relayed while it runs), the user asked for it; it is neither kept apart nor
+    named as a file changed behind the run's back. Twin: a log the doctor does not write
+    to, appended to by another writer meanwhile, is named."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "train.py").write_text(SCRIPT.replace('if step % 10 == 0:', 'print("step", step, flush=True)\n    if False:'))
+    log = folder / "log.txt"
+    log.write_text("an earlier run's words\n")
+    writes = _doctor_into(folder, log)
+    words = log.read_text()
+    assert words.startswith("an earlier run's words\nstep 0") and "step 6" in words  # kept, and relayed
+    assert "log.txt" not in json.dumps(writes) and "log.txt" not in words, writes
+
+
+@pytest.mark.slow
+def test_twin_a_log_another_writer_appends_to_meanwhile_is_named(tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "train.py").write_text(SCRIPT.replace('if step % 10 == 0:', 'print("step", step, flush=True)\n    if step == 3:\n        os.system("echo more >> other.log")\n    if False:'))
+    (folder / "other.log").write_text("an earlier run's words\n")
+    writes = _doctor_into(folder, tmp_path / "log.txt")
+    assert "other.log" in json.dumps(writes), writes

@@ -36,7 +36,7 @@ from torchboost.process.guard.guard_spec import KEPT, UNPROTECTED, WriteGuardSpe
 from torchboost.process.guard.folder_snapshot import FolderSnapshot, entry_of
 from torchboost.process.guard.user_files import UserWrites, settle
 
-__all__ = ["INSURED_BYTES", "INSURED_FILE_BYTES", "WRITES_DIR", "RunGuard", "summed_writes"]
+__all__ = ["INSURED_BYTES", "INSURED_FILE_BYTES", "WRITES_DIR", "RunGuard", "own_output_files", "summed_writes"]
 
 INSURED_FILE_BYTES = 1 << 20
 """A file of the user's folders up to this size is copied before the run (1 MiB)."""
@@ -64,7 +64,8 @@ class RunGuard:
         roots = [os.getcwd()] + ([str(Path(script).resolve().parent)] if script is not None else [])
         exempt = default_exempt(Path(out).resolve(), home=Path.home(), temp_dir=tempfile.gettempdir(),
                                 environ=os.environ)
-        self.exempt = tuple(dict.fromkeys([*exempt, *(os.path.realpath(p) for p in also_exempt)]))
+        self.exempt = tuple(dict.fromkeys([*exempt, *own_output_files(),
+                                           *(os.path.realpath(p) for p in also_exempt)]))
         self.snapshot = FolderSnapshot.take(roots, exempt=self.exempt)
         self.insured = self._insure()
 
@@ -127,6 +128,25 @@ class RunGuard:
             with open(self.ledger, "a", encoding="utf-8") as fh:
                 fh.write(strict_json.dumps(writes.to_dict()) + "\n")
         return writes
+
+
+def own_output_files(fds: Iterable[int] = (1, 2)) -> tuple[str, ...]:
+    """The files torchboost's own standard output and error go to (``torchboost doctor --
+    python train.py > log.txt 2>&1``): the place the user chose for torchboost's words and
+    the script's relayed output, written by torchboost itself, so neither kept apart nor
+    named. Found through ``/proc/self/fd`` (none where there is no ``/proc``), each checked
+    to be the very file the descriptor holds."""
+    found = []
+    for fd in fds:
+        try:
+            held = os.fstat(fd)
+            path = os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(held.st_mode) and (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
+            found.append(path)
+    return tuple(dict.fromkeys(found))
 
 
 REWRITTEN = "rewritten outside the run's Python (by you, or a writer not seen): left as it is"
