@@ -158,6 +158,21 @@ def test_a_trial_far_slower_than_its_bound_stops_after_five_steps(tmp_path):
     assert len(rec.steps) == 5 and rec.stopped_slow and rec.facts().stopped_slow
 
 
+def test_a_rank_of_a_job_runs_its_planned_steps_however_slow(tmp_path, monkeypatch):
+    # Each rank would decide its early stop on its own steps, and one stopping a step before
+    # another leaves that one waiting in its next collective: ranks stop at the planned end.
+    # The twin is the trial above, a single process, stopped after five steps.
+    from torchboost.observe.record import step_timing
+
+    monkeypatch.setattr(step_timing, "one_rank_of_many", lambda: True)
+    rec, clock = _recorder(tmp_path, steps=12, warmup=1, stop_slower_than_ms=5.0)
+    _step(rec, clock)  # warm-up
+    with pytest.raises(StopObserving):
+        for _ in range(30):
+            _step(rec, clock)  # 10 ms each, over the 5 ms bound
+    assert len(rec.steps) == 12 and not rec.stopped_slow
+
+
 def test_one_recompile_among_the_first_steps_does_not_stop_a_trial(tmp_path):
     # A compiled candidate's first recorded steps: a recompile (200 ms) then its pace (10 ms).
     # Their mean (48 ms) is over the 20 ms bound, their median is not.

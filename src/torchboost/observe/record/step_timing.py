@@ -132,6 +132,8 @@ class StepTiming:
         """Raise :class:`StopObserving` once the first recorded steps are far over the trial's
         bound, or once they decide its ratio to the incumbent (a sequential stop)."""
         spec = self._spec
+        if one_rank_of_many():
+            return  # one rank's own early stop would leave its peers waiting in their next collective
         if spec.stop_decided_ms is not None and len(self.steps) < spec.steps:
             self.stopped_decided = decided([s.total_ms for s in self.steps], spec.stop_decided_ms,
                                            spec.stop_decided_margin)
@@ -176,3 +178,11 @@ class StepTiming:
     def micro_median(self) -> float | None:
         """Median micro-steps per recorded step; None when there is none."""
         return float(statistics.median(self.micro_counts)) if self.micro_counts else None
+
+
+def one_rank_of_many() -> bool:
+    """Whether this process is one rank of a job of several (``torch.distributed``'s default
+    group up, over one process): its early stops are its own decision, taken on its own steps,
+    and would not fall on the same step as its peers'; their planned end does."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
