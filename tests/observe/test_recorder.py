@@ -162,9 +162,9 @@ def test_a_rank_of_a_job_runs_its_planned_steps_however_slow(tmp_path, monkeypat
     # Each rank would decide its early stop on its own steps, and one stopping a step before
     # another leaves that one waiting in its next collective: ranks stop at the planned end.
     # The twin is the trial above, a single process, stopped after five steps.
-    from torchboost.observe.record import step_timing
+    from torchboost.observe.record import recorder
 
-    monkeypatch.setattr(step_timing, "one_rank_of_many", lambda: True)
+    monkeypatch.setattr(recorder, "one_rank_of_many", lambda: True)
     rec, clock = _recorder(tmp_path, steps=12, warmup=1, stop_slower_than_ms=5.0)
     _step(rec, clock)  # warm-up
     with pytest.raises(StopObserving):

@@ -55,7 +55,7 @@ from torchboost.observe.record.run_output import RunOutput
 from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.spec import ObserveSpec
 from torchboost.observe.record.stages import RunStages
-from torchboost.observe.record.step_timing import StepTiming
+from torchboost.observe.record.step_timing import StepTiming, one_rank_of_many
 
 __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTIMIZER", "SLOW_CHECK_STEPS"]
 
@@ -161,7 +161,7 @@ class StepRecorder:
         kind = timing.close_step()
         timing.bookkeeping = True  # until next_step: torchboost's time, not the script's
         self.losses.close_step(kind, timing.boundaries - 1)
-        if kind == RECORDED:
+        if kind == RECORDED and not one_rank_of_many():  # a rank stopped early: its peers would wait
             timing.stop_if_slow()
         done = timing.boundaries
         if self.stages.warmup_ends(done):

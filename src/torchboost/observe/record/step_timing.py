@@ -109,7 +109,6 @@ class StepTiming:
         self.last_boundary = now
         index = self.boundaries
         self.boundaries += 1
-        spec = self._spec
         recording = self.window.records(index)
         kind = None
         self.last_ms = max(0.0, (now - self._step_start) * 1000.0 - eval_ms)
@@ -132,8 +131,6 @@ class StepTiming:
         """Raise :class:`StopObserving` once the first recorded steps are far over the trial's
         bound, or once they decide its ratio to the incumbent (a sequential stop)."""
         spec = self._spec
-        if one_rank_of_many():
-            return  # one rank's own early stop would leave its peers waiting in their next collective
         if spec.stop_decided_ms is not None and len(self.steps) < spec.steps:
             self.stopped_decided = decided([s.total_ms for s in self.steps], spec.stop_decided_ms,
                                            spec.stop_decided_margin)
