@@ -26,6 +26,17 @@ def test_every_run_is_summed_and_a_new_folder_per_run_is_one_entry(tmp_path):
     assert summed["line"].endswith("your files are as they were")
 
 
+def test_a_new_folder_made_in_the_users_folder_itself_is_named(tmp_path):
+    # torchrun ranks writing out/rank0.json and out/rank1.json: "out/…", not a bare "…"
+    ledger = tmp_path / "writes.jsonl"
+    run = {"writes_dir": "w", "restored": [], "note": None, "not_restored": [],
+           "kept_apart": [{"path": "out", "times": 2, "moved_to": "x", "new": True, "entries": 3}]}
+    ledger.write_text((json.dumps(run) + "\n") * 2)
+    summed = summed_writes(ledger)
+    assert [p["path"] for p in summed["paths"]] == ["out/…"]
+    assert "the script wrote out/… (4 times in 2 runs)" in summed["line"]
+
+
 def test_twin_a_file_changed_outside_python_is_named_not_restored(tmp_path):
     ledger = tmp_path / "writes.jsonl"
     bad = [{"path": "train.log", "why": "changed outside Python"}]

@@ -181,9 +181,10 @@ def summed_writes(ledger: Path) -> dict[str, Any] | None:
     paths: dict[str, dict[str, Any]] = {}
     for run in runs:
         for written in run["kept_apart"]:
-            # A new folder per run (runs/<time>/) is one entry, named by where they were made.
+            # A new folder per run (runs/<time>/) is one entry, named by where they were made;
+            # one made in the user's folder itself (out/, the same each run) by its own name.
             new_folder = written["new"] and written["entries"] > 1
-            name = os.path.join(os.path.dirname(written["path"]), "…") if new_folder else written["path"]
+            name = os.path.join(os.path.dirname(written["path"]) or written["path"], "…") if new_folder else written["path"]
             entry = paths.setdefault(name, {"path": name, "times": 0, "runs": 0})
             entry["times"] += written["times"]
             entry["runs"] += 1
