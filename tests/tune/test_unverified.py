@@ -124,8 +124,35 @@ def test_the_terminal_names_the_file_apart_and_how_to_use_it_once_verified(tmp_p
     print_tune_report(tune_summary(run, config_path=tmp_path / "torchboost.toml"),
                       Console(file=buf, width=400, color_system=None), {})
     text = buf.getvalue()
-    assert f"{UNVERIFIED_NAME}: {tmp_path / UNVERIFIED_NAME}" in text and "verify it: torchboost compare" in text
+    assert f"{UNVERIFIED_NAME}: {tmp_path / UNVERIFIED_NAME}" in text
+    assert "verify it: torchboost tune --resume --budget" in text and "or with whole runs: torchboost compare" in text
     assert f"use it once verified: torchboost run --config {tmp_path / UNVERIFIED_NAME} -- python" in text
     assert "nothing changed: run your script" not in text
     unconfirmed = {"subject": "bf16", "status": "unconfirmed", "ratio": 0.441, "reason": "..."}
     assert verdict(unconfirmed).endswith("the budget ran out before it was confirmed: not kept")
+
+
+def test_tune_again_gives_the_check_the_pairs_a_claim_rests_on(tmp_path, monkeypatch):
+    """The printed ``tune --resume`` command: this tune's options again, and a --budget whose
+    check time holds four pairs as the check itself plans them. Twin: the --budget given,
+    300 s, held fewer (why the check did not finish)."""
+    from torchboost.tune.verify import plan_verification
+
+    run = _tune(tmp_path, monkeypatch, NO_PAIR, users_file=False)
+    again = list(run.unverified.tune_again)
+    assert again[:4] == ["torchboost", "tune", "--resume", "--budget"]
+    budget = float(again[4])
+    for flag, value in (("--out", str(tmp_path / "out")), ("--config", str(tmp_path / "torchboost.toml")),
+                        ("--run-steps", "2000"), ("--steps-per-trial", "12")):
+        assert again[again.index(flag) + 1] == value
+    assert "--warmup" not in again  # left at its default
+    assert again[again.index("--") + 1:] == ["python", str(tmp_path / "train.py"), "--max-steps", "2000"]
+    assert run.unverified.tune_again_s == budget * 1.5 and shlex.join(again) in run.verdict
+
+    def pairs(budget_s: float) -> int:
+        options = tuner.TuneOptions(budget_s=budget_s, steps_per_trial=12)
+        return plan_verification(pairs=4, budget_s=ending.check_most_s(options), step_ms=1054.0, fixed_s=6.0,
+                                 trial_steps=12, warmup=5, whole_run_s=6.0 + 2000 * 4.069, planned_steps=2000,
+                                 baseline_ms=4069.0).pairs
+
+    assert pairs(budget) == 4 and pairs(300.0) < 4

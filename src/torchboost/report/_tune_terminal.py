@@ -140,7 +140,11 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
     apart = report.get("unverified")
     if apart:
         console.print(Text.assemble((f"{Path(apart['path']).name}: ", "bold"), apart["path"]))
-        console.print(Text(f"  verify it: {shlex.join(apart['command'])}", style="dim"))
+        if apart.get("tune_again"):
+            console.print(Text(f"  verify it: {shlex.join(apart['tune_again'])}", style="dim"))
+            console.print(Text(f"  or with whole runs: {shlex.join(apart['command'])}", style="dim"))
+        else:
+            console.print(Text(f"  verify it: {shlex.join(apart['command'])}", style="dim"))
         typed = apart["command"][apart["command"].index("--") + 1:]  # the user's command, as typed
         console.print(Text(f"  use it once verified: torchboost run --config {shlex.quote(apart['path'])} -- "
                            f"{shlex.join(typed)}", style="dim"))

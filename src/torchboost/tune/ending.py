@@ -19,12 +19,13 @@ from torchboost.tune.search.decision import TuneOutcome
 from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import MIN_TRIAL_STEPS
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
-from torchboost.tune.unverified import check_unfinished, write_unverified
+from torchboost.tune.unverified import as_typed, check_unfinished, write_unverified
 from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
-from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict, nothing_kept
+from torchboost.tune.verify.check import PLAN_FILL
+from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd, end_to_end_verdict, nothing_kept
 
-__all__ = ["BUDGET_SLACK", "check_most_s", "check_reserve", "toml_header", "unfinished", "verify_outcome",
-           "write_result"]
+__all__ = ["BUDGET_SLACK", "check_most_s", "check_reserve", "toml_header", "tune_again", "unfinished",
+           "verify_outcome", "write_result"]
 
 
 BUDGET_SLACK = 0.5
@@ -134,6 +135,37 @@ def write_result(command: Sequence[str], options: TuneOptions, run: TuneRun) -> 
         write_config(options.config_path, run.config, toml_header(run, command))
         return
     run.unverified = write_unverified(command, options.config_path, run.config,
-                                      toml_header(run, command, apart=True), run.outcome, run.run_steps)
+                                      toml_header(run, command, apart=True), run.outcome, run.run_steps,
+                                      tune_again(command, options, run.outcome))
     run.verdict = f"{run.verdict}; {run.unverified.words()}"
     run.config = run.base if run.base is not None else BoostConfig.off()
+
+
+def tune_again(command: Sequence[str], options: TuneOptions, outcome: TuneOutcome) -> tuple[tuple[str, ...], float]:
+    """The ``torchboost tune --resume --budget B`` command that finishes a check the budget
+    cut short, and the most seconds it takes (B and its slack). With ``--resume`` the
+    diagnosis and every finished trial come from the out folder at no cost, and the check's
+    time (:func:`check_most_s`, half of B and its slack) holds the pairs a claim rests on,
+    each run the shortest the check plans (at the baseline's and the kept configuration's
+    paces), filled to :data:`PLAN_FILL`; what B leaves beyond that the search spends on the
+    levers it had not reached. The options given differently from their defaults are given
+    again, so the journal read is this tune's."""
+    baseline, steps = outcome.baseline, options.steps_per_trial or MIN_TRIAL_STEPS
+    runs = ((baseline.wall_s, baseline.ms_per_step), (0.0, outcome.waterfall[-1].ms_per_step))
+    pair_s = sum(max(shortest_run_s(wall, baseline.fixed_s, ms, trial_steps=steps, warmup=options.warmup), 1.0)
+                 for wall, ms in runs)
+    need_s = CLAIM_PAIRS * pair_s / PLAN_FILL
+    budget = max(math.ceil(options.budget_s / 60), math.ceil(2 * need_s / (1 + BUDGET_SLACK) / 60)) * 60
+    words = ["torchboost", "tune", "--resume", "--budget", str(budget)]
+    default = TuneOptions()
+    for flag, value, usual in (("--out", options.out_dir, default.out_dir),
+                               ("--config", options.config_path, default.config_path),
+                               ("--run-steps", options.run_steps, None),
+                               ("--steps-per-trial", options.steps_per_trial, None),
+                               ("--warmup", options.warmup, default.warmup),
+                               ("--verify-pairs", options.verify_pairs, default.verify_pairs),
+                               ("--stall-timeout", options.stall_timeout_s, default.stall_timeout_s),
+                               ("--memory-limit", options.memory_limit_bytes, None)):
+        if value is not None and value != usual:
+            words += [flag, str(value)]
+    return tuple([*words, "--", *as_typed(command)]), budget * (1 + BUDGET_SLACK)

@@ -24,7 +24,7 @@ from torchboost.tune.search.decision import Status, TuneOutcome
 from torchboost.tune.trials.trial_result import describe_settings
 from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
 
-__all__ = ["UNVERIFIED_NAME", "Unverified", "compare_command", "measured_words", "unverified_path",
+__all__ = ["UNVERIFIED_NAME", "Unverified", "as_typed", "compare_command", "measured_words", "unverified_path",
            "write_unverified", "check_unfinished"]
 
 UNVERIFIED_NAME = "torchboost.unverified.toml"
@@ -50,17 +50,26 @@ class Unverified:
     """The ``torchboost compare`` command that verifies it end to end."""
     expected_s: float | None
     """Seconds that command is expected to take (None: the planned run's length is unknown)."""
+    tune_again: tuple[str, ...] = ()
+    """The ``torchboost tune --resume --budget B`` command that finishes the check instead:
+    the diagnosis and the trials reused from the journal, the check given the time of the
+    pairs a claim rests on; empty where not worked out."""
+    tune_again_s: float | None = None
+    """The most seconds ``tune_again`` takes: its --budget and the slack."""
 
     def words(self) -> str:
         """"the measured configuration is in torchboost.unverified.toml ...", for the verdict."""
         took = f" (about {_duration(self.expected_s)})" if self.expected_s is not None else ""
+        again = (f"{shlex.join(self.tune_again)} (its trials reused: at most {_duration(self.tune_again_s)}), or with "
+                 "whole runs: " if self.tune_again and self.tune_again_s is not None else "")
         return (f"measured {'; '.join(self.measured)}; written to {self.path.name}, your torchboost.toml left as "
-                f"it was; verify it end to end with: {shlex.join(self.command)}{took}")
+                f"it was; verify it end to end with: {again}{shlex.join(self.command)}{took}")
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``unverified``."""
         return {"path": str(self.path), "measured": list(self.measured), "command": list(self.command),
-                "expected_s": self.expected_s}
+                "expected_s": self.expected_s, "tune_again": list(self.tune_again),
+                "tune_again_s": self.tune_again_s}
 
 
 def _duration(seconds: float) -> str:
@@ -96,7 +105,8 @@ def unverified_path(config_path: Path) -> Path:
     return Path(config_path).with_name(UNVERIFIED_NAME)
 
 
-def _as_typed(command: Sequence[str]) -> list[str]:
+def as_typed(command: Sequence[str]) -> list[str]:
+    """The user's command as they typed it (``python``, not this interpreter's path)."""
     return ["python" if w == sys.executable else w for w in command[:1]] + list(command[1:])
 
 
@@ -109,7 +119,7 @@ def compare_command(command: Sequence[str], config_path: Path, unverified: Path,
     words = ["torchboost", "compare", "--config", baseline, "--config", str(unverified)]
     if expected_s is not None and expected_s * 1.25 > COMPARE_DEFAULT_BUDGET_S:
         words += ["--budget", str(math.ceil(expected_s * 1.25 / 60) * 60)]
-    return tuple([*words, "--", *_as_typed(command)])
+    return tuple([*words, "--", *as_typed(command)])
 
 
 def compare_expected_s(outcome: TuneOutcome, run_steps: int | None) -> float | None:
@@ -126,10 +136,15 @@ def compare_expected_s(outcome: TuneOutcome, run_steps: int | None) -> float | N
 
 
 def write_unverified(command: Sequence[str], config_path: Path, config: BoostConfig, header: str,
-                     outcome: TuneOutcome, run_steps: int | None) -> Unverified:
-    """Write ``config`` with ``header`` to :func:`unverified_path` and say how to verify it."""
+                     outcome: TuneOutcome, run_steps: int | None,
+                     tune_again: tuple[tuple[str, ...], float] | None = None) -> Unverified:
+    """Write ``config`` with ``header`` to :func:`unverified_path` and say how to verify it
+    (``tune_again``: the ``tune --resume`` command that finishes the check, and the most
+    seconds it takes)."""
     path = unverified_path(config_path)
     atomic_write_bytes(path, config.to_toml_string(header=header).encode("utf-8"))
     expected = compare_expected_s(outcome, run_steps)
+    again, again_s = tune_again if tune_again is not None else ((), None)
     return Unverified(path=path, measured=measured_words(outcome),
-                      command=compare_command(command, config_path, path, expected_s=expected), expected_s=expected)
+                      command=compare_command(command, config_path, path, expected_s=expected), expected_s=expected,
+                      tune_again=again, tune_again_s=again_s)
