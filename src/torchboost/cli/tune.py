@@ -49,7 +49,8 @@ EPILOG = f"""exit status:
   0    a change was kept and written (the report says how it was verified)
   {NO_PROVEN_WIN}    no proven win: the configuration is left as it was
   {UNVERIFIED}    measured faster, not verified end to end within --budget: written to
-       torchboost.unverified.toml with the torchboost compare command that verifies it
+       torchboost.unverified.toml with the commands that verify it (tune --resume
+       with a larger --budget, or torchboost compare)
   1    the script failed (its own traceback is shown)
   2    bad usage
   128+N  stopped by signal N (130: Ctrl-C)"""
