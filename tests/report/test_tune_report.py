@@ -302,7 +302,8 @@ def test_a_pick_the_end_to_end_check_rejected_is_never_shown_as_the_after(tmp_pa
     # Twin: the same search confirmed end to end shows its figures as the after.
     kept = _terminal(searched, *_paths_of(searched, tmp_path / "kept"))
     assert "After: 62.0 ms/step" in kept and "After: the same" not in kept
-    assert "use it: torchboost run -- python train.py" in kept
+    # the file was written in another folder than this one: run is told where it is
+    assert f"use it: torchboost run --config {tmp_path / 'kept' / 'torchboost.toml'} -- python train.py" in kept
     assert "kept " in toml_header(searched, ["python", "train.py"])
 
 

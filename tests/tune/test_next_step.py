@@ -17,6 +17,20 @@ def test_a_plain_script_is_pointed_at_torchboost_run_with_its_own_command():
     assert step["text"] == "torchboost run -- torchrun --nproc-per-node 2 train.py --data 'my data'"
 
 
+def test_a_file_written_elsewhere_than_this_folder_is_named(tmp_path, monkeypatch):
+    # the demo writes torchboost-demo/torchboost.toml: `torchboost run` here would not find it.
+    # Twin: the folder's own torchboost.toml, which run finds, needs no --config.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "torchboost-demo").mkdir()
+    elsewhere = tmp_path / "torchboost-demo" / "torchboost.toml"
+    elsewhere.write_text("[cpu]\nthreads = 1\n")
+    step = next_step(Facts(), ["python", "train.py"], config_path=elsewhere)
+    assert step["text"] == "torchboost run --config torchboost-demo/torchboost.toml -- python train.py"
+    (tmp_path / "torchboost.toml").write_text("[cpu]\nthreads = 1\n")
+    here = next_step(Facts(), ["python", "train.py"], config_path=tmp_path / "torchboost.toml")
+    assert here["text"] == "torchboost run -- python train.py"
+
+
 def test_a_booster_script_reads_the_file_itself():
     assert next_step(Facts(uses_booster=True), COMMAND)["how"] == "booster"
 

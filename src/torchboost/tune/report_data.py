@@ -22,6 +22,7 @@ writes non-finite numbers as null).
 
 from __future__ import annotations
 
+import os
 import shlex
 import statistics
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from torchboost.config import BoostConfig
-from torchboost.config_files import config_text
+from torchboost.config_files import ConfigError, config_text, find_config
 from torchboost.frameworks import spell, training_arguments
 from torchboost.tune.search.memory_limit import limit_source
 from torchboost.tune.tuner import TuneRun, toml_header
@@ -147,14 +148,16 @@ def _findings(findings: list[Any]) -> list[dict[str, Any]]:
              "expected_speedup": f.expected_speedup} for f in ranked]
 
 
-def next_step(facts: Any, command: list[str], config: BoostConfig | None = None) -> dict[str, str]:
+def next_step(facts: Any, command: list[str], config: BoostConfig | None = None,
+              config_path: Path | None = None) -> dict[str, str]:
     """How this script takes the configuration up: {"how", "text"}. A Lightning or
     Accelerate script through its framework's own settings, a Booster script by itself,
-    any other through ``torchboost run``; a Hugging Face Trainer script through the
-    ``TrainingArguments`` keywords of ``config`` as well as ``torchboost run``."""
+    any other through ``torchboost run`` (with ``--config`` where ``config_path``, the file
+    written, is not the one ``run`` finds in this folder); a Hugging Face Trainer script
+    through the ``TrainingArguments`` keywords of ``config`` as well as ``torchboost run``."""
     frameworks = list(getattr(facts, "frameworks", []) or [])
     words = ["python" if w == sys.executable else w for w in command[:1]] + list(command[1:])  # as typed
-    run = "torchboost run -- " + " ".join(shlex.quote(w) for w in words)
+    run = f"torchboost run{_config_flag(config_path)} -- " + " ".join(shlex.quote(w) for w in words)
     spelled = spell(config) if config is not None and "transformers" in frameworks else None
     if spelled is not None and spelled.words.transformers:
         rest = "; the rest: torchboost export --to transformers" if spelled.transformers_code else ""
@@ -168,6 +171,21 @@ def next_step(facts: Any, command: list[str], config: BoostConfig | None = None)
         return {"how": "booster", "text": "torchboost.Booster() in your training loop reads it from the "
                                           "working directory"}
     return {"how": "run", "text": run}
+
+
+def _config_flag(config_path: Path | None) -> str:
+    """`` --config PATH`` where ``torchboost run`` in this folder would not find ``config_path``."""
+    if config_path is None:
+        return ""
+    try:
+        found = find_config(".")
+    except ConfigError:
+        found = None
+    if found is not None and found.resolve() == Path(config_path).resolve():
+        return ""
+    path = Path(config_path).resolve()
+    shown = os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
+    return f" --config {shlex.quote(shown)}"
 
 
 def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, Any]:
@@ -190,7 +208,8 @@ def tune_summary(run: TuneRun, *, config_path: Path | None = None) -> dict[str, 
     e2e = run.end_to_end.to_dict() if run.end_to_end is not None else None
     return {
         "command": list(run.facts.command) if run.facts is not None else [],
-        "next_step": next_step(run.facts, list(run.facts.command) if run.facts is not None else [], run.config),
+        "next_step": next_step(run.facts, list(run.facts.command) if run.facts is not None else [], run.config,
+                               config_path),
         "status": status,
         "error": outcome.error,
         "before": {"ms_per_step": before_ms, "samples_per_s": _samples_per_s(per_step, before_ms)},
