@@ -98,7 +98,8 @@ def test_tune_leaves_the_users_folder_as_it_was(tmp_path):
     folder = _folder(tmp_path)
     before = _state(folder)
     proc = _torchboost(folder, "tune", "--budget", "20", "--", "python", "train.py")
-    assert proc.returncode in (0, 3), proc.stderr[-2000:]  # a change written, or no proven win
+    # a change written, no proven win, or (a loaded machine, --budget 20) a pick written apart
+    assert proc.returncode in (0, 3, 4), proc.stderr[-2000:]
     assert _state(folder) == before  # trials and end-to-end runs alike
     writes = json.loads((folder / "torchboost-tune" / "report.json").read_text())["writes"]
     listed = {p["path"]: p for p in writes["paths"]}
