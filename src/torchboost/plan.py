@@ -46,6 +46,12 @@ class Plan:
         return cls(config, apply, tuple(notes + refused))
 
     @classmethod
+    def tuned(cls, settings: Overlay, base: BoostConfig | None = None) -> "Plan":
+        """The plan of tune's ``settings`` on the user's configuration ``base`` (None: plain
+        PyTorch): what a trial's process applies, and what tune writes when they win."""
+        return cls.of(settings.on(base if base is not None else BoostConfig.off()))
+
+    @classmethod
     def applying(cls, settings: Mapping[str, Any]) -> "Plan":
         """The plan that applies exactly ``settings`` from outside, on plain PyTorch (a probe's,
         a test's); ValueError when one of them needs the Booster in the loop."""

@@ -83,7 +83,7 @@ def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words)
     deadline = math.inf if left_s is None else time.monotonic() + left_s
     measure = tuner._journaled_measure(Journal(tmp_path / "j.jsonl"), ["python", "x.py"], options, BoostConfig.off(),
                                        None, deadline)
-    result = measure({}, 0)
+    result = measure(Overlay(), 0)
     assert result.error.startswith(words)
     if left_s is not None:
         assert result.error.endswith("give tune a larger --budget")

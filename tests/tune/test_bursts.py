@@ -12,6 +12,7 @@ import pytest
 from slow_script import SlowScript
 from test_search import CPU2
 
+from torchboost.config import Overlay
 from torchboost.evidence.findings import Measured
 from torchboost.observe.spec import Bursts
 from torchboost.tune.search.bursts import FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_verdict, more_bursts, plan_bursts
@@ -171,11 +172,13 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
     autocast, the result carries each pair. Twin: a change no switch makes gives no ratio."""
     from pathlib import Path
 
+    from torchboost.plan import Plan
     from torchboost.tune.trials.trial import TrialRequest, run_trial
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "tune_tiny.py"
-    result = run_trial(TrialRequest(command=["python", str(script), "--steps", "200"], settings={}, repeat=0, steps=2,
-                                    warmup=1, out_dir=tmp_path, timeout_s=120, bursts=Bursts(change, steps=2, pairs=4)))
+    result = run_trial(TrialRequest(command=["python", str(script), "--steps", "200"], settings=Overlay(), repeat=0,
+                                    plan=Plan.tuned(Overlay()), steps=2, warmup=1, out_dir=tmp_path, timeout_s=120,
+                                    bursts=Bursts(change, steps=2, pairs=4)))
     assert result.ok, result.error
     assert result.bursts == change
     if ratios:

@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from torchboost.config import ConfigError
+from torchboost.config import ConfigError, Overlay
 from torchboost.config_files import config_to_write
 from torchboost.cli._lock import folder_lock
 from torchboost.cli._inputs import check_out_dir, check_seconds, check_writable_file, parse_size
@@ -139,7 +139,7 @@ def tune_with_progress(command: list[str], options: TuneOptions, console: Consol
         task = progress.add_task("diagnosing the baseline", total=options.budget_s)
         started = progress.get_time()
 
-        def on_trial(settings: dict[str, Any], repeat: int, result: TrialResult | None) -> None:
+        def on_trial(settings: Overlay, repeat: int, result: TrialResult | None) -> None:
             progress.update(task, completed=min(progress.get_time() - started, options.budget_s))
             if result is None:
                 progress.update(task, description=f"trial: {describe_settings(settings)} (#{repeat + 1})")

@@ -19,6 +19,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import limits_device, step_dtype
 from torchboost.limits import machine_limits
+from torchboost.plan import Plan
 from torchboost.evidence.observed import Facts
 from torchboost.process.launch import parse_launch
 from torchboost.process.guard.run_guard import summed_writes
@@ -64,11 +65,11 @@ def context_from_facts(facts: Facts) -> TuneContext:
 
 
 def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOptions, base: BoostConfig,
-                       on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None,
+                       on_trial: Callable[[Overlay, int, TrialResult | None], None] | None,
                        deadline: float = math.inf):
     trials_dir = options.out_dir / "trials"
 
-    def measure(settings: dict[str, Any], repeat: int, slower_than_ms: float | None = None,
+    def measure(settings: Overlay, repeat: int, slower_than_ms: float | None = None,
                 decide: tuple[float, float] | None = None, bursts: Bursts | None = None,
                 limit_s: float | None = None) -> TrialResult:
         """One trial; ``limit_s``: the seconds the search has before the time it keeps for
@@ -84,9 +85,11 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         # A burst trial's figures are its bursts: its warm-up only readies them (its first
         # switched step is set aside too); 5 steps of 4 s were 20 s of each such trial.
         warmup = min(options.warmup, BURST_WARMUP) if bursts else options.warmup
+        # The one place the search's settings meet the user's configuration: resolved once
+        # into the plan the trial's process applies.
         result = run_trial(TrialRequest(
-            command=command, settings=settings, repeat=repeat, base=base, steps=steps, warmup=warmup,
-            out_dir=trials_dir / "current", timeout_s=timeout_s, slower_than_ms=slower_than_ms,
+            command=command, settings=settings, repeat=repeat, plan=Plan.tuned(settings, base), steps=steps,
+            warmup=warmup, out_dir=trials_dir / "current", timeout_s=timeout_s, slower_than_ms=slower_than_ms,
             stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger, decide=decide,
             bursts=bursts))
         if not result.ok and timeout_s == left_s and (result.error or "").startswith("timed out"):
@@ -218,7 +221,7 @@ def tune_script(
     command: Sequence[str],
     options: TuneOptions = TuneOptions(),
     *,
-    on_trial: Callable[[dict[str, Any], int, TrialResult | None], None] | None = None,
+    on_trial: Callable[[Overlay, int, TrialResult | None], None] | None = None,
     on_decision: Callable[[Decision], None] | None = None,
     on_verify: Callable[[str, int], None] | None = None,
     facts: Facts | None = None,

@@ -103,7 +103,7 @@ class Runner:
                  "limit_s": left if math.isfinite(left) else None}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
         began = self._clock()
-        result = self._measure(Overlay(settings), repeat, **stops)
+        result = self._measure(settings, repeat, **stops)
         took = max(0.0, self._clock() - began)
         self.durations_s.append(took)
         if bursts is not None:

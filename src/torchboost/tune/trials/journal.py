@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from torchboost import _json as strict_json
 from torchboost.tune.trials.trial_result import TrialResult, trial_key
@@ -115,7 +115,7 @@ class Journal:
             except (TypeError, KeyError, ValueError):
                 continue
 
-    def lookup(self, settings: dict[str, Any], repeat: int, bursts: dict[str, Any] | None = None) -> TrialResult | None:
+    def lookup(self, settings: Mapping[str, Any], repeat: int, bursts: Mapping[str, Any] | None = None) -> TrialResult | None:
         """The recorded result of this trial (a burst trial of ``bursts``), if the journal has it."""
         found = self._recorded.get(trial_key(settings, repeat, bursts))
         if found is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from torchboost.config import BoostConfig, Overlay
+from torchboost.config import Overlay
 from torchboost.plan import Plan
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
@@ -101,15 +101,16 @@ def _burst_figures(result: TrialResult, facts: Any) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class TrialRequest:
-    """One trial asked for: ``command`` run once with ``settings`` on top of ``base``;
-    seconds and steps as named."""
+    """One trial asked for: ``command`` run once under ``plan``; seconds and steps as named."""
 
     command: Sequence[str]
     settings: Overlay
-    """The candidate's settings (``repeat`` counts the runs of the same ones)."""
+    """The candidate's settings, as the search names them (``repeat`` counts the runs of
+    the same ones): the trial's label in its result and the journal."""
     repeat: int
-    base: BoostConfig | None = None
-    """The user's configuration under ``settings``; None: plain PyTorch."""
+    plan: Plan
+    """What the trial's process applies: ``settings`` on the user's configuration, resolved
+    once by whoever asks (:meth:`Plan.tuned`), handed to the child whole."""
     steps: int
     """Measured steps after ``warmup`` unmeasured ones."""
     warmup: int
@@ -128,10 +129,9 @@ class TrialRequest:
     measured steps (:mod:`torchboost.tune.search.bursts`)."""
 
     def run_request(self) -> RunRequest:
-        """The observed run this trial is: its configuration applied, no profiler, quiet."""
-        plan = Plan.of(Overlay(self.settings).on(self.base if self.base is not None else BoostConfig.off()))
+        """The observed run this trial is: its plan applied, no profiler, quiet."""
         return RunRequest(
-            command=self.command, steps=self.steps, warmup=self.warmup, out_dir=self.out_dir, apply=plan,
+            command=self.command, steps=self.steps, warmup=self.warmup, out_dir=self.out_dir, apply=self.plan,
             profile=False, echo=False, timeout_s=self.timeout_s, stop_slower_than_ms=self.slower_than_ms,
             stall_timeout_s=self.stall_timeout_s, writes_ledger=self.writes_ledger, stop_decided=self.decide,
             bursts=self.bursts)
