@@ -278,8 +278,8 @@ def test_a_run_without_its_pace_is_not_projected():
 def test_verify_projects_capped_runs_from_each_runs_own_pace(tmp_path, monkeypatch):
     from torchboost.tune.verify import check as verify_module
 
-    def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
-        return (12.0, 60.0, None) if config.compile.mode != "off" else (10.0, 80.0, None)
+    def fake_capped(command, applied, steps, out_dir, limit_s, writes_ledger=None):
+        return (12.0, 60.0, None) if applied.config.compile.mode != "off" else (10.0, 80.0, None)
 
     monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
     plan = VerifyPlan(pairs=3, steps=100, run_limit_s=100.0, fallback_steps=100, planned_steps=5000)
@@ -296,8 +296,8 @@ def test_capped_runs_the_script_ended_itself_before_the_cap_are_whole_runs(tmp_p
     from torchboost.tune.verify import check as verify_module
     from torchboost.tune.verify.end_to_end import end_to_end_verdict
 
-    def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
-        return (6.0, 20.0, ended_at) if config.compile.mode != "off" else (10.0, 33.0, ended_at)
+    def fake_capped(command, applied, steps, out_dir, limit_s, writes_ledger=None):
+        return (6.0, 20.0, ended_at) if applied.config.compile.mode != "off" else (10.0, 33.0, ended_at)
 
     monkeypatch.setattr(verify_module, "_capped_run", fake_capped)
     plan = VerifyPlan(pairs=4, steps=1387, run_limit_s=100.0, fallback_steps=1387, planned_steps=5000)
@@ -314,7 +314,7 @@ def test_a_capped_run_past_the_checks_time_ends_the_check_out_of_time_not_failed
 
     limits = []
 
-    def fake_capped(command, config, steps, out_dir, limit_s, writes_ledger=None):
+    def fake_capped(command, applied, steps, out_dir, limit_s, writes_ledger=None):
         limits.append(limit_s)
         return None if len(limits) == 3 else (10.0, 80.0, None)  # the third run is ended at its limit
 

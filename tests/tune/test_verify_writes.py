@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from torchboost.config import BoostConfig
+from torchboost.plan import Plan
 from torchboost.process.guard.run_guard import INSURED_FILE_BYTES
 from torchboost.tune.verify.check import _config_files, _whole_run
 
@@ -46,7 +47,7 @@ def test_both_sides_of_the_end_to_end_check_leave_a_large_checkpoint_as_it_was(t
     user = _folder(tmp_path)
     before = _hashes(user)
     monkeypatch.chdir(user)
-    files = _config_files(tmp_path / "configs", BoostConfig(), BoostConfig())
+    files = _config_files(tmp_path / "configs", {name: Plan.of(BoostConfig()) for name in ("baseline", "tuned")})
     ledger = tmp_path / "writes.jsonl"
     for config in (None, files["tuned"]):
         assert _whole_run(["python", "train.py"], config, 120, tmp_path / "whole", ledger) is not None
@@ -63,7 +64,7 @@ def test_twin_the_users_own_torchboost_run_writes_its_checkpoint(tmp_path, monke
     above can fail."""
     user = _folder(tmp_path)
     before = _hashes(user)
-    files = _config_files(tmp_path / "configs", BoostConfig(), BoostConfig())
+    files = _config_files(tmp_path / "configs", {name: Plan.of(BoostConfig()) for name in ("baseline", "tuned")})
     done = subprocess.run([sys.executable, "-m", "torchboost.cli", "run", "--config", str(files["tuned"]), "--",
                            "python", "train.py"], cwd=user, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

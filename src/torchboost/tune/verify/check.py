@@ -198,14 +198,14 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
     return time.monotonic() - start
 
 
-def _capped_run(command: Sequence[str], config: BoostConfig, steps: int, out_dir: Path,
+def _capped_run(command: Sequence[str], applied: Plan, steps: int, out_dir: Path,
                 limit_s: float | None = None,
                 writes_ledger: Path | None = None) -> tuple[float, float, int | None] | None:
     """Seconds of a run stopped after ``steps``, its pace (the mean step, ms, of its second
     half) and the steps it ran when the script ended on its own before them (else None);
     None when it ran past ``limit_s`` (it is then ended)."""
     start = time.monotonic()
-    observed = run_observed(RunRequest(command=command, steps=steps, warmup=0, out_dir=out_dir, apply=Plan.of(config),
+    observed = run_observed(RunRequest(command=command, steps=steps, warmup=0, out_dir=out_dir, apply=applied,
                                        profile=False, echo=False, timeout_s=limit_s, writes_ledger=writes_ledger))
     if observed.timed_out:
         return None
@@ -232,11 +232,11 @@ def _capped_limit(result: "EndToEnd", plan: VerifyPlan) -> float:
     return limit
 
 
-def _config_files(tmp: Path, base: BoostConfig, tuned: BoostConfig) -> dict[str, Path]:
-    files = {name: tmp / f"{name}.toml" for name in ("baseline", "tuned")}
-    for name, config in (("baseline", base), ("tuned", tuned)):
-        config.to_toml(files[name])
-        write_plan(files[name].with_suffix(".json"), Plan.of(config))
+def _config_files(tmp: Path, plans: dict[str, Plan]) -> dict[str, Path]:
+    files = {name: tmp / f"{name}.toml" for name in plans}
+    for name, plan in plans.items():
+        plan.config.to_toml(files[name])
+        write_plan(files[name].with_suffix(".json"), plan)
     return files
 
 
@@ -247,9 +247,9 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
     turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
     ``journal`` are replayed instead of run again."""
     result = EndToEnd(steps=plan.steps, planned_steps=plan.planned_steps)
-    configs = {"baseline": base, "tuned": settings.on(base)}
+    plans = {"baseline": Plan.of(base), "tuned": Plan.tuned(settings, base)}  # each resolved once, as trials are
     with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
-        files: dict[str, Path | None] = {**_config_files(Path(tmp), configs["baseline"], configs["tuned"])}
+        files: dict[str, Path | None] = {**_config_files(Path(tmp), plans)}
         if base == BoostConfig.off():
             files["baseline"] = None  # no configuration of the user's: their own command, as is
 
@@ -268,7 +268,7 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
                 if result.steps is None:
                     seconds = _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole", writes_ledger)
                 else:
-                    seconds, pace, ran = _capped_run(command, configs[name], result.steps, out_dir,
+                    seconds, pace, ran = _capped_run(command, plans[name], result.steps, out_dir,
                                                      _capped_limit(result, plan), writes_ledger) or (None, None, None)
                     result.ran.append(ran)
             except RuntimeError as exc:

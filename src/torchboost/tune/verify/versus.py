@@ -88,20 +88,24 @@ def loss_verdict(a: list[float], b: list[float]) -> tuple[bool, str]:
     return False, f"losses that differ beyond every tolerance tune uses ({check_parity(a, b, kind=STATISTICAL).detail})"
 
 
-def _config_file(side: Side, folder: Path) -> Path | None:
-    """A copy of the side's configuration with the JSON hand-over ``torchboost run`` reads beside it."""
-    if side.config is None:
+def _plan(side: Side) -> Plan | None:
+    """The side's configuration, read once and resolved once (None: its command as is)."""
+    return Plan.of(BoostConfig.from_toml(side.config)) if side.config is not None else None
+
+
+def _config_file(label: str, plan: Plan | None, folder: Path) -> Path | None:
+    """A copy of a side's configuration with the JSON hand-over ``torchboost run`` reads beside it."""
+    if plan is None:
         return None
-    config = BoostConfig.from_toml(side.config)
-    path = folder / f"{side.label}.toml"
-    config.to_toml(path)
-    write_plan(path.with_suffix(".json"), Plan.of(config))
+    path = folder / f"{label}.toml"
+    plan.config.to_toml(path)
+    write_plan(path.with_suffix(".json"), plan)
     return path
 
 
-def _losses(side: Side, steps: int, out_dir: Path) -> list[float]:
-    """The losses of a short observed run of ``side`` (warm-up included), or [] when it failed."""
-    plan = Plan.of(BoostConfig.from_toml(side.config)) if side.config is not None else None
+def _losses(side: Side, plan: Plan | None, steps: int, out_dir: Path) -> list[float]:
+    """The losses of a short observed run of ``side`` under its ``plan`` (warm-up included),
+    or [] when it failed."""
     observed = run_observed(RunRequest(command=side.command, steps=steps, warmup=0, out_dir=out_dir, apply=plan,
                                        profile=False, echo=False))
     facts = observed.facts
@@ -116,8 +120,10 @@ def compare(a: Side, b: Side, *, pairs: int, budget_s: float, out_dir: Path, los
     result = EndToEnd()
     plan = VerifyPlan(pairs=pairs, steps=None, run_limit_s=budget_s, fallback_steps=0, budget_s=budget_s,
                       max_pairs=pairs + EXTRA_PAIRS)
+    plans = {side.label: _plan(side) for side in (a, b)}
     with tempfile.TemporaryDirectory(prefix="torchboost-compare-") as tmp:
-        files = {"baseline": _config_file(a, Path(tmp)), "tuned": _config_file(b, Path(tmp))}
+        files = {"baseline": _config_file(a.label, plans[a.label], Path(tmp)),
+                 "tuned": _config_file(b.label, plans[b.label], Path(tmp))}
         commands = {"baseline": a.command, "tuned": b.command}
 
         def run_one(name: str, pair: int) -> float | None:
@@ -138,7 +144,7 @@ def compare(a: Side, b: Side, *, pairs: int, budget_s: float, out_dir: Path, los
             result.error = str(exc)
     comparison = Comparison(a, b, result)
     if result.error is None and loss_steps > 0:
-        losses = {side.label: _losses(side, loss_steps, out_dir / f"losses-{side.label}") for side in (a, b)}
+        losses = {side.label: _losses(side, plans[side.label], loss_steps, out_dir / f"losses-{side.label}") for side in (a, b)}
         comparison.losses = losses
         if losses[a.label] and losses[b.label]:
             comparison.parity_ok, comparison.parity = loss_verdict(losses[a.label], losses[b.label])
