@@ -95,8 +95,10 @@ def skipped_compile_run() -> TuneRun:
 
 
 def _config_file(tmp_path, run: TuneRun):
+    """torchboost.toml as the tune writes it (the run then says it was written)."""
     path = tmp_path / "torchboost.toml"
     run.config.to_toml(path, header=f"written by the test {HOSTILE}")
+    run.written = bool(run.settings)
     return path
 
 
@@ -145,7 +147,8 @@ def test_report_json_has_the_documented_schema(written):
                                 "steps": 60}
     assert "60 measured steps each" in " ".join(report["notes"])
     assert report["run_steps"] == 500 and report["stopped_by_budget"] is False
-    assert report["config"] == {"path": str(config_path), "toml": config_path.read_text(encoding="utf-8")}
+    assert report["config"] == {"path": str(config_path), "toml": config_path.read_text(encoding="utf-8"),
+                                "state": "written"}
     assert report["command"][-1] == HOSTILE
 
 
@@ -253,7 +256,8 @@ def test_budget_and_unknown_run_length_are_said(tmp_path):
     text = write_tune_report(tune_summary(run), tmp_path)["md"].read_text(encoding="utf-8")
     assert "time budget stopped the search" in text and "No finding." in text
     out = _terminal(run, {}, tmp_path / "torchboost.toml")
-    assert "nothing changed" in out and "it changes: nothing" in out and "time budget stopped" in out
+    assert "nothing changed" in out and "time budget stopped" in out
+    assert "torchboost.toml: not written: nothing to change" in out and "it changes" not in out
 
 
 def test_failed_baseline_still_writes_a_report(tmp_path):

@@ -111,8 +111,11 @@ def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tm
     assert compile_["break_even_steps"] and compile_["break_even_steps"] > 50
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "break-even" in markdown and "incorrect" in markdown
-    toml = (tmp_path / "torchboost.toml").read_text()
-    assert 'mode = "off"' in toml  # compile stays off
+    assert "compile.mode" not in report["settings"]  # compile stays off
+    written = tmp_path / "torchboost.toml"  # none where nothing was kept: the folder as it was
+    assert written.is_file() is bool(report["settings"]) and report["config"]["state"] in ("written", "not written")
+    if written.is_file():
+        assert 'mode = "off"' in written.read_text()
 
 
 @pytest.mark.slow

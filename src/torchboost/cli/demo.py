@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     console.rule("3. before / after")
     print_outcome(tuned, options, console)
     written = tuned.unverified.path if tuned.unverified is not None else options.config_path  # said unverified above
+    if tuned.unverified is None and not tuned.written:
+        console.print("\nNothing to apply: no change was proven faster here; the workload runs as it is.",
+                      highlight=False)
+        return 0
     console.print(f"\nApply it to the unmodified script: {apply_hint(written, command)}", highlight=False)
     return 0
 

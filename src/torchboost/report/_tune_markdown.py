@@ -113,8 +113,11 @@ def render_tune_markdown(report: dict[str, Any]) -> str:
     config = report["config"]
     if config["toml"] is None:
         lines.append("Not written: the baseline did not run.")
+    elif config.get("state") == "not written":
+        lines.append(f"Not written: {words.NOTHING_TO_USE}.")
     else:
-        where = f"Written to `{_cell(config['path'])}`" if config["path"] else "The tuned configuration"
+        where = (f"Your `{_cell(config['path'])}`, as it was" if config.get("state") == "as it was"
+                 else f"Written to `{_cell(config['path'])}`" if config["path"] else "The tuned configuration")
         use = (words.NOTHING_TO_USE if not report["settings"]
                else f"`{_cell(report['next_step']['text'])}`")
         lines += [f"{where}. Use it: {use}", "",

@@ -135,8 +135,13 @@ def _print_files(report: dict[str, Any], console: Console, paths: dict[str, Path
         console.print(Text("torchboost.toml was not written: the baseline did not run.", style="bold red"))
         return
     changes = ", ".join(f"{k}={v}" for k, v in sorted(report["settings"].items())) or "nothing (your setup as is)"
-    console.print(Text.assemble(("torchboost.toml: ", "bold"), str(config["path"] or "(not written)")))
-    console.print(Text(f"  it changes: {changes}"))
+    state = config.get("state", "written")
+    if state == "not written" or not config["path"]:
+        console.print(Text.assemble(("torchboost.toml: ", "bold"), "not written: nothing to change"))
+    else:
+        console.print(Text.assemble(("torchboost.toml: ", "bold"), str(config["path"]),
+                                    " (yours, as it was)" if state == "as it was" else ""))
+        console.print(Text(f"  it changes: {changes}"))
     apart = report.get("unverified")
     if apart:
         console.print(Text.assemble((f"{Path(apart['path']).name}: ", "bold"), apart["path"]))

@@ -110,10 +110,14 @@ def break_even(entry: dict[str, Any], run_steps: int | None) -> str | None:
     return "not computed: compiled steps were not faster beyond noise"
 
 
-def verdict(entry: dict[str, Any]) -> str:
+def verdict(entry: dict[str, Any], pick: str = "tuned") -> str:
     """One line per decision of the tuner's summary, e.g. "bf16 was 1.8x slower here:
-    rejected"; ``subject`` names what it was about, as a reader does."""
+    rejected"; ``subject`` names what it was about, as a reader does. ``pick``: what became
+    of the search's pick (the summary's ``status``): a change the search kept is said kept
+    only where it was written to torchboost.toml ("tuned")."""
     who, status = entry["subject"], entry["status"]
+    if status == "kept" and pick != "tuned":
+        return _kept_not_written(entry, who, pick)
     if status == "incorrect":
         return f"{who} changed the training loss beyond tolerance: incorrect, rejected"
     if status == "not_beyond_noise" and "too noisy to tell" in str(entry.get("reason") or ""):
@@ -143,6 +147,18 @@ def verdict(entry: dict[str, Any]) -> str:
     if status == "screened_out":
         return f"{who} was {said} here, but another of its candidates was faster: {outcome}"
     return f"{who} was {said} here: {outcome}"
+
+
+def _kept_not_written(entry: dict[str, Any], who: str, pick: str) -> str:
+    """A change the search kept that did not reach torchboost.toml: the end-to-end check did
+    not confirm the pick ("unchanged"), had no time to ("unverified"), or the tune failed."""
+    said = speed(entry["ratio"])
+    measured = f"{who} was {said} a step in the search" if said != "not measured" else f"{who} was kept by the search"
+    if pick == "unverified":
+        return f"{measured}: written apart, to torchboost.unverified.toml, until verified end to end"
+    if pick == "failed":
+        return f"{measured}, but the tune ended on an error: not written"
+    return f"{measured}, but the pick did not hold end to end: not kept"
 
 
 def spread(step: dict[str, Any]) -> str:

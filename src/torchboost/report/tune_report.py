@@ -98,8 +98,10 @@ is baseline step time / this step time (above 1 is faster)::
                        baseline_s, tuned_s, speedup, interval and noise are then of the
                        projected runs
     elapsed_s          float   seconds the search took
-    config             {path: str | null, toml: str | null}   torchboost.toml and its text
-                       (null toml: not written because the baseline failed)
+    config             {path: str | null, toml: str | null, state: str}   torchboost.toml, its
+                       text and what the tune did to it: "written", "as it was" (your own
+                       file, nothing to change) or "not written" (no file and nothing to
+                       change: the text is what it would hold; null toml: the baseline failed)
     writes             {line, runs, paths: [{path, times, runs}], not_restored: [{path, why}]} | null
                        what the script wrote in your folders over every run, moved out of
                        them, and whether your files are as they were
@@ -145,10 +147,10 @@ _DECISION_KEYS = ("lever", "technique", "settings", "change", "status", "reason"
 """A summary decision's keys that report.json keeps as they are, in its order."""
 
 
-def _decision_entry(d: dict[str, Any], run_steps: int | None) -> dict[str, Any]:
+def _decision_entry(d: dict[str, Any], run_steps: int | None, pick: str) -> dict[str, Any]:
     entry = {key: d[key] for key in _DECISION_KEYS}
     entry["break_even"] = words.break_even(d, run_steps)
-    entry["verdict"] = words.verdict(d)
+    entry["verdict"] = words.verdict(d, pick)
     return entry
 
 
@@ -205,7 +207,7 @@ def build_tune_report(summary: dict[str, Any]) -> dict[str, Any]:
 
     ``summary``: a tuning run as plain data, from the tuner's ``tune_summary``.
     """
-    decisions = [_decision_entry(d, summary["run_steps"]) for d in summary["decisions"]]
+    decisions = [_decision_entry(d, summary["run_steps"], summary["status"]) for d in summary["decisions"]]
     return _finite({
         "schema_version": TUNE_SCHEMA_VERSION,
         "kind": "tune",

@@ -128,11 +128,14 @@ def write_result(command: Sequence[str], options: TuneOptions, run: TuneRun) -> 
     """Write the tune's configuration where its verdict sends it: ``torchboost.toml``, or,
     when the check could not finish (:func:`unfinished`), ``torchboost.unverified.toml``
     with the command that verifies it (the user's file, and ``run.config``, as they were);
-    nothing when the search failed."""
+    nothing when the search failed, nor when nothing changes (no proven win: the user's
+    file, or its absence, as it was)."""
     if run.outcome.error is not None:
         return
     if not unfinished(run.outcome, run.end_to_end, options):
-        write_config(options.config_path, run.config, toml_header(run, command))
+        if run.settings:
+            write_config(options.config_path, run.config, toml_header(run, command))
+            run.written = True
         return
     run.unverified = write_unverified(command, options.config_path, run.config,
                                       toml_header(run, command, apart=True), run.outcome, run.run_steps,

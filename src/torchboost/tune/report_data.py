@@ -120,14 +120,19 @@ def _memory(run: TuneRun) -> dict[str, Any]:
 
 
 def _config(run: TuneRun, config_path: Path | None) -> dict[str, Any]:
+    """torchboost.toml: its path, its text, and what the tune did to it ("written"; "as it
+    was": the user's own, nothing to change; "not written": no file, nothing to change)."""
+    path = str(config_path) if config_path else None
     if run.outcome.error is not None:
-        return {"path": str(config_path) if config_path else None, "toml": None}
-    if config_path is not None and Path(config_path).is_file():
-        text = config_text(config_path)  # what was written, word for word
+        return {"path": path, "toml": None, "state": "not written"}
+    exists = config_path is not None and Path(config_path).is_file()
+    state = "written" if run.written else "as it was" if exists else "not written"
+    if exists:
+        text = config_text(config_path)  # what is there, word for word
     else:
         command = list(run.facts.command) if run.facts is not None else []
         text = run.config.to_toml_string(header=toml_header(run, command))
-    return {"path": str(config_path) if config_path else None, "toml": text}
+    return {"path": path, "toml": text, "state": state}
 
 
 def _headline_speedup(run: TuneRun) -> float:

@@ -76,6 +76,9 @@ class TuneRun:
     """What the script wrote in the user's folders over the tune's runs (``summed_writes``)."""
     unverified: Unverified | None = None
     """The measured configuration the end-to-end check could not confirm, written apart (None: none)."""
+    written: bool = False
+    """torchboost.toml was written (or already held this configuration): False when nothing
+    changes, where the user's file, or its absence, is left as it was."""
     spent_s: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds of the tune by part: "diagnosis", "bursts", "trials", "check" and "total"."""
     budget_s: float = 0.0
