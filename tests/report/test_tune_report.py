@@ -444,3 +444,16 @@ def test_under_a_higher_limit_the_same_change_is_kept_and_reported_with_its_peak
     assert prefetch["status"] == "kept" and report["settings"]["loader.prefetch_factor"] == 4
     assert report["waterfall"][-1]["peak_memory_bytes"] == 3 * GiB
     assert report["memory"]["after_peak_bytes"] == 3 * GiB
+
+
+def test_a_change_the_search_kept_is_said_kept_only_where_it_was_written():
+    """The summary's line for a kept change follows the pick: written (kept), refuted end to
+    end (not kept), written apart (unverified). Twin: a rejected change reads the same in all."""
+    from torchboost.report._tune_text import verdict
+
+    kept = {"subject": "bf16", "status": "kept", "ratio": 0.5, "reason": "median ratio 0.5"}
+    assert verdict(kept, "tuned") == "bf16 was 2x faster here: kept"
+    assert verdict(kept, "unchanged") == "bf16 was 2x faster a step in the search, but the pick did not hold end to end: not kept"
+    assert verdict(kept, "unverified").endswith("written apart, to torchboost.unverified.toml, until verified end to end")
+    rejected = {**kept, "status": "slower", "ratio": 1.8}
+    assert {verdict(rejected, pick) for pick in ("tuned", "unchanged", "unverified")} == {"bf16 was 1.8x slower here: rejected"}
