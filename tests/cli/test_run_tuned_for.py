@@ -85,3 +85,18 @@ def test_run_reads_the_configuration_once(tuned, capfd, monkeypatch):
     # the twin: a second read of the file is counted
     BoostConfig.from_toml(tuned.parent / "torchboost.toml")
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("in_a_rank", [True, False])
+def test_a_torchrun_rank_does_not_hold_its_own_command_against_the_jobs(tuned, capfd, monkeypatch, in_a_rank):
+    """tune recorded the job's command, `torchrun ... train.py`; each rank then runs `torchboost
+    run -- python train.py`, which is no other command. Twin: the same line typed outside a job
+    is another command than the file's, and is said."""
+    header = "\n".join(TunedFor.of(["torchrun", "--standalone", "--nproc_per_node", "2", "train.py"]).lines())
+    write_config(tuned.parent / "torchboost.toml", BoostConfig.off().replace(cpu={"threads": 1}), header)
+    if in_a_rank:
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        monkeypatch.setenv("RANK", "0")
+    code, err = _run(capfd, "python", "train.py")
+    assert code == 0
+    assert (WORD in err) is not in_a_rank

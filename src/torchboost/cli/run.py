@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"torchboost run: error: {exc}", file=sys.stderr)
         return 2
-    what = tuned_elsewhere(file.header, args.command) if _env.rank() == 0 else None
+    # The command as typed is checked once, where it was typed: a torchrun rank's own
+    # `torchboost run -- python train.py` is not the `torchrun ... train.py` tune recorded.
+    what = tuned_elsewhere(file.header, args.command) if not _env.is_torchrun_rank() else None
     if what is not None:  # a tune's record of another script, or command
         print(f"torchboost run: {file.path} was tuned for {what}: its figures may not hold; re-run torchboost tune",
               file=sys.stderr)
