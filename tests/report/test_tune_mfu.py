@@ -45,3 +45,33 @@ def test_twin_without_a_flop_count_there_is_no_mfu(tmp_path):
     report, paths, terminal = _written(tmp_path, run)
     assert report["mfu"] is None
     assert "MFU" not in terminal and "MFU" not in paths["md"].read_text() and 'id="mfu"' not in paths["html"].read_text()
+
+
+def test_mfu_after_a_kept_bf16_is_of_the_bf16_peak(tmp_path):
+    """A pick that computes in bf16 is set against the bf16 peak: against fp32's, a bf16 step
+    on a CPU with bf16 instructions read 147% and 183%. Twin: the fp32 peak kept, over 100%,
+    is said to be no bound rather than "at most 0.5x is left"."""
+    run = mixed_run()
+    facts = dataclasses.replace(run.facts, flops_per_step=840_000_000)
+    bf16 = dataclasses.replace(run, facts=facts, peak_flops_per_s=1.0e10, peak_dtype="fp32",
+                               after_peak_flops_per_s=4.0e10, after_peak_dtype="bf16")
+    report, _, terminal = _written(tmp_path / "bf16", bf16)
+    after_ms = report["after"]["ms_per_step"]
+    assert report["mfu"]["after_pct"] == pytest.approx(100 * 8.4e8 / (after_ms / 1000) / 4e10)
+    assert report["mfu"]["after_pct"] < 100 and report["mfu"]["after_dtype"] == "bf16"
+    assert "of this machine's fp32 matmul peak before, its bf16 peak after" in terminal
+    fp32 = dataclasses.replace(bf16, after_peak_flops_per_s=None, after_peak_dtype="")
+    report, _, terminal = _written(tmp_path / "fp32", fp32)
+    assert report["mfu"]["after_pct"] > 100
+    assert "over 100%: the probe's peak was measured lower" in terminal and "is left in compute" not in terminal
+
+
+@pytest.mark.parametrize("settings, dtype", [
+    ({"precision.mode": "bf16"}, "bf16"), ({"fp32_math.mode": "bf16"}, "bf16"),
+    ({"precision.mode": "fp16", "fp32_math.mode": "bf16"}, "fp16"), ({"cpu.threads": 1}, "fp32"),
+])
+def test_the_dtype_a_pick_computes_in(settings, dtype):
+    from torchboost.config import Overlay
+    from torchboost.tune.tuner import _tuned_dtype
+
+    assert _tuned_dtype("fp32", Overlay(settings)) == dtype

@@ -72,10 +72,15 @@ def mfu_line(report: dict[str, Any]) -> str | None:
     mfu = report.get("mfu")
     if not mfu or mfu.get("before_pct") is None:
         return None
-    after = mfu.get("after_pct")
-    left = f"; at most {100.0 / after:.1f}x is left in compute" if after else ""
-    return (f"MFU: {mfu['before_pct']:.0f}% before, {after or 0:.0f}% after, of this machine's {mfu['dtype']} "
-            f"matmul peak ({mfu['flops_per_step']:.3g} FLOPs per step){left}")
+    after, dtype, after_dtype = mfu.get("after_pct"), mfu["dtype"], mfu.get("after_dtype") or mfu["dtype"]
+    if after and after > 100.0:  # the probe ran slower than the step: not a bound to state
+        left = "; over 100%: the probe's peak was measured lower than these steps ran (another process beside it?)"
+    else:
+        left = f"; at most {100.0 / after:.1f}x is left in compute" if after else ""
+    of = (f"of this machine's {dtype} matmul peak" if after_dtype == dtype else
+          f"of this machine's {dtype} matmul peak before, its {after_dtype} peak after")
+    return (f"MFU: {mfu['before_pct']:.0f}% before, {after or 0:.0f}% after, {of} "
+            f"({mfu['flops_per_step']:.3g} FLOPs per step){left}")
 
 
 def steps(n: float) -> str:

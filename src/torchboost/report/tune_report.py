@@ -30,7 +30,9 @@ is baseline step time / this step time (above 1 is faster)::
                        "given with --memory-limit"), and the peaks of the before and after
                        configurations, bytes (null: not measured); a peak is the CUDA
                        allocator's on a GPU, the training process's peak RSS otherwise
-    mfu                null | {flops_per_step, peak_flops_per_s, dtype, before_pct, after_pct}
+    mfu                null | {flops_per_step, peak_flops_per_s, dtype, after_peak_flops_per_s,
+                       after_dtype, before_pct, after_pct}: after_dtype is the dtype the
+                       written configuration computes in (bf16 where it keeps bf16 autocast)
                        the diagnosed step's FLOPs (counted once, FlopCounterMode) over the
                        before and after time per step, against the machine's measured matmul
                        peak for the step's dtype (torchboost probe); null when either is unknown

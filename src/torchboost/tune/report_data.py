@@ -81,9 +81,11 @@ def _mfu(run: TuneRun, before_ms: float | None, after_ms: float | None) -> dict[
     flops = run.facts.flops_per_step if run.facts is not None else None
     if not flops or not run.peak_flops_per_s:
         return None
-    scale = 1000.0 * flops / run.peak_flops_per_s
+    after_peak = run.after_peak_flops_per_s or run.peak_flops_per_s
     return {"flops_per_step": flops, "peak_flops_per_s": run.peak_flops_per_s, "dtype": run.peak_dtype,
-            "before_pct": _mfu_pct(scale, before_ms), "after_pct": _mfu_pct(scale, after_ms)}
+            "after_peak_flops_per_s": after_peak, "after_dtype": run.after_peak_dtype or run.peak_dtype,
+            "before_pct": _mfu_pct(1000.0 * flops / run.peak_flops_per_s, before_ms),
+            "after_pct": _mfu_pct(1000.0 * flops / after_peak, after_ms)}
 
 
 def _waterfall_entry(step: WaterfallStep, kept: Decision | None, samples_per_step: int | None) -> dict[str, Any]:

@@ -72,6 +72,10 @@ class TuneRun:
     peak_flops_per_s: float | None = None
     """The probe's matmul peak for the step's dtype (``peak_dtype``): MFU's denominator."""
     peak_dtype: str = "fp32"
+    after_peak_flops_per_s: float | None = None
+    """The probe's matmul peak in the dtype the written configuration computes in
+    (``after_peak_dtype``: bf16 where it keeps bf16 autocast or bf16 math); None: as before."""
+    after_peak_dtype: str = ""
     writes: dict[str, Any] | None = None
     """What the script wrote in the user's folders over the tune's runs (``summed_writes``)."""
     unverified: Unverified | None = None

@@ -109,9 +109,10 @@ def _noted(coverage: CoverageNotes, result: TrialResult) -> TrialResult:
     return result
 
 
-def _peak(facts: Facts | None) -> dict[str, Any]:
-    """The probe's peak for the diagnosed step's dtype (cached per machine; measured once,
-    after the trials); nothing when there is no FLOP count to set against it."""
+def _peak(facts: Facts | None, settings: Overlay) -> dict[str, Any]:
+    """The probe's peak for the diagnosed step's dtype, and for the dtype the written
+    ``settings`` compute in (cached per machine; measured once, after the trials); nothing
+    when there is no FLOP count to set against it."""
     device = limits_device(facts) if facts is not None else None
     if facts is None or not facts.flops_per_step or device is None:  # None: MPS, whose peak is not probed
         return {}
@@ -120,9 +121,25 @@ def _peak(facts: Facts | None) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - the report goes without MFU
         return {}
     dtype = step_dtype(facts)
-    peak = limits.peak_flops_per_s(dtype)
-    return {"peak_flops_per_s": peak, "peak_dtype": dtype} if peak else {
-        "peak_flops_per_s": limits.peak_flops_per_s("fp32"), "peak_dtype": "fp32"}
+    if not limits.peak_flops_per_s(dtype):
+        dtype = "fp32"
+    after = _tuned_dtype(dtype, settings)
+    if not limits.peak_flops_per_s(after):
+        after = dtype
+    return {"peak_flops_per_s": limits.peak_flops_per_s(dtype), "peak_dtype": dtype,
+            "after_peak_flops_per_s": limits.peak_flops_per_s(after), "after_peak_dtype": after}
+
+
+def _tuned_dtype(dtype: str, settings: Overlay) -> str:
+    """The dtype a step of ``dtype`` computes its matmuls in under ``settings``: autocast's
+    (bf16, fp16), else bf16 or TF32 math in fp32 matmuls, else ``dtype``."""
+    mode = settings.get("precision.mode")
+    if mode in ("bf16", "fp16"):
+        return mode
+    math_mode = settings.get("fp32_math.mode")
+    if dtype in ("fp32", "tf32") and math_mode in ("bf16", "tf32"):
+        return math_mode
+    return dtype
 
 
 def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts | None, TrialResult | None]:
@@ -270,7 +287,7 @@ def tune_script(
                   run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
                   steps_per_trial=options.steps_per_trial,
                   base=base, end_to_end=e2e, verdict=verdict, writes=summed_writes(options.writes_ledger),
-                  budget_s=options.budget_s, **_peak(facts))
+                  budget_s=options.budget_s, **_peak(facts, settings))
     write_result(command, options, run)
     run.spent_s = {"diagnosis": diagnosis_s, **outcome.spent_s, "check": time.monotonic() - checking,
                    "total": time.monotonic() - start}
