@@ -58,19 +58,37 @@ def test_full_run_keeps_recording_and_never_stops(tmp_path):
     assert len(rec.facts().steps) == 9 and rec.facts().target_steps is None
 
 
-def test_facts_file_is_written_at_first_then_throttled_then_at_the_end(tmp_path):
-    rec, clock = _recorder(tmp_path, steps=3, warmup=0, flush_interval_s=1e9)
+def test_facts_file_is_written_as_the_steps_double_then_at_the_end(tmp_path):
+    """Written at 1, 2, 4, ... recorded steps: a run killed by SIGKILL, where nothing of the
+    observer runs after, keeps at least half of what was recorded. Twin: not after every step."""
+    rec, clock = _recorder(tmp_path, steps=6, warmup=0, flush_interval_s=1e9)
 
     def written() -> Facts:
         return Facts.from_dict(json.loads((tmp_path / "facts.json").read_text()))
 
-    _step(rec, clock)
-    assert len(written().steps) == 1  # a crash from now on keeps what was seen
-    _step(rec, clock)
-    assert len(written().steps) == 1  # throttled: not rewritten after every step
+    kept = []
+    for _ in range(5):
+        _step(rec, clock)
+        kept.append(len(written().steps))
+    assert kept == [1, 2, 2, 4, 4]  # a crash from the first step on keeps what was seen, half at least
     with pytest.raises(StopObserving):
         _step(rec, clock)
-    assert len(written().steps) == 3 and written().steps[2].index == 2
+    assert len(written().steps) == 6 and written().steps[5].index == 5
+
+
+def test_facts_file_is_rewritten_every_flush_interval_between_doublings(tmp_path):
+    rec, clock = _recorder(tmp_path, steps=8, warmup=0, flush_interval_s=5.0)
+
+    def written() -> Facts:
+        return Facts.from_dict(json.loads((tmp_path / "facts.json").read_text()))
+
+    for _ in range(4):
+        _step(rec, clock)
+    _step(rec, clock)
+    assert len(written().steps) == 4  # the fifth: no doubling, no interval yet
+    clock.now += 6.0
+    _step(rec, clock)
+    assert len(written().steps) == 6  # the interval passed
 
 
 def test_progress_file_says_the_stage(tmp_path):

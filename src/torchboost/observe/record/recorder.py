@@ -169,7 +169,7 @@ class StepRecorder:
             for callback in self.on_warmup_end:
                 self.guarded(callback, self.roots())
         # Before the profiler starts: flushing the facts is not profiled.
-        self.guarded(self.output.after_boundary, done, has_steps=bool(timing.steps),
+        self.guarded(self.output.after_boundary, done, steps=len(timing.steps),
                      profiling=self.stages.profile.running, write_facts=self.write_facts)
         if self.stages.advance(done, self._uses_cuda):
             self.run.ended = "stopped"

@@ -4,9 +4,11 @@ A plain writer: it is handed the :class:`Facts` to write
 (:class:`~torchboost.observe.record.facts_so_far.FactsSoFar` builds them) and the step
 boundaries as they come. The progress line is rewritten at each stage change and at most every 0.2 s (the step
 count, :class:`~torchboost.observe.spec.StepCounter`, at every boundary); the facts
-are rewritten at the first recorded step, then at most every ``spec.flush_interval_s``,
-never while the profiler runs (the write would be profiled), and at the end of the
-recorded steps, so a run that crashes later keeps what was seen.
+are rewritten when the recorded steps reach 1, 2, 4, 8, ... and at least every
+``spec.flush_interval_s``, never while the profiler runs (the write would be profiled), and
+at the end of the recorded steps, so a run killed later (SIGKILL, ``os._exit``: nothing
+runs in it after) keeps at least half of the steps it recorded, and those of the last
+seconds. The writes are torchboost's time, outside every step's.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class RunOutput:
         self._counter: StepCounter | None = None
         self._count_path = spec.count_path  # None once it could not be made
         self._last_flush = float("-inf")  # the first recorded step is flushed at once
+        self._flushed_steps = 0  # the recorded steps at the last flush
         self._last_progress = float("-inf")
 
     def write_facts(self, facts: Facts) -> None:
@@ -69,8 +72,9 @@ class RunOutput:
             return self._window.start, self._window.end
         return self._spec.warmup, self._spec.warmup + self._spec.steps
 
-    def after_boundary(self, done: int, *, has_steps: bool, profiling: bool, write_facts: Callable[[], object]) -> None:
-        """After the ``done``-th step boundary: update the progress line, flush the facts when due."""
+    def after_boundary(self, done: int, *, steps: int, profiling: bool, write_facts: Callable[[], object]) -> None:
+        """After the ``done``-th step boundary, with ``steps`` recorded so far: update the
+        progress line, flush the facts when due."""
         spec = self._spec
         counter = self._count_file()
         if counter is not None:  # every boundary: the parent's count survives an os._exit
@@ -84,8 +88,10 @@ class RunOutput:
                 self._progress = ProgressFile(spec.progress_path)
             self._progress.write(stage_of(done, spec, (start, recorded_end)))
             self._last_progress = now
-        if has_steps and not profiling and (done == recorded_end or now - self._last_flush >= spec.flush_interval_s):
+        doubled = steps > 0 and steps & (steps - 1) == 0 and steps != self._flushed_steps
+        if steps and not profiling and (done == recorded_end or doubled or now - self._last_flush >= spec.flush_interval_s):
             write_facts()
+            self._flushed_steps = steps
 
     def show_compiling(self, done: int, seconds: float | None) -> None:
         """The progress line while torch.compile compiles, ``seconds`` so far (None: it
