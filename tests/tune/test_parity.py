@@ -208,3 +208,39 @@ def test_a_kept_bf16_that_covered_one_module_of_three_says_so(partial):
     line = verdict({"subject": "bf16", "status": "kept", "ratio": decision.ratio, "reason": decision.reason})
     assert ("enc2 and head run outside it" in decision.reason) is partial
     assert ("kept, as applied from outside: bf16 autocast around Linear.forward (covers enc1" in line) is partial
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_change_judged_on_a_kept_one_asks_the_kept_configurations_own_repeats(seeded):
+    """A change was kept (in bursts) before the baseline ran twice; the next exact change is
+    held to the kept configuration's own run. Unseeded, that one run says nothing: the kept
+    configuration runs again, its repeats show the script does not reproduce its losses, and
+    fused AdamW is held to their spread, not called incorrect (it was: first losses 1.3%
+    apart). Twin: a seeded script's kept configuration repeats itself, and a change whose
+    first losses depart is incorrect."""
+    from torchboost.config import Overlay
+    from torchboost.tune.search.pairs import Runner
+    from torchboost.tune.search.screening import Screening
+    from torchboost.tune.search.search_options import SearchOptions
+    from torchboost.tune.search.search_state import SearchState
+    from torchboost.tune.search.levers import TuneContext
+    from torchboost.tune.trials.trial_result import TrialResult
+
+    seeds = iter(range(100))
+
+    def measure(settings, repeat):
+        losses = _unseeded_run(0 if seeded else next(seeds))
+        if seeded and settings.get("optimizer.implementation") == "fused":
+            losses = [x * 1.05 for x in losses]  # a real departure, from the first step
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[10.0] * 5, losses=losses)
+
+    run = Runner(measure, budget_s=1e9, clock=lambda: 0.0)
+    state = SearchState(run, run(Overlay()), SearchOptions(), TuneContext(), None)
+    state.incumbent = Overlay({"cpu.threads": 1})  # kept in bursts: no pair, no baseline repeat
+    state.reference = run(state.incumbent).losses
+    fused = run(state.incumbent | Overlay({"optimizer.implementation": "fused"}))
+    verdict = Screening(state)._judge(EXACT_LEVER, fused)
+    assert state.repeats == [] and len(state.incumbent_repeats) >= 1
+    assert verdict.ok is not seeded, verdict.detail
+    if not seeded:
+        assert "not reproducible run to run" in verdict.detail

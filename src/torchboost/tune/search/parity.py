@@ -211,7 +211,7 @@ def _spread_limit(kind: str, spread: float) -> float:
 
 
 def judge(lever: Lever, losses: list[float], baseline: list[float], reference: list[float], *,
-          repeats: Sequence[Sequence[float]] = (), reduced: bool = False,
+          repeats: Sequence[Sequence[float]] = (), repeated: Sequence[float] | None = None, reduced: bool = False,
           random_ops: Sequence[str] = ()) -> ParityVerdict:
     """Loss parity of a candidate's ``losses``: against the incumbent's (``reference``) with
     the lever's own check, and, once the incumbent differs from the baseline, against the
@@ -219,15 +219,17 @@ def judge(lever: Lever, losses: list[float], baseline: list[float], reference: l
     change may legitimately reorder later epochs (persistent workers draw no new seed), and
     then every later candidate trains on that order, like the incumbent it is held to.
 
-    ``repeats``: the baseline's own repeats (A/A runs); when they say the script is not
-    reproducible, the candidate is held to their spread instead. ``reduced``: the incumbent
+    ``repeats``: the baseline's own repeats (A/A runs), or, with ``repeated``, the repeats of
+    that run (the incumbent's, where the baseline was never repeated); when they say the
+    script is not reproducible, the candidate is held to their spread instead. ``reduced``: the incumbent
     runs in reduced precision, so an exact lever is held to the reduced tolerance.
     ``random_ops``: the step's ops that draw random numbers; a lever that draws them in code
     of its own (``Lever.draws_own_random``: compile's dropout) is then held to the trend."""
     kind = REDUCED if reduced and lever.parity == EXACT else lever.parity
     trend_limit = 0.10
-    if not reproducible(baseline, repeats):
-        spread = run_to_run_spread(baseline, repeats)
+    repeated = baseline if repeated is None else repeated
+    if not reproducible(repeated, repeats):
+        spread = run_to_run_spread(repeated, repeats)
         verdict, trend_limit = _unreproducible(losses, reference, kind, spread), _spread_limit(STATISTICAL, spread)
     else:
         verdict = check_parity(reference, losses, kind=kind)

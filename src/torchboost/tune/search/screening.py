@@ -117,14 +117,17 @@ class Screening:
 
     def _judge(self, lever: Lever, result: TrialResult) -> ParityVerdict:
         """Loss parity of a screened candidate. The first one may come before any repeat of the
-        baseline: when it fails, the baseline runs once more (a pair's A, ahead of its B) to
-        learn whether the script reproduces its own losses, and the candidate is judged again."""
+        baseline: when it fails, the incumbent runs once more (a pair's A, ahead of its B) to
+        learn whether the script reproduces its own losses, and the candidate is judged again;
+        the baseline's, or, where a change was kept before the baseline was repeated, the
+        kept configuration's (:meth:`SearchState.own_repeats`)."""
         state = self.state
         verdict = state.parity(lever, result.losses)
-        # Before "incorrect": the baseline's own spread from as many repeats as the A/A would
+        # Before "incorrect": the script's own spread from as many repeats as the A/A would
         # have given (two runs of an unseeded script can end close by chance).
-        while (not verdict.ok and not state.incumbent and len(state.repeats) < state.options.noise_repeats
-               and not state.run.out_of_budget()):
+        while not verdict.ok and not state.run.out_of_budget():
+            if len(state.own_repeats()[1]) >= state.options.noise_repeats or (state.incumbent and state.repeats):
+                break  # known: the baseline's repeats, once a change is kept, are not added to
             if not state.incumbent_again().ok:
                 return verdict
             verdict = state.parity(lever, result.losses)

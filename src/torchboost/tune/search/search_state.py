@@ -53,6 +53,11 @@ class SearchState:
         self.floor.add(Overlay(), self.baseline)
         # A/A losses: reproducible or not; once bf16 is kept, exact levers get its tolerance (judge)
         self.repeats: list[list[float]] = []
+        """The baseline's own repeats (A/A runs): whether the script reproduces its losses."""
+        self.incumbent_repeats: list[list[float]] = []
+        """The kept configuration's own repeats since it was kept, where the baseline had none
+        before a change was kept (an unseeded script's first kept change judged the next
+        one against one run of its own: 'incorrect', first losses 1.3% apart)."""
         self.reduced = False
         """Losses of the configuration kept so far: after bf16 is kept, an fp32-exact lever is
         held to the bf16 run's losses (and to the baseline's trend), not to fp32's."""
@@ -100,14 +105,22 @@ class SearchState:
         self.floor.add(self.incumbent, again)
         if again.ok:
             self.memory.peak = max(self.memory.peak, again.peak_memory_bytes)
-            if not self.incumbent:
-                self.repeats.append(list(again.losses))
+            (self.incumbent_repeats if self.incumbent else self.repeats).append(list(again.losses))
         return again
+
+    def own_repeats(self) -> tuple[list[float], list[list[float]]]:
+        """The run whose repeats say whether the script reproduces its losses, and those
+        repeats: the baseline's, unless a change was kept before the baseline was repeated;
+        then the kept configuration's."""
+        if not self.incumbent or self.repeats:
+            return self.baseline.losses, self.repeats
+        return self.reference, self.incumbent_repeats
 
     def parity(self, lever: Lever, losses: list[float]) -> ParityVerdict:
         """``losses`` of one of ``lever``'s candidates judged against the incumbent's (:func:`judge`)."""
-        return judge(lever, losses, self.baseline.losses, self.reference, repeats=self.repeats, reduced=self.reduced,
-                     random_ops=self.context.random_ops)
+        repeated, repeats = self.own_repeats()
+        return judge(lever, losses, self.baseline.losses, self.reference, repeats=repeats, repeated=repeated,
+                     reduced=self.reduced, random_ops=self.context.random_ops)
 
     def outcome(self, error: str | None) -> TuneOutcome:
         if error is not None:
@@ -169,6 +182,7 @@ class SearchState:
         self.incumbent_ms = candidate_ms
         self.incumbent_fixed = statistics.median(pairs.candidate_fixed)
         self.reference = best.result.losses
+        self.incumbent_repeats = []
         self.reduced = self.reduced or lever.parity == REDUCED
         self.memory.peak = pairs.peak_memory_bytes
         speedup = self.waterfall[-1].speedup / statistics.median(ratios)
