@@ -406,3 +406,28 @@ def test_a_check_reserved_at_a_busy_baselines_pace_fits_a_pair_of_its_runs():
     assert plan.pairs == 1 and baseline_s + tuned_s <= budget
     assert max(baseline_s, tuned_s) <= CAPPED_RUN_SLACK * plan.run_limit_s
     assert 6.0 + 17 * 4.0 > CAPPED_RUN_SLACK * budget / (2 * 4)  # the twin: four pairs' limit cuts every run
+
+
+@pytest.mark.parametrize("planned, capped", [(150, False), (5000, True)])
+def test_runs_capped_past_the_planned_runs_end_are_whole_runs(planned, capped):
+    """A Lightning script of max_steps=150 beside a busy loop: its whole run was estimated too
+    long for a pair's share, and runs 'capped at 402 steps' were planned (each ended at 150 on
+    its own). Twin: a planned run longer than what fits is capped."""
+    plan = plan_verification(pairs=4, budget_s=120, step_ms=10.0, fixed_s=2.0, trial_steps=30, warmup=5,
+                             whole_run_s=60.0, planned_steps=planned, baseline_ms=20.0)
+    assert (plan.steps is not None) is capped
+
+
+def test_a_pair_cut_after_its_first_run_leaves_no_run_of_one_side():
+    """The fourth pair runs tuned first; its baseline run is too long (None): the tuned run
+    is dropped with it, so each side has its three pairs' runs."""
+    calls = []
+
+    def run_one(name, pair):
+        calls.append((name, pair))
+        return None if (name, pair) == ("baseline", 3) else 5.0 + pair
+
+    result = EndToEnd()
+    _measure_pairs(result, 4, run_one, None)
+    assert calls[-2:] == [("tuned", 3), ("baseline", 3)]  # the fourth pair: tuned first, then cut
+    assert len(result.baseline_runs_s) == len(result.tuned_runs_s) == 3 and result.pairs == 3

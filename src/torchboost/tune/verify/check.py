@@ -120,6 +120,8 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
             chosen, steps = n, fits
             break
     too_long = whole_run_s is not None and whole_run_s > budget_s / (2 * chosen) * PLAN_FILL
+    if planned_steps and steps >= planned_steps:
+        too_long = False  # runs capped past the planned run's end are whole runs (150 steps read "402")
     return VerifyPlan(pairs=chosen, steps=steps if too_long else None, run_limit_s=budget_s / (2 * chosen),
                       fallback_steps=steps, budget_s=budget_s, max_pairs=max(pairs, chosen) + EXTRA_PAIRS,
                       planned_steps=planned_steps)
@@ -319,17 +321,23 @@ def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], f
                    on_run: Callable[[str, int], None] | None, *, start: int = 0, budget_s: float = 0.0) -> None:
     """A B, B A, A B ... (each pair's order alternates); stops at the first run that returns
     None (a whole run too long), and, with ``budget_s``, before a pair that would not fit
-    in it at the pace of the pairs so far (``result.out_of_time``)."""
+    in it at the pace of the pairs so far (``result.out_of_time``). A pair cut after its
+    first run leaves no run behind: a side's runs are its pairs' (a tuned run left so was
+    counted, and, replayed when the pair was tried again, counted twice)."""
     for pair in range(start, pairs):
         spent = result.spent_s
         if budget_s and result.pairs and spent + spent / result.pairs > budget_s:
             result.out_of_time = True
             return
         order = (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s))
+        done: list[list[float]] = []
         for name, runs in (order if pair % 2 == 0 else order[::-1]):
             if on_run is not None:
                 on_run(name, pair)
             seconds = run_one(name, pair)
             if seconds is None:
+                for runs_so_far in done:
+                    runs_so_far.pop()
                 return
             runs.append(seconds)
+            done.append(runs)
