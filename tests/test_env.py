@@ -52,3 +52,31 @@ def test_a_load_meter_s_share_is_never_over_the_whole_machine(monkeypatch):
     meter = env_module.LoadMeter(own=lambda: 0.0)
     meter.start()
     assert meter.stop() == 100.0
+
+
+@pytest.mark.parametrize("slowed, hurt", [(4, False), (8, True)])
+def test_the_bf16_speed_probe_is_not_lowered_by_a_burst_over_some_of_its_runs(monkeypatch, slowed, hurt):
+    """Another process's burst slows 4 of the 7 timed bf16 matmuls (after the warm-up): each
+    side's fastest run, interleaved, reads as without it. Twin: every bf16 run slowed (a
+    CPU whose bf16 really is slow) lowers the ratio."""
+    import time as _time
+
+    import torch
+
+    import torchboost.env as env
+
+    real_mm, seen = torch.mm, {"bf16": 0}
+
+    def mm(x, y):
+        out = real_mm(x, y)
+        if x.dtype == torch.bfloat16:
+            seen["bf16"] += 1
+            if seen["bf16"] <= slowed:  # the warm-up call is the first
+                _time.sleep(0.05)
+        return out
+
+    measure = env.measure_cpu_bf16_speedup.__wrapped__  # measured once per process: not here
+    quiet = measure()
+    monkeypatch.setattr(torch, "mm", mm)
+    busy = measure()
+    assert (busy < quiet / 2) is hurt, (quiet, busy)
