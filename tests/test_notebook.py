@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import re
+
 import pytest
 import torch
 
@@ -129,3 +131,19 @@ def test_the_functions_own_error_is_raised_after_the_observer_is_off(tmp_path):
     with pytest.raises(ValueError, match="the loop's own error"):
         torchboost.doctor(broken, out=tmp_path / "doctor")
     assert [getattr(owner, name) for owner, name in PATCHED_ATTRIBUTES] == before
+
+
+@pytest.mark.parametrize("fn, kwargs, error, words", [
+    ("train.py", {}, TypeError, "fn must be the function that trains"),
+    (print, {"steps": 0}, ValueError, "doctor(..., steps=0): at least 1"),
+    (print, {"warmup": -1}, ValueError, "doctor(..., warmup=-1): at least 0"),
+    (print, {"steps": 2.5}, TypeError, "steps=): a whole number of steps"),
+])
+def test_bad_arguments_are_refused_in_the_calls_own_words_before_anything_runs(tmp_path, fn, kwargs, error, words):
+    """Not a bare "'str' object is not callable" from inside the observer, nor the command's
+    "--steps must be at least 1". Twin: the same call with good arguments runs (the tests above)."""
+    import torchboost
+
+    with pytest.raises(error, match=re.escape(words)):
+        torchboost.doctor(fn, out=tmp_path / "doc", **kwargs)
+    assert not (tmp_path / "doc").exists()

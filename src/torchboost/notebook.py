@@ -114,7 +114,9 @@ def doctor(fn: Callable[..., Any], *args: Any, steps: int | None = None, warmup:
     exactly when given, else as the command decides: at most 20 after at most 5), diagnose,
     write the report to ``out`` and return it (see the module docstring). Raises
     :class:`NothingToDiagnose` when no step was recorded, and the function's own exception
-    (after the observer is off) when it raised one."""
+    (after the observer is off) when it raised one; TypeError or ValueError, naming the
+    argument, for a ``fn`` that cannot be called or counts that cannot be."""
+    _check_arguments(fn, steps, warmup)
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     request = RunRequest(command=[f"torchboost.doctor({name})"], out_dir=out, stall_timeout_s=None,
                          **doctor_bounds(steps, warmup))
@@ -127,6 +129,20 @@ def doctor(fn: Callable[..., Any], *args: Any, steps: int | None = None, warmup:
     if not facts.steps:
         raise NothingToDiagnose(_no_steps_words(facts, observed.ended))
     return _report(facts, spec, shared, observed.result)
+
+
+def _check_arguments(fn: Any, steps: Any, warmup: Any) -> None:
+    """What the command's parser says of its flags, in this call's own words."""
+    if not callable(fn):
+        raise TypeError(f"torchboost.doctor(fn, *args): fn must be the function that trains (it calls "
+                        f"fn(*args, **kwargs)); got {type(fn).__name__} {fn!r:.60}")
+    for name, value, least in (("steps", steps, 1), ("warmup", warmup, 0)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"torchboost.doctor(..., {name}=): a whole number of steps; got {value!r:.60}")
+        if value < least:
+            raise ValueError(f"torchboost.doctor(..., {name}={value}): at least {least}")
 
 
 def _no_steps_words(facts: Facts, ended: str) -> str:
