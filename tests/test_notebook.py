@@ -6,11 +6,10 @@ and the loop trains on. The in-process quick switches are measured there too."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
-
-import re
 
 import pytest
 import torch
