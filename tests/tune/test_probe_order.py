@@ -85,3 +85,18 @@ def test_the_tuner_reads_the_probes_from_the_doctors_facts():
     assert set(context.measured) == {"precision.lower"}  # a probe without a ratio measured nothing
     assert context.measured["precision.lower"].ratio == pytest.approx(100 / 150)
     assert context.measured["precision.lower"].steps == 6
+
+
+@pytest.mark.parametrize("threads, first", [(Measured(34.0, 6, "1 intra-op thread"), "host"), (None, "fp32_math")])
+def test_a_probe_of_a_levers_finding_orders_it_by_what_it_measured(threads, first):
+    """Beside a busy loop the doctor probed one thread at x34 (threads.contended: a finding of
+    the workers-and-threads lever, whose own change is not one probe) and bf16 math at x1.5;
+    the search took bf16 math first, by the threads finding's estimate, and its budget ran
+    out before threads. Twin: without the threads probe, the estimate orders it behind."""
+    estimates = {"threads.contended": 1.3, "fp32_math.bf16": 1.2}
+    measured = {"fp32_math.bf16": Measured(1.5, 6, "bf16 math")}
+    if threads is not None:
+        measured["threads.contended"] = threads
+    order = [lever.id for lever in order_levers(default_levers(), estimates, measured)]
+    other = "fp32_math" if first == "host" else "host"
+    assert order.index(first) < order.index(other), order

@@ -29,14 +29,22 @@ def order_levers(levers: list[Lever], expected_speedup: dict[str, float],
     where any other lever costs a run per candidate; on a busy machine's 4 s steps the search
     spent its budget on process trials before bf16 was tried), each group largest gain
     first: the doctor's quick-probe ratio of the lever's own change (``measured`` by finding
-    id, see ``Lever.probed_by``) where its pairs agree, else the largest expected speedup of
-    its findings (by id); the rest keep their order."""
+    id, see ``Lever.probed_by``) where its pairs agree, else the largest of its findings'
+    gains (by id): each one's probe ratio where its pairs agree, else its expected speedup
+    (one thread beside a busy loop, probed at x34 as the workers-and-threads lever's
+    finding, was ordered by that finding's x2 estimate, behind a bf16 math probed at x1.1,
+    and the budget ran out before it); the rest keep their order."""
     measured = measured or {}
+
+    def finding_gain(fid: str) -> float:
+        if fid in measured and measured[fid].agree:
+            return measured[fid].ratio
+        return expected_speedup.get(fid, 1.0)
 
     def gain(lever: Lever) -> float:
         if lever.probed_by in measured and measured[lever.probed_by].agree:
             return measured[lever.probed_by].ratio
-        return max((expected_speedup.get(fid, 1.0) for fid in lever.finding_ids), default=1.0)
+        return max((finding_gain(fid) for fid in lever.finding_ids), default=1.0)
 
     ranked = sorted(enumerate(levers), key=lambda item: (not item[1].in_process, -gain(item[1]), item[0]))
     return [lever for _, lever in ranked]
