@@ -54,9 +54,9 @@ def test_a_load_meter_s_share_is_never_over_the_whole_machine(monkeypatch):
     assert meter.stop() == 100.0
 
 
-@pytest.mark.parametrize("slowed, hurt", [(4, False), (8, True)])
+@pytest.mark.parametrize("slowed, hurt", [(4, False), (16, True)])
 def test_the_bf16_speed_probe_is_not_lowered_by_a_burst_over_some_of_its_runs(monkeypatch, slowed, hurt):
-    """Another process's burst slows 4 of the 7 timed bf16 matmuls (after the warm-up): each
+    """Another process's burst slows 3 of the timed bf16 matmuls (after the warm-up): each
     side's fastest run, interleaved, reads as without it. Twin: every bf16 run slowed (a
     CPU whose bf16 really is slow) lowers the ratio."""
     import time as _time
@@ -76,7 +76,7 @@ def test_the_bf16_speed_probe_is_not_lowered_by_a_burst_over_some_of_its_runs(mo
         return out
 
     measure = env.measure_cpu_bf16_speedup.__wrapped__  # measured once per process: not here
-    quiet = measure()
+    quiet = measure(repeats=15)  # more runs than the default 7: the test suite's own load beside it
     monkeypatch.setattr(torch, "mm", mm)
-    busy = measure()
+    busy = measure(repeats=15)
     assert (busy < quiet / 2) is hurt, (quiet, busy)

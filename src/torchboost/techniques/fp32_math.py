@@ -36,7 +36,7 @@ from torchboost.techniques.registry import (
     Technique, TuneContext,
 )
 
-__all__ = ["Fp32MathConfig", "Fp32MathFacts", "apply_fp32_math", "fp32_math_lower", "measure_bf32_speedup",
+__all__ = ["Fp32MathConfig", "Fp32MathFacts", "apply_fp32_math", "fp32_matmul_dtype", "fp32_math_lower", "measure_bf32_speedup",
            "quick_switch"]
 
 MODES = ("ieee", "bf16", "tf32")
@@ -90,6 +90,12 @@ def _check_device(mode: str, env: Any) -> None:
     if mode == "tf32" and not (env.device == "cuda" and env.tf32):
         raise ValueError('fp32_math.mode "tf32" needs a CUDA GPU of compute capability 8.0 (Ampere) or newer; '
                          f'this run is on {env.device}: use "auto" or "ieee"')
+
+
+def fp32_matmul_dtype(settings: Overlay) -> str | None:
+    """The dtype fp32 matmuls compute in under ``settings`` ("bf16", "tf32"); None: fp32."""
+    mode = settings.section(Fp32MathConfig).get("mode")
+    return mode if mode in ("bf16", "tf32") else None
 
 
 def _resolve(ctx: ResolveContext) -> Resolution:

@@ -20,6 +20,8 @@ from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import limits_device, step_dtype
 from torchboost.limits import machine_limits
 from torchboost.plan import Plan
+from torchboost.techniques.fp32_math import fp32_matmul_dtype
+from torchboost.techniques.precision import autocast_dtype
 from torchboost.evidence.observed import Facts
 from torchboost.process.launch import parse_launch
 from torchboost.process.guard.run_guard import summed_writes
@@ -133,13 +135,8 @@ def _peak(facts: Facts | None, settings: Overlay) -> dict[str, Any]:
 def _tuned_dtype(dtype: str, settings: Overlay) -> str:
     """The dtype a step of ``dtype`` computes its matmuls in under ``settings``: autocast's
     (bf16, fp16), else bf16 or TF32 math in fp32 matmuls, else ``dtype``."""
-    mode = settings.get("precision.mode")
-    if mode in ("bf16", "fp16"):
-        return mode
-    math_mode = settings.get("fp32_math.mode")
-    if dtype in ("fp32", "tf32") and math_mode in ("bf16", "tf32"):
-        return math_mode
-    return dtype
+    fp32_math = fp32_matmul_dtype(settings) if dtype in ("fp32", "tf32") else None
+    return autocast_dtype(settings) or fp32_math or dtype
 
 
 def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts | None, TrialResult | None]:

@@ -65,6 +65,7 @@ from torchboost.techniques.registry import (
 
 __all__ = [
     "CPU_BF16_MIN_SPEEDUP",
+    "autocast_dtype",
     "AutocastPrecision",
     "Fp16Precision",
     "Precision",
@@ -277,6 +278,12 @@ def _hopeless(ctx: TuneContext) -> str | None:
         return (f"the bf16 matmul probe ran at {speedup:.2f}x fp32's speed on this CPU "
                 f"(< {HOPELESS_CPU_BF16_SPEEDUP}x): bf16 cannot be faster here")
     return None
+
+
+def autocast_dtype(settings: Overlay) -> str | None:
+    """The dtype autocast computes in under ``settings`` ("bf16", "fp16"); None: no autocast."""
+    mode = settings.section(PrecisionConfig).get("mode")
+    return mode if mode in ("bf16", "fp16") else None
 
 
 def _subject(change: Overlay) -> str:
