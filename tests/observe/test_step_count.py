@@ -90,3 +90,21 @@ def test_doctor_reports_an_os_exit_as_what_it_was(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert (report["ended"], report["exit_code"]) == ("exited", 3)
     assert json.loads((out / "facts.json").read_text())["steps_seen"] == 10
+
+
+@pytest.mark.parametrize("stalled", [True, False])
+def test_a_torchrun_job_whose_rank_stalled_exits_124_not_torchruns_1(tmp_path, stalled):
+    """One rank of a torchrun job hung: its watchdog ended it, torchrun said only that a rank
+    failed (1), and the doctor exited 1 where a stall is documented as 124. Twin: a rank that
+    crashed keeps torchrun's status."""
+    from torchboost.observe.spec import rank_file
+
+    class _Torchrun:
+        returncode = 1
+
+    ended = "stalled" if stalled else "crashed"
+    for rank in (0, 1):
+        facts = Facts(ended=ended if rank == 0 else "killed", exit_code=1, steps_seen=30, rank=rank, world_size=2)
+        (tmp_path / rank_file("facts.json", rank)).write_text(json.dumps(facts.to_dict()))
+    run = supervise._collect(tmp_path, _Torchrun(), deque(), False, count=30)
+    assert run.exit_code == (124 if stalled else 1)

@@ -235,6 +235,8 @@ def _collect(out: Path, proc: subprocess.Popen, tail: collections.deque[str], wa
         trainers = adopt_trainers(out, scratch) if scratch is not None else []
         if trainers:
             return _tree_run(out, trainers, 0 if waited.went_on else code, tail, timed_out, count)
+    if any(f.ended == "stalled" for f in ranks):
+        code = 124  # a rank's watchdog ended it: torchrun reports only that a rank failed (1)
     if code < 0:  # killed by a signal: what a shell reports, and the facts say so
         code = 128 - code
         for facts in ranks:
