@@ -28,7 +28,8 @@ __all__ = ["TrialRequest", "run_trial", "result_from_facts"]
 
 def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
     """The failure in words: a stall and what the script was doing, a kill and its signal,
-    or the exit code and the error's last line."""
+    or the exit code and the error's last line, after the training steps the script ran
+    when it ran any (``prefix`` heads a failure of a script that ran none)."""
     stall = getattr(facts, "stall", None)
     if facts is not None and not facts.steps and facts.steps_seen and facts.ended == "finished" and not exit_code:
         return warmup_only_words(facts.steps_seen, facts.warmup_steps)
@@ -38,7 +39,11 @@ def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
     if facts is not None and facts.ended == "killed" and signal_name:
         return f"killed by {signal_name}" + (" (out of memory?)" if signal_name == "SIGKILL" else "")
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
-    head = f"{prefix} (exit code {exit_code})" if prefix else f"the script exited with code {exit_code}"
+    seen = facts.steps_seen if facts is not None else 0
+    if seen:  # a script that trained, then ended: "no training step completed" would deny its steps
+        head = f"the script ran {seen} training step{'s' if seen != 1 else ''}, then exited with code {exit_code}"
+    else:
+        head = f"{prefix} (exit code {exit_code})" if prefix else f"the script exited with code {exit_code}"
     stdin = stdin_words(tail)
     return head + (f": {stdin}" if stdin else f": {last}" if last else "")
 
