@@ -56,18 +56,31 @@ def run_target(target: list[str]) -> None:
     else:
         script = target[0]
         sys.argv = [script, *target[1:]]  # as typed, as python leaves it
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
         if os.path.isfile(script):
+            sys.path[0] = _script_folder(script)
             _run_file(script)
         else:  # a directory or zip with a __main__.py
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
             runpy.run_path(script, run_name="__main__")
 
 
+def _script_folder(script: str) -> str:
+    # As python: the folder of the file that symbolic links lead to, not the link's, so a
+    # script linked from elsewhere imports the modules beside the real file.
+    return os.path.dirname(os.path.realpath(script))
+
+
+def _main_file(script: str) -> str:
+    # As python: absolute (a script that changes directory, as Hydra does, still finds the
+    # files beside it), the current folder joined to the path as typed, neither normalised
+    # ("./train.py" stays in it) nor resolved (a link's own name).
+    return script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+
+
 def _run_file(script: str) -> None:
-    # As python runs a script: __file__ absolute (a script that changes directory, as
-    # Hydra does, still finds the files beside it) while sys.argv[0] stays as typed.
-    # runpy.run_path would set both to the same string.
-    path = os.path.abspath(script)
+    # __file__ as python gives it while sys.argv[0] stays as typed: runpy.run_path would set
+    # both to the same string.
+    path = _main_file(script)
     with io.open_code(path) as fh:
         code = compile(fh.read(), path, "exec")
     main = types.ModuleType("__main__")
