@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import random
+import statistics
 
 import pytest
 
@@ -14,8 +14,12 @@ from test_search import CPU2
 
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Measured
+from torchboost.evidence.quick_probe import QuickProbeFacts, bursts_decided
 from torchboost.observe.spec import Bursts
-from torchboost.tune.search.bursts import FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_verdict, more_bursts, plan_bursts
+from torchboost.report._tune_text import verdict as summary_line
+from torchboost.tune.search.bursts import (FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_decision, burst_verdict,
+                                           more_bursts, plan_bursts)
+from torchboost.tune.search.decision import Status
 from torchboost.techniques.precision import PrecisionTuning
 from torchboost.tune.search.levers import default_levers, order_levers
 from torchboost.tune.search import SearchOptions, run_search
@@ -104,36 +108,37 @@ def test_bursts_that_cannot_tell_either_say_so():
 
 
 class ShakyBursts(BusyScript):
-    """Bursts whose pairs' ratios scatter ``spread`` (log-normal, seeded) about the true ratio:
+    """Bursts whose pairs' ratios scatter evenly over ±``spread`` of the true ratio, every
+    pair on its faster side of 1 (pairs the other way round decide nothing, pooled or not):
     one run's pairs leave a real gain undecided, a few runs' pairs pooled do not."""
 
-    def __init__(self, *args, spread=0.15, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._draw = random.Random(0)
+    def __init__(self, *args, spread=0.1, **kwargs):
+        super().__init__(*args, jitter=0.0, **kwargs)
         self._spread = spread
 
     def measure(self, settings, repeat, decide=None, bursts=None):
         result = super().measure(settings, repeat, decide, bursts)
         if bursts is not None:
-            result.burst_switched_ms = [s * math.exp(self._draw.gauss(0.0, self._spread))
-                                        for s in result.burst_switched_ms]
+            n = len(result.burst_switched_ms)
+            result.burst_switched_ms = [s * (1.0 + self._spread * (2 * i / (n - 1) - 1))
+                                        for i, s in enumerate(result.burst_switched_ms)]
         return result
 
 
 @pytest.mark.parametrize("pooled", [True, False])
 def test_bursts_run_again_while_the_noise_hides_a_gain(pooled, monkeypatch):
-    """bf16 at 0.85 with pairs scattering 30%: one run's 15 pairs cannot tell, more runs
-    pooled keep it. Twin: one run only (no pooling) leaves it too busy to tell."""
+    """bf16 at 0.9 with pairs scattering ±10% (0.81 to 0.99): one run's 15 pairs cannot tell,
+    more runs pooled keep it. Twin: one run only (no pooling) leaves it too busy to tell."""
     if not pooled:
         monkeypatch.setattr("torchboost.tune.search.bursts.MAX_BURST_RUNS", 1)
-    script = ShakyBursts(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.85}, noise=0.4, spread=0.3)
+    script = ShakyBursts(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.9}, noise=0.4, spread=0.1)
     outcome = _search(script, script.measure)
     decision = next(d for d in outcome.decisions if d.lever == "precision")
     if pooled:
         assert 2 <= len(script.burst_trials) <= MAX_BURST_RUNS
         assert decision.status == "kept" and f"in {len(script.burst_trials)} runs" in decision.reason
         assert len(decision.ratios) == 15 * len(script.burst_trials)
-        assert decision.ratio == pytest.approx(0.85, rel=0.1)
+        assert decision.ratio == pytest.approx(0.9, rel=0.1)
     else:
         assert len(script.burst_trials) == 1 and decision.status != "kept"
         assert "not decided either way" in decision.reason
@@ -145,17 +150,77 @@ def test_more_bursts_only_while_undecided_on_the_faster_side():
     assert not more_bursts(hidden, 0.03, runs=MAX_BURST_RUNS)  # runs spent
     assert not more_bursts([r / 0.85 for r in hidden], 0.03, runs=1)  # about 1: at best no gain
     assert not more_bursts([0.70, 0.72, 0.69, 0.71, 0.70, 0.73], 0.03, runs=1)  # decided
+    assert not more_bursts(hidden + [1.5], 0.03, runs=1)  # a pair the other way round: pooled, still would be
 
 
 @pytest.mark.parametrize("ratios, verdict", [
     ([0.70, 0.72, 0.69, 0.71, 0.70, 0.73], FASTER),
     ([1.20, 1.22, 1.19, 1.21, 1.20, 1.23], SLOWER),
-    ([0.99, 1.00, 1.01, 0.99, 1.00, 1.01], NO_GAIN),
+    ([0.99, 1.00, 1.01, 0.99, 1.00, 1.01], NO_GAIN),  # about 1, both sides of it: what no gain looks like
     ([0.60, 1.30, 0.80, 1.10, 0.70, 1.20], None),  # twin of FASTER: as wide as the gain
+    ([1.20, 1.22, 0.01, 1.21, 1.20, 1.23], None),  # twin of SLOWER: a pair the other way round
     ([0.70, 0.72], None),  # too few pairs to say
 ])
 def test_the_burst_verdict_rests_on_the_pairs_own_spread(ratios, verdict):
     assert burst_verdict(ratios, min_gain=0.03)[0] == verdict
+
+
+REVERSED = [0.007, 0.02, 100.7, 0.035]
+"""A user's bf16 bursts, candidate over incumbent: one pair of four 100x the other way round
+(kept as 36x, "± 0.039", by the spread of the other three)."""
+CONSISTENT = [0.007, 0.02, 0.05, 0.035]
+"""The twin: the same pairs, every one faster."""
+
+
+@pytest.mark.parametrize("ratios, decided", [(REVERSED, False), (CONSISTENT, True)])
+def test_bursts_whose_pairs_disagree_decide_nothing_by_the_doctors_own_rule(ratios, decided):
+    """Pairs that disagree decide nothing: not kept, not slower, and the words say the pairs
+    disagreed, with no ± the other pairs' spread would give; the burst trial does not end
+    its bursts on them. The rule is the doctor's: its quick probe of the same pairs (plain
+    over switched) agrees exactly when tune's bursts do. Twin: every pair faster is kept."""
+    status, said, ratio = burst_decision(ratios, 0.03, None)
+    doctor = Measured.of(QuickProbeFacts("precision.lower", "bf16 autocast", plain_ms=[1.0] * 4, switched_ms=ratios))
+    assert doctor.agree is decided and bursts_decided(ratios, min_gain=0.03) is decided
+    assert ratio == pytest.approx(statistics.median(ratios))
+    if decided:
+        assert status is Status.KEPT and "±" in said
+    else:
+        assert status is None and "±" not in said
+        assert "its pairs from 0.007 to 100.700: pairs disagreed" in said
+
+
+class FixedBursts(BusyScript):
+    """Burst trials whose pairs' ratios are ``ratios``, each pair at the incumbent's pace."""
+
+    def __init__(self, *args, ratios, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ratios = ratios
+
+    def measure(self, settings, repeat, decide=None, bursts=None):
+        result = super().measure(settings, repeat, decide, bursts)
+        if bursts is not None:
+            result.burst_plain_ms = [self.step_ms] * len(self._ratios)
+            result.burst_switched_ms = [self.step_ms * r for r in self._ratios]
+        return result
+
+
+@pytest.mark.parametrize("ratios, kept", [(REVERSED, False), (CONSISTENT, True)])
+def test_a_search_keeps_no_switch_whose_bursts_disagree(ratios, kept):
+    """The search on bursts of a 100x reversal: bf16 is neither kept nor called slower, its
+    decision and the summary's line say its pairs disagreed, and no more bursts are pooled
+    onto them. Twin: the consistent pairs keep it."""
+    script = FixedBursts(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.5}, noise=0.01, ratios=ratios)
+    outcome = _search(script, script.measure)
+    decision = next(d for d in outcome.decisions if d.lever == "precision" and d.in_bursts)
+    line = summary_line({"subject": "bf16", "status": str(decision.status), "ratio": decision.ratio,
+                         "reason": decision.reason})
+    assert (outcome.settings.get("precision.mode") == "bf16") is kept
+    if kept:
+        assert decision.status == "kept" and line == "bf16 was 36.36x faster here: kept"
+    else:
+        assert decision.status not in ("kept", "slower") and len(script.burst_trials) == 1
+        assert "pairs disagreed" in decision.reason and "±" not in decision.reason
+        assert line == "bf16: its alternating bursts disagreed (some pairs faster, some slower): not decided, not kept"
 
 
 def test_bursts_group_fast_steps_and_fill_a_trial():

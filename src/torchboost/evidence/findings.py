@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from torchboost.config import Overlay
+from torchboost.evidence.quick_probe import pairs_agree
 
 __all__ = ["Finding", "Evidence", "Measured", "severity_for"]
 
@@ -60,10 +61,11 @@ class Measured:
     @property
     def agree(self) -> bool:
         """Every pair on the same side of 1 as the median: the pairs measured one way. Pairs
-        that disagree (another process slowed some steps many times over) measured nothing."""
+        that disagree (another process slowed some steps many times over) measured nothing.
+        The rule tune's bursts decide by too (:func:`~torchboost.evidence.quick_probe.pairs_agree`)."""
         if self.low is None or self.high is None:
             return True
-        return self.high < 1.0 if self.ratio < 1.0 else self.low > 1.0 if self.ratio > 1.0 else False
+        return pairs_agree((self.low, self.high), self.ratio)
 
     @property
     def hopeless(self) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 __all__ = ["BURST_Z", "FASTER", "MIN_DECIDING_PAIRS", "NO_GAIN", "SLOWER", "QuickProbeFacts", "burst_verdict",
-           "bursts_decided"]
+           "bursts_decided", "pairs_agree"]
 
 BURST_Z = 3.0
 """Standard errors of the pairs' ratios the median must clear the least gain by."""
@@ -20,21 +20,39 @@ BURST_Z = 3.0
 FASTER, SLOWER, NO_GAIN = "faster", "slower", "no gain"
 
 
+def pairs_agree(ratios: Sequence[float], median: float | None = None) -> bool:
+    """Every pair's ratio on the same side of 1 as their median (``median`` when given, as
+    for the smallest and largest pair alone): the pairs measured one way. Pairs that
+    disagree (another process slowed some steps many times over: ratios of 0.007, 0.02,
+    100.7 and 0.035) measured nothing either way, nor did a median of exactly 1. Either way
+    round (plain over switched, switched over plain): the doctor's quick probes
+    (:attr:`~torchboost.evidence.findings.Measured.agree`) and tune's bursts
+    (:func:`burst_verdict`) decide by this one rule. True for no pairs: none disagrees."""
+    if not ratios:
+        return True
+    mid = statistics.median(ratios) if median is None else median
+    return max(ratios) < 1.0 if mid < 1.0 else min(ratios) > 1.0 if mid > 1.0 else False
+
+
 def burst_verdict(ratios: Sequence[float], min_gain: float, z: float = BURST_Z) -> tuple[str | None, float, float]:
     """(the verdict, the median ratio, its half-width) for the pairs' ``ratios`` (candidate
     over incumbent), the half-width ``z`` standard errors of the ratios' own spread (from
     their median absolute deviation: one long step does not widen it). The verdict:
     :data:`FASTER` when the interval is below ``1 - min_gain``, :data:`SLOWER` when above 1,
-    :data:`NO_GAIN` when above ``1 - min_gain`` otherwise; None when it straddles it."""
+    :data:`NO_GAIN` when above ``1 - min_gain`` otherwise; None when it straddles it. Faster
+    or slower says which way the switch goes, and is None where the pairs disagree
+    (:func:`pairs_agree`: the spread of the rest says nothing of a pair measured the other
+    way round); no gain is pairs about 1, on both its sides."""
     if len(ratios) < 3:
         return None, statistics.median(ratios) if ratios else math.nan, math.inf
     median = statistics.median(ratios)
     sigma = 1.4826 * statistics.median(abs(r - median) for r in ratios)
     half = z * 1.2533 * sigma / math.sqrt(len(ratios))
+    one_way = pairs_agree(ratios, median)
     if median + half < 1.0 - min_gain:
-        return FASTER, median, half
+        return FASTER if one_way else None, median, half
     if median - half > 1.0:
-        return SLOWER, median, half
+        return SLOWER if one_way else None, median, half
     if median - half >= 1.0 - min_gain:
         return NO_GAIN, median, half
     return None, median, half

@@ -140,6 +140,8 @@ def verdict(entry: dict[str, Any], pick: str = "tuned") -> str:
         return f"{who}: {status.replace('_', ' ')}, {outcome}"
     if status == "not_repaid":
         return f"{who} was {said} per step here, but its fixed cost is not repaid over the run: {outcome}"
+    if status == "not_beyond_noise" and "pairs disagreed" in str(entry.get("reason") or ""):
+        return f"{who}: its alternating bursts disagreed (some pairs faster, some slower): not decided, not kept"
     if status == "not_beyond_noise":
         return f"{who} was {said} here, not beyond noise: {outcome}"
     if status == "unconfirmed":  # measured, never judged: not the same as rejected

@@ -11,10 +11,12 @@ ratios is the candidate's ratio measured under the load there was.
 
 Its verdict rests on the pairs' own spread: faster once the median clears the least gain by
 ``BURST_Z`` standard errors, slower once it is above 1 by as much, no gain once its
-interval lies above the least gain. While undecided with its median on the faster side
-(a gain the noise hides, not one that cannot be), another burst trial runs and the pairs
-are pooled, up to ``MAX_BURST_RUNS`` runs or the end of the budget (:func:`more_bursts`);
-still undecided, the search says the machine was too busy to tell.
+interval lies above the least gain. Pairs that disagree (some faster, some slower: the
+doctor's rule for its quick probes, :func:`~torchboost.evidence.quick_probe.pairs_agree`)
+decide neither faster nor slower, however tight the rest. While undecided with its median on the faster side
+(a gain the noise hides, not one that cannot be) and its pairs agreeing, another burst
+trial runs and the pairs are pooled, up to ``MAX_BURST_RUNS`` runs or the end of the budget
+(:func:`more_bursts`); still undecided, the search says the machine was too busy to tell.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import math
 from typing import Sequence
 
 from torchboost.config import Overlay
-from torchboost.evidence.quick_probe import BURST_Z, FASTER, NO_GAIN, SLOWER, burst_verdict
+from torchboost.evidence.quick_probe import BURST_Z, FASTER, NO_GAIN, SLOWER, burst_verdict, pairs_agree
 from torchboost.observe.spec import Bursts
 from torchboost.tune.search.decision import Status
 
 __all__ = ["BURST_MS", "BURST_Z", "MIN_BURST_PAIRS", "MAX_BURST_PAIRS", "MAX_BURST_RUNS", "plan_bursts", "burst_verdict",
-           "burst_decision", "more_bursts", "FASTER", "SLOWER", "NO_GAIN"]
+           "burst_decision", "burst_spread", "more_bursts", "FASTER", "SLOWER", "NO_GAIN"]
 
 BURST_MS = 50.0
 """Least time of one burst: steps faster than this are grouped, so a timer's jitter and
@@ -52,9 +54,20 @@ def plan_bursts(change: Overlay, step_ms: float, trial_steps: int, min_gain: flo
 
 def more_bursts(ratios: Sequence[float], min_gain: float, runs: int) -> bool:
     """Whether another burst trial is worth running after ``runs`` gave ``ratios``: still
-    undecided, the median on the faster side of the least gain, and runs left."""
+    undecided, the median on the faster side of the least gain, pairs that agree (pooled,
+    pairs that disagree still would), and runs left."""
     verdict, median, _ = burst_verdict(ratios, min_gain)
-    return verdict is None and median < 1.0 - min_gain and runs < MAX_BURST_RUNS
+    return verdict is None and median < 1.0 - min_gain and pairs_agree(ratios) and runs < MAX_BURST_RUNS
+
+
+def burst_spread(ratios: Sequence[float], min_gain: float, where: str) -> tuple[float, str]:
+    """How the pairs' ``ratios`` of bursts ``where`` ("in one run") varied: (as a fraction,
+    infinite when the pairs disagree; in words)."""
+    verdict, median, half = burst_verdict(ratios, min_gain)
+    if verdict is None and not pairs_agree(ratios):
+        return math.inf, (f"alternating bursts of it {where} disagreed, their pairs' ratios from {min(ratios):.3f} "
+                          f"to {max(ratios):.3f} about a median of {median:.3f}")
+    return half, f"alternating bursts of it {where} put its ratio at {median:.3f} ± {half:.3f}"
 
 
 def burst_decision(ratios: Sequence[float], min_gain: float, noise: float | None, *, runs: int = 1,
@@ -68,6 +81,10 @@ def burst_decision(ratios: Sequence[float], min_gain: float, noise: float | None
     verdict, ratio, half = burst_verdict(ratios, min_gain)
     where = "in one run" if runs == 1 else f"in {runs} runs"
     apart = f" (runs measured apart varied by {noise:.0%})" if noise is not None else ""
+    if verdict is None and not pairs_agree(ratios):  # no ±: the rest's spread says nothing of a pair the other way
+        return None, (f"median ratio {ratio:.3f} over {len(ratios)} pairs of alternating bursts {where}{apart}, "
+                      f"its pairs from {min(ratios):.3f} to {max(ratios):.3f}: pairs disagreed (some faster, some "
+                      "slower), not decided either way"), ratio
     said = f"median ratio {ratio:.3f} ± {half:.3f} over {len(ratios)} pairs of alternating bursts {where}{apart}"
     if verdict is None:
         return None, f"{said}: not decided either way", ratio

@@ -14,7 +14,7 @@ import statistics
 from typing import Any, Callable
 
 from torchboost.config import Overlay
-from torchboost.tune.search.bursts import burst_verdict
+from torchboost.tune.search.bursts import burst_spread
 from torchboost.tune.search.busy import too_busy, top_unmeasured
 from torchboost.tune.search.decision import Decision, Status, TuneOutcome, WaterfallStep
 from torchboost.tune.search.levers import Lever, TuneContext
@@ -139,9 +139,8 @@ class SearchState:
             first = next((d for d in self.decisions if d.status is Status.NOT_BEYOND_NOISE), None)  # first undecided
         noise, varied = self.floor.noise, None
         if first is not None and first.in_bursts and first.ratios:  # the bursts' own spread left it open
-            _, median, half = burst_verdict(first.ratios, options.min_gain)
+            half, varied = burst_spread(first.ratios, options.min_gain, "in one run")
             noise = max(noise, half)
-            varied = f"alternating bursts of it in one run put its ratio at {median:.3f} ± {half:.3f}"
         busy = too_busy(first, top[1] if top else None, noise, self.run.max_load_pct,
                         self.baseline.wall_s, options.noise_repeats, options.busy_pct, varied=varied)
         if top is not None and first is None and self.stopped:
