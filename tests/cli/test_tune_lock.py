@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from torchboost import out_folder
 from torchboost.cli._lock import folder_lock
 from torchboost.process.launch import UsageError
 
@@ -22,8 +23,7 @@ def test_a_held_folder_refuses_a_second_holder_until_released(tmp_path):
 
 def test_a_second_tune_in_the_same_folder_says_so_and_runs_nothing(tmp_path):
     (tmp_path / "train.py").write_text("raise SystemExit('the script must not run')\n")
-    out = tmp_path / "out"
-    out.mkdir()
+    out = out_folder.claim(tmp_path / "out")  # as the first tune made it
     argv = [sys.executable, "-m", "torchboost.cli", "tune", "--budget", "60", "--out", str(out), "--", "python",
             "train.py"]
     with folder_lock(out):  # a first tune holds the folder

@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 
+from torchboost import out_folder
 from torchboost._disk import NO_SPACE, NoSpaceError
 from torchboost.usage import UsageError
 
@@ -15,18 +16,17 @@ __all__ = ["check_out_dir", "check_seconds", "check_writable_file", "parse_size"
 
 
 def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
-    """``path`` as a report folder we can write: created when missing; UsageError otherwise."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{flag} {out}: a file, not a folder; name a folder for the report")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{flag} {out}: cannot create it ({exc.strerror or exc})") from None
+    """``path`` as a report folder we can write: new, empty or torchboost's own, made and
+    marked when missing (:func:`torchboost.out_folder.claim`), writable, with room for a
+    report; UsageError (NoSpaceError for a full disk) otherwise. Ask it after every other
+    check of the command's input: it makes the folder."""
+    return out_folder.claim(path, flag, usable=lambda out: _usable(out, flag))
+
+
+def _usable(out: Path, flag: str) -> None:
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {out}: not writable")
     _probe_space(out)
-    return out
 
 
 _PROBE_BYTES = 64 * 1024

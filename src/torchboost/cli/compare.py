@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from torchboost.cli._inputs import check_out_dir
 from torchboost.process.launch import UsageError, parse_launch
 from torchboost.tune.verify.versus import Side, compare
 
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             parse_launch(side.command)
         if args.pairs < 1 or args.loss_steps < 0 or not math.isfinite(args.budget) or args.budget <= 0:
             raise UsageError("--pairs must be 1 or more, --loss-steps 0 or more, --budget a positive number")
+        check_out_dir(args.out)
     except UsageError as exc:
         print(f"torchboost compare: error: {exc}", file=sys.stderr)
         return 2

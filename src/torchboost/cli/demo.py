@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 
+from torchboost.cli._inputs import check_out_dir
 from torchboost.cli.tune import print_outcome, tune_with_progress
 from torchboost.diagnose import diagnose
 from torchboost.observe.parent.request import RunRequest
@@ -60,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
         print("torchboost demo: error: --budget must be positive, --steps-per-trial >= 3, --warmup >= 1",
               file=sys.stderr)
         return 2
-    out = Path(args.out)
+    try:
+        out = check_out_dir(args.out)
+    except UsageError as exc:
+        print(f"torchboost demo: error: {exc}", file=sys.stderr)
+        return 2
     command = demo_command(args.workload)
     console = make_console()
     err = make_console(stderr=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from torchboost import out_folder
 from torchboost.diagnose import Facts, diagnose
 from torchboost.diagnose.headroom import Headroom, cap_findings, measured_headroom
 from torchboost.env import LoadMeter
@@ -64,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         return _from_trace(args)
     try:
         parse_launch(args.command)  # a missing script is said before the report folder is made
-        check_out_dir(args.out)
         check_seconds(args.stall_timeout, "--stall-timeout")
+        check_out_dir(args.out)
         with LoadMeter() as load:  # what a neighbour took from the run's figures
             observed = _observe(args, err)
     except UsageError as exc:
@@ -123,8 +124,9 @@ def _from_trace(args: argparse.Namespace) -> int:
     try:
         if args.command:
             raise UsageError("--trace diagnoses a recorded trace: give it no command after --")
-        out = check_out_dir(args.out)
+        out_folder.check(args.out)  # refused before the trace is read; made once it was read
         ranks = [facts_from_trace(file, data, i) for i, (file, data) in enumerate(load_traces(args.trace))]
+        out = check_out_dir(args.out)
     except UsageError as exc:
         print(f"torchboost doctor: error: {exc}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from torchboost import out_folder
 from torchboost.config import ConfigError, Overlay
 from torchboost.config_files import config_to_write
 from torchboost.cli._lock import folder_lock
@@ -113,9 +114,9 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
     """TuneOptions from parsed arguments; raises UsageError for values out of range."""
     check_seconds(args.budget, "--budget")
     check_seconds(args.stall_timeout, "--stall-timeout")
-    # A bad size is said before check_out_dir creates the report folder.
+    # A bad size is said before the report folder is made.
     memory_limit = parse_size(args.memory_limit, "--memory-limit") if args.memory_limit is not None else None
-    check_out_dir(args.out)
+    out_folder.check(args.out)  # made by run() once every input was checked
     if args.steps_per_trial is not None and args.steps_per_trial < 3:
         raise UsageError(f"--steps-per-trial must be at least 3, got {args.steps_per_trial}")
     if args.warmup < 1:
@@ -180,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         options = options_from_args(args, config=args.config or str(config_to_write()))
         user_config(options.config_path)  # a bad file is said now, not after the search
         check_writable_file(options.config_path)  # nor one tune could not write at the end
+        check_out_dir(options.out_dir)  # the folder is made last: a refused tune leaves none behind
         lock.enter_context(folder_lock(options.out_dir))  # nor a second tune in the same folder
     except (UsageError, ConfigError) as exc:
         print(f"torchboost tune: error: {exc}", file=sys.stderr)
