@@ -71,7 +71,8 @@ def test_a_small_file_changed_outside_python_is_put_back_from_its_copy(tmp_path,
     assert (user / "train.log").read_text() == "the user's log\n"  # put back from the copy made before the run
     assert "train.log" in writes.restored and any(w.path == "train.log" for w in writes.kept_apart)
     # The twin: a file over the copied size changed the same way cannot be put back, and is named.
-    assert [n.path for n in writes.not_restored] == ["data.bin"] and "NOT restored: data.bin" in writes.words()
+    assert [n.path for n in writes.not_restored] == ["data.bin"]
+    assert "changed outside torchboost's sight: data.bin" in writes.words() and "by you" not in writes.words()
 
 
 def test_a_small_file_rewritten_outside_python_is_left_as_the_user_made_it(tmp_path, monkeypatch):
@@ -114,9 +115,10 @@ def test_a_line_the_user_appends_to_their_script_meanwhile_stays(tmp_path, monke
 
 def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path, monkeypatch):
     """A shell's ``>> run.out`` makes a file no Python hook sees, in a project that lies in
-    the temp directory (exempt, as scratch space): it is the run's, moved into the writes
-    folder, not left behind under "your files are as they were". Twin: the --out folder
-    inside the project stays exempt (what the run writes there stays)."""
+    the temp directory (scratch space): it is the run's, moved into the writes folder, not
+    left behind under "your files are as they were". Twin: the report folder inside the
+    project is guarded too but for torchboost's own entries in it: the facts the run writes
+    there stay, a file of another name is the script's, kept apart."""
     import tempfile
 
     from torchboost.process.guard.run_guard import RunGuard
@@ -126,10 +128,13 @@ def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path,
     assert str(user.resolve()).startswith(str(Path(tempfile.gettempdir()).resolve()))
     monkeypatch.chdir(user)
     out = user / "torchboost-doctor"
-    guard = RunGuard(out, None)
+    guard = RunGuard(out, None, own=("facts*.json",))
     (user / "run.out").write_text("profiler_start\n")  # no guard in this process: as a shell writes it
+    (out / "facts.json").write_text("{}")
     (out / "report.json").write_text("{}")
     writes = guard.settle()
     assert not (user / "run.out").exists()
     assert any(w.path == "run.out" and w.new for w in writes.kept_apart)
-    assert (out / "report.json").exists() and not any("report.json" in w.path for w in writes.kept_apart)
+    assert (out / "facts.json").exists() and not any("facts.json" in w.path for w in writes.kept_apart)
+    assert not (out / "report.json").exists()
+    assert any(w.path == "torchboost-doctor/report.json" and w.new for w in writes.kept_apart)

@@ -113,7 +113,7 @@ def test_twin_without_the_guard_the_checkpoint_is_lost_and_said(tmp_path):
     assert _state(project) != before  # the check can fail
     assert torch.load(project / "ckpt.pt")["step"] == 30
     assert [n.path for n in writes.not_restored] == ["ckpt.pt"]
-    assert "NOT restored: ckpt.pt" in writes.words()
+    assert "changed outside torchboost's sight: ckpt.pt" in writes.words()
 
 
 LOGGING = """
@@ -176,9 +176,9 @@ def test_a_writer_outside_python_is_reported_not_restored(tmp_path):
     """)
     writes = _run(project, guard=True)
     assert [(n.path, n.why) for n in writes.not_restored] == [
-        ("old.log", "changed; no original kept")]
+        ("old.log", "changed outside torchboost's sight")]
     assert torch.load(project / "ckpt.pt")["step"] == 200  # what Python wrote is still put back
-    assert "NOT restored: old.log" in writes.words()
+    assert "changed outside torchboost's sight: old.log" in writes.words()
 
 
 def test_settling_twice_per_trial(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchboost.process.guard.guard_spec import WriteGuardSpec, default_exempt, read_journal
+from torchboost.process.guard.guard_spec import WriteGuardSpec, read_journal, scratch_folders
 from torchboost.process.guard.write_guard import WriteGuard
 from torchboost.process.guard.folder_snapshot import FolderSnapshot
 from torchboost.process.guard.user_files import settle
@@ -154,11 +154,71 @@ def test_descriptor_relative_removals_are_kept(folder):
     assert (folder / "train.log").read_bytes() == before and writes.restored == ["train.log"]
 
 
-def test_default_exempt_names_the_out_folder_temp_and_caches(tmp_path):
-    found = default_exempt(tmp_path / "out", home=tmp_path / "home", temp_dir=tmp_path / "tmp",
-                           environ={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
-    assert [Path(p).name for p in found] == ["out", "tmp", ".cache", ".triton", "inductor"]
-    spec = WriteGuardSpec("/j", 1, roots=("/a",), exempt=found)
+def test_scratch_folders_name_the_temp_directory_and_caches(tmp_path):
+    found = scratch_folders(home=tmp_path / "home", temp_dir=tmp_path / "tmp",
+                            environ={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    assert [Path(p).name for p in found] == ["tmp", ".cache", ".triton", "inductor"]
+    spec = WriteGuardSpec("/j", 1, roots=("/a",), scratch=found, own_folder="/o", own_names=("facts*.json",))
     assert WriteGuardSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(ValueError, match="journal_dir"):
         WriteGuardSpec("relative", 1)
+
+
+def test_scratch_keeps_what_was_there_and_leaves_what_the_run_makes(folder):
+    """The temp directory and the caches: a file there from before the run is kept (and put
+    back) like the user's; what the run makes there is its own. Twin: the same place as
+    exempt, as it was, keeps nothing."""
+    scratch = folder.parent / "scratch"
+    scratch.mkdir()
+    torch.save({"step": 200}, scratch / "ckpt.pt")
+    time.sleep(0.02)
+    for kind in ("scratch", "exempt"):
+        spec = WriteGuardSpec(str(folder.parent / f"j-{kind}"), time.time_ns(), roots=(str(folder),),
+                              **{kind: (str(scratch),)})
+        time.sleep(0.02)
+        with WriteGuard(spec) as guard:
+            torch.save({"step": 1}, scratch / "ckpt.pt")
+            (scratch / f"new-{kind}.txt").write_text("the run's own")
+        ops = _ops(guard)
+        if kind == "scratch":
+            assert ops == [("kept", "ckpt.pt"), ("wrote", "ckpt.pt")]  # no "created" for the new file
+            kept = next(line["copy"] for line in read_journal(spec.journal_dir) if line["op"] == "kept")
+            assert torch.load(kept)["step"] == 200
+        else:
+            assert ops == []
+
+
+def test_the_report_folder_is_guarded_but_for_torchboosts_own_entries(folder):
+    out = folder / "results"
+    out.mkdir()
+    (out / "metrics.csv").write_text("the user's\n")
+    (out / "facts.json").write_text("{}")
+    time.sleep(0.02)
+    spec = WriteGuardSpec(str(folder.parent / "j"), time.time_ns(), roots=(str(folder),), own_folder=str(out),
+                          own_names=("facts*.json", "writes"))
+    time.sleep(0.02)
+    with WriteGuard(spec) as guard:
+        (out / "facts.json").write_text('{"steps": 3}')
+        (out / "facts.rank1.json").write_text("{}")
+        with open(out / "metrics.csv", "a") as fh:
+            fh.write("the script's\n")
+    assert _ops(guard) == [("kept", "metrics.csv"), ("wrote", "metrics.csv")]
+
+
+def test_a_database_only_read_is_not_said_written(folder):
+    import sqlite3
+
+    with sqlite3.connect(folder / "tracker.db") as db:
+        db.execute("create table m (x int)")
+    db.close()
+    time.sleep(0.02)
+    snapshot = FolderSnapshot.take([folder])
+    spec = WriteGuardSpec(str(folder.parent / "out" / "journal"), snapshot.taken_ns, roots=snapshot.roots)
+    time.sleep(0.02)
+    with WriteGuard(spec) as guard:
+        db = sqlite3.connect(folder / "tracker.db")
+        assert db.execute("select count(*) from m").fetchone() == (0,)
+        db.close()
+    assert ("kept", "tracker.db") in _ops(guard)  # kept before the connection, in case it wrote
+    writes = settle(snapshot, spec.journal_dir, folder.parent / "out" / "writes")
+    assert writes.kept_apart == [] and writes.words() == "the script wrote nothing in your folders"

@@ -41,7 +41,7 @@ from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "Bursts", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+__all__ = ["ObserveSpec", "Bursts", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "RUN_FILES", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
            "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
@@ -49,6 +49,10 @@ FACTS_FILE = "facts.json"
 TRACE_FILE = "trace.pt.trace.json"
 """Name of the Chrome-trace file inside the output folder (TensorBoard's profiler plugin
 opens ``*.pt.trace.json`` files only)."""
+RUN_FILES = ("facts*.json", ".facts*.tmp", "trace*.json", "trace*.json.tmp", ".trace*.tmp")
+"""What an observed run itself writes into its report folder, as shell patterns (each
+rank's and each process's facts and trace, their temporary files): torchboost's own
+entries there, which the write guard leaves alone while it guards the rest of the folder."""
 REPLAY_STEPS = 3
 """Steps timed with re-served batches, after the profiler window
 (:mod:`torchboost.observe.probes.replay`)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from torchboost.process.guard.run_guard import RunGuard
 from torchboost.process.guard.user_files import UserWrites
@@ -40,10 +41,11 @@ def run_guarded(argv: list[str], *, env: dict[str, str], timeout_s: float | None
     return code, writes
 
 
-def run_guard(out: Path, script: Path | None, trial: bool, ledger: Path | None) -> RunGuard:
-    """The run's write guard (a trial's exempts the compile cache it fills); a folder it
-    cannot record is said now, before the run."""
-    guard = RunGuard(out, script, also_exempt=compile_cache_env().values() if trial else (), ledger=ledger)
+def run_guard(out: Path, script: Path | None, trial: bool, ledger: Path | None, own: Iterable[str] = ()) -> RunGuard:
+    """The run's write guard (a trial's exempts the compile cache it fills; ``own``: the
+    names the run itself writes into ``out``), watching the files the run's processes hold
+    open for writing; a folder it cannot record is said now, before the run."""
+    guard = RunGuard(out, script, also_exempt=compile_cache_env().values() if trial else (), ledger=ledger, own=own)
     if guard.note:
         print(f"torchboost: {guard.note}", file=sys.stderr)
-    return guard
+    return guard.watch()

@@ -32,7 +32,7 @@ from torchboost.process.tree_spec import TreeSpec, processes_seen, tree_env
 from torchboost.observe.parent.tree_facts import adopt_trainers, trainers_ended, tree_counts, tree_files
 from torchboost.process.wait import Waited, progress_reader, wait_for
 from torchboost.observe.parent.request import RunRequest
-from torchboost.observe.spec import ObserveSpec, rank_file, read_count, reconcile
+from torchboost.observe.spec import RUN_FILES, ObserveSpec, rank_file, read_count, reconcile
 from torchboost.plan import Plan
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
 from torchboost.techniques.compile.compile_cache import compile_cache_env
@@ -113,7 +113,8 @@ def run_observed(request: RunRequest, *, on_progress: Callable[[Progress], None]
     launch = parse_launch(request.command)
     out = Path(request.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    guard = None if request.full else run_guard(out, launch.script, request.apply is not None, request.writes_ledger)
+    guard = None if request.full else run_guard(out, launch.script, request.apply is not None, request.writes_ledger,
+                                                own=(*RUN_FILES, PROFILER_LOG))
     with tempfile.TemporaryDirectory(prefix="torchboost-doctor-") as tmp:
         spec = ObserveSpec(out_dir=str(out), parent_pid=os.getpid(), progress_path=str(Path(tmp) / "progress.json"),
                            count_path=str(Path(tmp) / "steps.count"), guard=guard.spec() if guard else None,

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from torchboost.process.guard.guard_spec import OwnEntries
+
 __all__ = ["Entry", "FolderSnapshot", "SKIPPED_NAMES", "walk", "entry_of", "under"]
 
 SKIPPED_NAMES = frozenset({".git"})
@@ -49,12 +51,14 @@ class FolderSnapshot:
     roots: tuple[str, ...]
     """The folders recorded (absolute, links resolved, none inside another)."""
     exempt: tuple[str, ...]
-    """Folders left out (the --out folder, when it lies inside a root)."""
+    """Folders and files left out (a trial's compile cache, the file torchboost's output goes to)."""
     taken_ns: int
     """When the recording began, ns since the epoch: the run's start for the write guard."""
     entries: dict[str, Entry] = field(default_factory=dict)
     note: str | None = None
     """Why the recording is incomplete, to be said before the run starts; None when complete."""
+    own: OwnEntries = OwnEntries("")
+    """torchboost's own entries of the report folder, left out (the rest of it is recorded)."""
 
     @property
     def complete(self) -> bool:
@@ -63,9 +67,10 @@ class FolderSnapshot:
 
     @classmethod
     def take(cls, roots: Sequence[str | Path], *, exempt: Sequence[str | Path] = (), max_entries: int = 200_000,
-             clock: Callable[[], int] = time.time_ns) -> "FolderSnapshot":
-        """Record every entry under ``roots`` (``.git`` and the ``exempt`` folders left out).
-        Past ``max_entries`` entries the recording stops and :attr:`note` says so."""
+             clock: Callable[[], int] = time.time_ns, own: OwnEntries = OwnEntries("")) -> "FolderSnapshot":
+        """Record every entry under ``roots`` (``.git``, the ``exempt`` folders and torchboost's
+        ``own`` entries left out). Past ``max_entries`` entries the recording stops and
+        :attr:`note` says so."""
         taken_ns = clock()
         real_roots = _outermost(os.path.realpath(r) for r in roots)
         # An exempt folder that holds a root (a project inside the temp directory) exempts
@@ -73,20 +78,21 @@ class FolderSnapshot:
         real_exempt = tuple(dict.fromkeys(e for e in (os.path.realpath(p) for p in exempt)
                                           if not any(under(r, e) for r in real_roots)))
         entries: dict[str, Entry] = {}
+        skip = set(real_exempt)
         for root in real_roots:
-            for path, st in walk(root, set(real_exempt)):
+            for path, st in walk(root, lambda p: p in skip or own.holds(p)):
                 if len(entries) >= max_entries:
                     note = (f"{root} holds more than {max_entries:,} entries, too many to record: the originals of "
                             "files the script changes from Python are kept, but new entries and changes made "
                             "outside Python there will not be found")
-                    return cls(real_roots, real_exempt, taken_ns, {}, note)
+                    return cls(real_roots, real_exempt, taken_ns, {}, note, own)
                 entries[path] = entry_of(st)
-        return cls(real_roots, real_exempt, taken_ns, entries)
+        return cls(real_roots, real_exempt, taken_ns, entries, None, own)
 
     def covers(self, path: str) -> bool:
         """Whether ``path`` lies where the snapshot looked (under a root, outside the skipped)."""
         root = self.root_of(path)
-        if root is None or any(under(path, e) for e in self.exempt):
+        if root is None or any(under(path, e) for e in self.exempt) or self.own.holds(path):
             return False
         return not SKIPPED_NAMES.intersection(Path(os.path.relpath(path, root)).parts)
 
@@ -104,9 +110,9 @@ class FolderSnapshot:
         return dataclasses.asdict(self)
 
 
-def walk(root: str, skip: set[str]) -> Iterator[tuple[str, os.stat_result]]:
+def walk(root: str, skip: Callable[[str], bool]) -> Iterator[tuple[str, os.stat_result]]:
     """Every entry under ``root`` (itself first) with its ``lstat``; links are not followed,
-    the ``skip`` folders and :data:`SKIPPED_NAMES` are not entered."""
+    the entries ``skip`` says and :data:`SKIPPED_NAMES` are left out."""
     try:
         yield root, os.lstat(root)
     except OSError:
@@ -120,7 +126,7 @@ def walk(root: str, skip: set[str]) -> Iterator[tuple[str, os.stat_result]]:
         except OSError:  # unreadable or gone: nothing of it to record
             continue
         for path, name in sorted(children):
-            if name in SKIPPED_NAMES or path in skip:
+            if name in SKIPPED_NAMES or skip(path):
                 continue
             try:
                 st = os.lstat(path)

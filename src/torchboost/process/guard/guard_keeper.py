@@ -9,8 +9,10 @@ go straight to the OS.
 Whose is a path: one this process created or already kept is the run's; otherwise a file
 whose inode changed (``st_ctime_ns``) at or after the run started was made by another
 process of the run (a DataLoader worker, a torchrun rank); an older one is the user's. A
-folder's ctime changes with every entry added, so a folder is taken to be the user's unless
-this process made it, and the parent's snapshot has the last word.
+folder's ctime changes with every entry added, so a folder of the user's places is taken
+to be the user's unless this process made it, and the parent's snapshot has the last word;
+in the temp directory and the caches (scratch) only files are kept, and a folder a user's
+file was in is made again when the file goes back.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import stat
 import threading
 from typing import Any
 
-from torchboost.process.guard.guard_spec import (ALWAYS_EXEMPT, COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE,
-                                           WriteGuardSpec, journal_path)
+from torchboost.process.guard.guard_spec import (COPIES_DIR, CREATED, EXEMPT, HELD, KEPT, TIMES, UNPROTECTED, USERS,
+                                                 WROTE, WriteGuardSpec, journal_path, written_files)
 
 __all__ = ["Keeper", "MOVE", "COPY", "LINK"]
 
@@ -53,19 +55,30 @@ class Keeper:
         self._pid = 0
         self._seq = 0
         self._lock = threading.RLock()
-        # The longest matching prefix decides: a user's folder inside the temp directory is
-        # guarded, the --out folder inside the user's folder is not.
-        rules = [(p, True) for p in (*spec.exempt, *ALWAYS_EXEMPT, spec.journal_dir)] + [(p, False) for p in spec.roots]
-        self._rules = sorted(((os.path.join(os.path.realpath(p), ""), exempt) for p, exempt in rules),
-                             key=lambda rule: -len(rule[0]))
+        self._rules = spec.rules()
+        self._own = spec.own
+        self.inherited: set[int] = set()
+        """Inodes of the files this process was started holding open for writing (its
+        standard output sent to a file): named by the parent, not at this process's end."""
+
+    def kind(self, path: str) -> str:
+        """The kind of place ``path`` (absolute, resolved) is in: USERS, SCRATCH or EXEMPT
+        (:meth:`WriteGuardSpec.rules`; torchboost's own report entries first)."""
+        if self._own.holds(path):
+            return EXEMPT
+        probe = path + os.sep
+        for prefix, kind in self._rules:
+            if probe.startswith(prefix):
+                return kind
+        return USERS
 
     def guarded(self, path: str) -> bool:
-        """Whether changes to ``path`` (absolute, resolved) are journaled."""
-        probe = path + os.sep
-        for prefix, exempt in self._rules:
-            if probe.startswith(prefix):
-                return not exempt
-        return True
+        """Whether changes to ``path`` (absolute, resolved) are journaled at all."""
+        return self.kind(path) != EXEMPT
+
+    def is_kept(self, path: str) -> bool:
+        """Whether this process kept the original of ``path``."""
+        return path in self._kept
 
     def after_fork(self) -> None:
         """In a forked child: a lock of its own, and a journal file of its own on the next line."""
@@ -121,9 +134,10 @@ class Keeper:
         return stat.S_ISDIR(st.st_mode) or st.st_ctime_ns < self._started_ns
 
     def _keep_tree(self, top: str) -> None:
-        """Link every user's file under ``top`` and journal its folders, before it goes whole."""
+        """Link every user's file under ``top`` and journal its folders (the user's places
+        only), before it goes whole."""
         for folder, dirs, files in os.walk(top):
-            if folder not in self._created and folder not in self._kept:
+            if folder not in self._created and folder not in self._kept and self.kind(folder) == USERS:
                 self._kept.add(folder)
                 self.record(KEPT, folder, copy=None, kind="dir")
             for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
@@ -136,12 +150,14 @@ class Keeper:
         return os.path.join(folder, f"{os.getpid()}-{self._seq}-{os.path.basename(path)}")
 
     # -- after a change -----------------------------------------------------------------------
-    def created(self, path: str) -> None:
-        """``path`` did not exist before this change and does now."""
+    def created(self, path: str, kind: str = USERS) -> None:
+        """``path`` did not exist before this change and does now (journaled in the user's
+        places: the run's to move away; in scratch only remembered as the run's)."""
         with self._lock:
             if path not in self._created and path not in self._kept:
                 self._created.add(path)
-                self.record(CREATED, path)
+                if kind == USERS:
+                    self.record(CREATED, path)
 
     def wrote(self, path: str) -> None:
         """Count one write of ``path`` (an open for writing, a save, a replace onto it)."""
@@ -152,11 +168,17 @@ class Keeper:
             self.record(WROTE, path, times=times)
 
     def flush(self) -> None:
-        """Journal the counts not yet written (at exit)."""
+        """Journal the counts not yet written, and the files this process still holds open
+        for writing that Python's calls did not show (a C library's own writer: a
+        database, a shell's redirection), for the parent to name if they changed (at exit)."""
         for path, times in list(self._wrote.items()):
             if self._journaled.get(path) != times:
                 self._journaled[path] = times
                 self.record(WROTE, path, times=times)
+        for path, inode in written_files():
+            if inode not in self.inherited and path not in self._kept and path not in self._created \
+                    and self.guarded(path):
+                self.record(HELD, path, inode=inode)
 
     # -- the journal ----------------------------------------------------------------------------
     def record(self, op: str, path: str, **extra: Any) -> None:

@@ -2,27 +2,32 @@
 before the command starts, the guard's spec handed to its processes, the folders settled
 after the whole tree has ended.
 
-The user's folders are the working directory and the script's folder. The run may write
-freely in the ``--out`` folder, the temp directory and the caches
-(:func:`~torchboost.process.guard.guard_spec.default_exempt`); what the script writes anywhere
-else is kept apart in ``<out>/writes/`` after the run, and every file that existed before
-it is put back (:mod:`.user_files`).
+The user's folders are the working directory and the script's folder. Every file that
+existed before the run is put back wherever it is, the temp directory and the caches
+included (:mod:`.user_files`); what the script makes is kept apart in ``<out>/writes/``
+after the run, but for what it makes in the temp directory and the caches
+(:func:`~torchboost.process.guard.guard_spec.scratch_folders`), which is its own. The
+report folder is guarded like any other but for torchboost's own entries in it (the
+``own`` names: facts, traces, the writes folder).
 
 The guard in the processes sees Python's writes. A writer outside Python (a wrapper's
 ``>> train.log``, a C library's own ``fopen``) is not seen, so the small files of the
 user's folders are also copied before the run (:data:`INSURED_FILE_BYTES` each, at most
 :data:`INSURED_BYTES` in all, the shallowest first: logs and CSVs beside the script rather
-than a data set's samples). One of them that grew behind the guard's back, its old content
-kept whole at its start, while a process of the run held it open for writing (a wrapper's
-``>> train.log`` on the script's standard output: :func:`~torchboost.process.guard.guard_spec.note_held`),
-is put back from that copy like any other original. One that grew while no process of the
-run held it, or was rewritten otherwise, is left as it is and named: no process of the run
-wrote it through Python, and the likeliest writer is the user, editing a file (appending a
-line to train.py) while a long tune runs; putting the copy back would undo their edit.
+than a data set's samples). One of them that changed behind the guard's back while a
+process of the run held it open for writing (a wrapper's ``>> train.log`` on the script's
+standard output: :func:`~torchboost.process.guard.guard_spec.note_held`; a database a C
+library wrote, seen open by :mod:`.held_files`), or that was removed, is put back from that
+copy like any other original. One that changed while no process of the run held it is
+left as it is and named: no process of the run wrote it, as far as torchboost could see,
+and putting the copy back could undo an edit made meanwhile (a line appended to train.py
+while a long tune runs). What the run's processes held open for writing and changed past
+the guard, wherever it is, is named too (:mod:`.held_files`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -32,9 +37,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from torchboost import _json as strict_json
-from torchboost.process.guard.guard_spec import KEPT, UNPROTECTED, WriteGuardSpec, default_exempt, read_held
-from torchboost.process.guard.folder_snapshot import FolderSnapshot, entry_of
-from torchboost.process.guard.user_files import UserWrites, settle
+from torchboost.out_folder import MARKER
+from torchboost.process.guard.guard_keeper import Keeper
+from torchboost.process.guard.guard_spec import (CREATED, KEPT, UNPROTECTED, OwnEntries, WriteGuardSpec, read_held,
+                                                 read_journal, scratch_folders)
+from torchboost.process.guard.folder_snapshot import FolderSnapshot, entry_of, under
+from torchboost.process.guard.held_files import HeldFile, HeldFiles, journal_held, out_of_sight
+from torchboost.process.guard.user_files import OUT_OF_SIGHT, NotRestored, UserWrites, settle
 
 __all__ = ["INSURED_BYTES", "INSURED_FILE_BYTES", "WRITES_DIR", "RunGuard", "own_output_files", "summed_writes"]
 
@@ -53,7 +62,7 @@ class RunGuard:
     """Records the user's folders now (:meth:`spec` for the processes); :meth:`settle` after."""
 
     def __init__(self, out: Path, script: Path | None, *, also_exempt: Iterable[str] = (),
-                 ledger: Path | None = None) -> None:
+                 ledger: Path | None = None, own: Iterable[str] = ()) -> None:
         self.ledger = ledger
         """A JSON-lines file each :meth:`settle` appends its :class:`UserWrites` to (tune's
         many runs, summed in its report); None: none kept."""
@@ -62,12 +71,14 @@ class RunGuard:
         self.journal_dir = self.writes_dir / _JOURNAL_DIR
         self.journal_dir.mkdir(parents=True)
         roots = [os.getcwd()] + ([str(Path(script).resolve().parent)] if script is not None else [])
-        exempt = default_exempt(Path(out).resolve(), home=Path.home(), temp_dir=tempfile.gettempdir(),
-                                environ=os.environ)
-        self.exempt = tuple(dict.fromkeys([*exempt, *own_output_files(),
-                                           *(os.path.realpath(p) for p in also_exempt)]))
-        self.snapshot = FolderSnapshot.take(roots, exempt=self.exempt)
+        self.scratch = scratch_folders(home=Path.home(), temp_dir=tempfile.gettempdir(), environ=os.environ)
+        self.exempt = tuple(dict.fromkeys([*own_output_files(), *(os.path.realpath(p) for p in also_exempt)]))
+        self.own = OwnEntries(os.path.realpath(out), (WRITES_DIR, *own))
+        """torchboost's own entries of the report folder: the writes folder, and the names
+        the caller's run writes there (``own``: its facts and traces)."""
+        self.snapshot = FolderSnapshot.take(roots, exempt=self.exempt, own=self.own)
         self.insured = self._insure()
+        self._held: HeldFiles | None = None
 
     @property
     def note(self) -> str | None:
@@ -76,14 +87,26 @@ class RunGuard:
 
     def spec(self) -> dict[str, Any]:
         """The guard's spec for the processes of the run (:class:`WriteGuardSpec` as a dict)."""
+        return self._spec().to_dict()
+
+    def _spec(self) -> WriteGuardSpec:
         return WriteGuardSpec(str(self.journal_dir.resolve()), self.snapshot.taken_ns, self.snapshot.roots,
-                              self.exempt).to_dict()
+                              self.exempt, self.scratch, self.own.folder, self.own.names)
+
+    def watch(self) -> "RunGuard":
+        """Look, while the run goes on, at the files its processes hold open for writing
+        (:class:`.held_files.HeldFiles`); :meth:`settle` stops it."""
+        self._held = HeldFiles().start()
+        return self
 
     def _insure(self) -> dict[str, str]:
         """Copy the small files of the user's folders (see the module docstring); path -> copy."""
         folder = self.journal_dir / _INSURED_DIR
+        # torchboost's own folders (their reports, a tune's journal) are guarded, not copied.
+        marked = [os.path.dirname(p) for p in self.snapshot.entries if os.path.basename(p) == MARKER]
         files = sorted(((p.count(os.sep), e.size, p) for p, e in self.snapshot.entries.items()
-                        if stat.S_ISREG(e.mode) and e.size <= INSURED_FILE_BYTES), key=lambda f: f[:2])
+                        if stat.S_ISREG(e.mode) and e.size <= INSURED_FILE_BYTES
+                        and not any(under(p, m) for m in marked)), key=lambda f: f[:2])
         copies, total = {}, 0
         for _, size, path in files:
             if total + size > INSURED_BYTES:
@@ -97,11 +120,12 @@ class RunGuard:
             copies[path], total = str(copy), total + size
         return copies
 
-    def _insured_changes(self) -> None:
-        """Journal, as kept originals, the insured files that grew behind the guard's back, and
-        as left alone those rewritten otherwise; the guard's own lines come first and win
+    def _insured_changes(self, held: set[int]) -> None:
+        """Journal, as kept originals, the insured files that changed behind the guard's back
+        while a process of the run held them open for writing (``held``: inodes), or were
+        removed, and as left alone the others; the guard's own lines come first and win
         where it kept one too."""
-        lines, held = [], read_held(self.journal_dir)
+        lines = []
         for path, copy in self.insured.items():
             try:
                 same = entry_of(os.lstat(path)) == self.snapshot.entries[path]
@@ -110,7 +134,7 @@ class RunGuard:
             if same:
                 continue
             grown = _appended(path, copy)
-            if grown and (self.snapshot.entries[path].inode in held or not os.path.lexists(path)):
+            if self.snapshot.entries[path].inode in held or not os.path.lexists(path):
                 lines.append(json.dumps({"pid": 0, "op": KEPT, "path": path, "copy": copy, "kind": "file"}))
             else:
                 lines.append(json.dumps({"pid": 0, "op": UNPROTECTED, "path": path, "why": GREW if grown else REWRITTEN}))
@@ -119,8 +143,12 @@ class RunGuard:
 
     def settle(self) -> UserWrites:
         """Put the user's folders back, the run's writes into ``writes/``; once the tree has ended."""
-        self._insured_changes()
+        lines = read_journal(self.journal_dir)
+        held = {**journal_held(lines), **(self._held.stop() if self._held is not None else {})}
+        self._insured_changes(read_held(self.journal_dir) | {h.inode for h in held.values()})
+        seen = {line["path"] for line in lines if line["op"] in (KEPT, CREATED)}
         writes = settle(self.snapshot, self.journal_dir, self.writes_dir)
+        writes = self._name_out_of_sight(writes, held, seen)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
         if self.writes_dir.is_dir() and not any(self.writes_dir.iterdir()):
             self.writes_dir.rmdir()
@@ -128,6 +156,17 @@ class RunGuard:
             with open(self.ledger, "a", encoding="utf-8") as fh:
                 fh.write(strict_json.dumps(writes.to_dict()) + "\n")
         return writes
+
+    def _name_out_of_sight(self, writes: UserWrites, held: dict[str, HeldFile], seen: set[str]) -> UserWrites:
+        """``writes`` with the held files that changed past the guard named (:func:`.out_of_sight`):
+        those settling did not put back, move or name already."""
+        covered = self.snapshot.complete
+        named = out_of_sight(held, started_ns=self.snapshot.taken_ns, kind=Keeper(self._spec()).kind,
+                             settled=lambda p: p in seen or (covered and self.snapshot.covers(p)))
+        if not named:
+            return writes
+        extra = [NotRestored(self.snapshot.shown(p), OUT_OF_SIGHT) for p in named]
+        return dataclasses.replace(writes, not_restored=[*writes.not_restored, *extra])
 
 
 def own_output_files(fds: Iterable[int] = (1, 2)) -> tuple[str, ...]:
@@ -149,9 +188,9 @@ def own_output_files(fds: Iterable[int] = (1, 2)) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-REWRITTEN = "rewritten outside the run's Python (by you, or a writer not seen): left as it is"
-"""Why an insured file changed otherwise than by growing is not put back."""
-GREW = "grew while no process of the run held it open (by you, or a writer not seen): left as it is"
+REWRITTEN = OUT_OF_SIGHT
+"""Why an insured file rewritten while no process of the run held it is not put back."""
+GREW = OUT_OF_SIGHT
 """Why an insured file that grew, held by no process of the run, is not put back."""
 
 

@@ -31,7 +31,14 @@ from torchboost.process.guard.guard_spec import COPIES_DIR, CREATED, KEPT, TIMES
     settled_journals
 from torchboost.process.guard.folder_snapshot import SKIPPED_NAMES, FolderSnapshot, entry_of, under
 
-__all__ = ["FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle"]
+__all__ = ["FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle", "OUT_OF_SIGHT",
+           "REMOVED_OUT_OF_SIGHT"]
+
+OUT_OF_SIGHT = "changed outside torchboost's sight"
+"""Why a user's file changed by a writer the guard could not see (a shell's redirection, a
+C library's own writer) is not put back: never said to be the user's doing."""
+REMOVED_OUT_OF_SIGHT = "removed outside torchboost's sight"
+"""Why a user's file removed past the guard is not put back."""
 # -- what settling found ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -91,9 +98,17 @@ class UserWrites:
             head = f"the script wrote {listed}: kept apart in {self.writes_dir.rstrip(os.sep)}{os.sep}; "
         if not self.not_restored:
             return head + "your files are as they were"
-        bad = ", ".join(f"{n.path} ({n.why})" for n in self.not_restored[:3])
-        more = f" and {len(self.not_restored) - 3} more" if len(self.not_restored) > 3 else ""
-        return head + f"NOT restored: {bad}{more}"
+        unseen = [n.path for n in self.not_restored if n.why == OUT_OF_SIGHT]
+        bad = [n for n in self.not_restored if n.why != OUT_OF_SIGHT]
+        said = [f"{OUT_OF_SIGHT}: {_listed(unseen)}"] if unseen else []
+        if bad:
+            said.append("NOT restored: " + _listed([f"{n.path} ({n.why})" for n in bad]))
+        return head + "; ".join(said)
+
+
+def _listed(names: list[str], most: int = 3) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def _one(written: WrittenPath) -> str:
@@ -249,6 +264,9 @@ def _is_original(path: str, is_dir: bool, snapshot: FolderSnapshot, journal: _Jo
 
 
 def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
+    if _unchanged(path, copy):  # kept before a change that never came (a database only read)
+        os.unlink(copy)
+        return False
     if os.path.lexists(path):
         mover.move_script_version(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -260,6 +278,24 @@ def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
         shutil.copy2(copy, path, follow_symlinks=False)
         os.unlink(copy)
     return True
+
+
+def _unchanged(path: str, copy: str) -> bool:
+    """Whether ``path`` is still the file ``copy`` kept: same size, same modification time,
+    same bytes (read only when the first two agree)."""
+    try:
+        now, kept = os.lstat(path), os.lstat(copy)
+    except OSError:
+        return False
+    if not (stat.S_ISREG(now.st_mode) and now.st_size == kept.st_size and now.st_mtime_ns == kept.st_mtime_ns):
+        return False
+    with open(path, "rb") as a, open(copy, "rb") as b:
+        while True:
+            block = a.read(1 << 20)
+            if block != b.read(1 << 20):
+                return False
+            if not block:
+                return True
 
 
 def _restore_dir(path: str, snapshot: FolderSnapshot, mover: _Mover) -> bool:
@@ -285,7 +321,7 @@ def _new_under(root: str, snapshot: FolderSnapshot, skip: set[str]) -> list[str]
         except OSError:
             continue
         for path, name, is_dir in children:
-            if name in SKIPPED_NAMES or path in skip or any(under(path, e) for e in snapshot.exempt):
+            if name in SKIPPED_NAMES or path in skip or not snapshot.covers(path):
                 continue
             if path not in snapshot.entries:
                 found.append(path)
@@ -305,10 +341,10 @@ def _changed_behind(snapshot: FolderSnapshot, restored: set[str], journal: _Jour
             try:
                 now = entry_of(os.lstat(path))
             except FileNotFoundError:
-                out[path] = "removed; no original kept"
+                out[path] = REMOVED_OUT_OF_SIGHT
                 continue
             if entry.is_dir != now.is_dir or (not entry.is_dir and now != entry):
-                out[path] = "changed; no original kept"
+                out[path] = OUT_OF_SIGHT
     return [NotRestored(snapshot.shown(p), why) for p, why in sorted(out.items())]
 
 

@@ -21,12 +21,15 @@ What is wrapped, and why each:
 * ``torch.save`` (and ``torch.serialization.save``, the same function) and
   ``safetensors.torch.save_file`` / ``safetensors.numpy.save_file``: given a path, C++ and
   Rust write the file themselves, past ``open``. Both libraries are imported at install,
-  so a ``from safetensors.torch import save_file`` in the script gets the wrapper.
+  so a ``from safetensors.torch import save_file`` in the script gets the wrapper;
+* ``sqlite3.connect`` (an experiment tracker's database): SQLite writes through its own C
+  calls, so the database and its journal files are kept whole before the connection.
 
-Not seen: writers outside Python (a shell redirection, a C library's ``fopen``), and
-modules that bound ``open``/``os.replace`` to a name of their own before install. The
-parent's snapshot catches what they leave in the user's folders and says it was not
-restored. Python's own bytecode cache writes past these wrappers, so it is switched off
+Not seen: other writers outside Python (a shell redirection, a C library's ``fopen``),
+and modules that bound ``open``/``os.replace`` to a name of their own before install. The
+parent's snapshot catches what they leave in the user's folders, and each process names
+at its end the files it still holds open for writing, so that those changed are named
+("changed outside torchboost's sight"), never passed over. Python's own bytecode cache writes past these wrappers, so it is switched off
 while installed (``sys.dont_write_bytecode``). A failure of the guard itself never reaches
 the script: the change goes ahead and is journaled as unprotected.
 """
@@ -42,9 +45,10 @@ import os
 import shutil
 import sys
 import threading
+import urllib.parse
 from typing import Any, Callable
 
-from torchboost.process.guard.guard_spec import UNPROTECTED, WriteGuardSpec, note_held
+from torchboost.process.guard.guard_spec import EXEMPT, UNPROTECTED, USERS, WriteGuardSpec, note_held
 from torchboost.process.guard.guard_keeper import COPY, LINK, MOVE, Keeper
 
 __all__ = ["WriteGuard"]
@@ -52,6 +56,7 @@ __all__ = ["WriteGuard"]
 _READ_MODES = frozenset({"r", "rb", "rt", "br", "tr", "U", "rU", "Ur"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT
 _OPTIONAL_SAVERS = ("safetensors.torch", "safetensors.numpy")
+_SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
 
 
 class WriteGuard:
@@ -88,7 +93,7 @@ class WriteGuard:
             self._saved.append((owner, name, original))
             setattr(owner, name, wrappers[id(original)])
         self._bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-        note_held(self.spec.journal_dir, os.getpid())
+        self._keeper.inherited = note_held(self.spec.journal_dir, os.getpid())
         atexit.register(self._at_exit)
         os.register_at_fork(after_in_child=self._keeper.after_fork)
         return self
@@ -130,7 +135,12 @@ class WriteGuard:
             except ImportError:  # not installed: nothing can call it
                 continue
             found.append((module, "save_file", _saver(self, 1, "filename")))
-        return found
+        try:
+            import sqlite3
+        except ImportError:  # a Python built without it: nothing can call it
+            return found
+        # sqlite3.connect is sqlite3.dbapi2.connect (SQLAlchemy calls the latter): one wrapper.
+        return found + [(sqlite3, "connect", self._sqlite), (sqlite3.dbapi2, "connect", self._sqlite)]
 
     # -- the one path every change takes ------------------------------------------------------
     def change(self, call: Callable[[], Any], raw: Any, how: str | None, *, dir_fd: int | None = None,
@@ -144,9 +154,11 @@ class WriteGuard:
             return call()
         local.busy = True
         path = existed = moved = None
+        kind = EXEMPT
         try:
             path = _resolve(raw, dir_fd, follow)
-            if path is not None and self._keeper.guarded(path):
+            kind = self._keeper.kind(path) if path is not None else EXEMPT
+            if kind != EXEMPT:
                 existed = os.path.lexists(path)
                 moved = self._keeper.before_change(path, how) if existed and how else None
             else:
@@ -164,13 +176,13 @@ class WriteGuard:
         finally:
             local.busy = False
         if path is not None:
-            self._call_quietly(self._after, path, existed, counts)
+            self._call_quietly(self._after, path, existed, counts, kind)
         return result
 
-    def _after(self, path: str, existed: bool, counts: bool) -> None:
+    def _after(self, path: str, existed: bool, counts: bool, kind: str) -> None:
         if not existed and os.path.lexists(path):
-            self._keeper.created(path)
-        if counts:
+            self._keeper.created(path, kind)
+        if counts and (kind == USERS or self._keeper.is_kept(path)):  # scratch: the user's files only
             self._keeper.wrote(path)
 
     def _call_quietly(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -259,6 +271,31 @@ class WriteGuard:
 
         return utime
 
+    def _sqlite(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
+            path = _sqlite_file(database, kwargs.get("uri", args[6] if len(args) > 6 else False))
+            if path is None:  # in memory, read-only, or a name this guard cannot read
+                return original(database, *args, **kwargs)
+            # SQLite writes through its own C calls: the database (and the journal files
+            # beside it) is kept whole before the connection, as a file opened "r+" is.
+            self._call_quietly(self._sidecars, path)
+            return self.change(lambda: original(database, *args, **kwargs), path, COPY, hold=True)
+
+        return connect
+
+    def _sidecars(self, raw: str) -> None:
+        """The files SQLite keeps beside a database: one of the user's kept, one that does
+        not exist yet journaled as the run's, to be moved away if the run leaves it."""
+        for suffix in _SQLITE_SIDECARS:
+            path = _resolve(raw + suffix, None, True)
+            kind = self._keeper.kind(path) if path is not None else EXEMPT
+            if kind == EXEMPT:
+                continue
+            if os.path.lexists(path):
+                self._keeper.before_change(path, COPY)
+            else:
+                self._keeper.created(path, kind)
+
     def _keep_times(self, raw: Any, dir_fd: int | None, follow: bool) -> None:
         path = _resolve(raw, dir_fd, follow)
         if path is not None and self._keeper.guarded(path):
@@ -277,6 +314,21 @@ def _saver(guard: WriteGuard, index: int, name: str) -> Callable[[Any], Any]:
         return save
 
     return wrap
+
+
+def _sqlite_file(database: Any, uri: Any) -> str | None:
+    """The file ``sqlite3.connect(database, uri=uri)`` may write; None for an in-memory
+    database, a URI opened read-only (``mode=ro``, ``immutable=1``), or no path at all."""
+    if not isinstance(database, (str, bytes, os.PathLike)):
+        return None
+    name = os.fsdecode(os.fspath(database))
+    if uri and name.startswith("file:"):
+        parts = urllib.parse.urlsplit(name)
+        query = urllib.parse.parse_qs(parts.query)
+        if query.get("mode", [""])[-1] in ("ro", "memory") or query.get("immutable", ["0"])[-1] == "1":
+            return None
+        name = urllib.parse.unquote(parts.path)
+    return None if name in ("", ":memory:") else name
 
 
 def _resolve(raw: Any, dir_fd: int | None, follow: bool) -> str | None:
