@@ -1,11 +1,14 @@
 """torchboost.doctor in a notebook: a real kernel runs tests/data/notebook_doctor.ipynb, whose
 cell trains a small model, and the report matches the command's on the same loop as a
 script (steps, top finding, each phase's share within 15 points); everything is put back
-and the loop trains on. The in-process quick switches are measured there too."""
+and the loop trains on. The in-process quick switches are measured there too. The cell
+shows none of the profiler's own lines, and no call leaves anything to run at exit."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,17 +26,22 @@ SHARE_POINTS = 15.0
 STEPS = ("--steps", "12", "--warmup", "3")  # what the notebook's doctor call asks for
 
 
-def _run_notebook(folder: Path) -> tuple[dict, list[dict]]:
+def _run_notebook(folder: Path) -> tuple[dict, list[dict], str]:
     """Execute the notebook in a fresh kernel with ``folder`` as its working folder: the
-    JSON its last cell prints, and the outputs of the doctor's cell."""
+    JSON its last cell prints, the outputs of the doctor's cell, and the text every cell showed."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    # ipykernel shows what is written to the kernel's descriptors 1 and 2 in the cells,
+    # except under pytest (PYTEST_CURRENT_TEST): without it, the cells show what a user's do.
+    env = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(folder)}}).execute()
+                            resources={"metadata": {"path": str(folder)}}).execute(env=env)
     printed = "".join(out.get("text", "") for out in notebook.cells[-1].outputs if out.get("name") == "stdout")
-    return json.loads(printed.strip().splitlines()[-1]), notebook.cells[-2].outputs
+    streams = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                      for out in cell.outputs)
+    return json.loads(printed.strip().splitlines()[-1]), notebook.cells[-2].outputs, streams
 
 
 def _as_script(folder: Path, edit=lambda source: source) -> Path:
@@ -68,7 +76,8 @@ def _mismatches(notebook: dict, command: dict) -> list[str]:
 
 @pytest.mark.slow
 def test_a_kernel_runs_the_doctor_and_it_matches_the_command_on_the_same_loop(tmp_path):
-    said, shown = _run_notebook(tmp_path)
+    said, shown, streams = _run_notebook(tmp_path)
+    assert "profiler_start" not in streams and "profiler_stop" not in streams  # in profiler.log, not the cells
     assert said["restored"] and said["hooks_left"] == 0 and said["threads_kept"] and said["grad_enabled"]
     assert said["text_starts"].startswith("─") and "torchboost doctor" in said["text_starts"]
     html = [out["data"]["text/html"] for out in shown if "text/html" in out.get("data", {})]
@@ -146,3 +155,63 @@ def test_bad_arguments_are_refused_in_the_calls_own_words_before_anything_runs(t
     with pytest.raises(error, match=re.escape(words)):
         torchboost.doctor(fn, out=tmp_path / "doc", **kwargs)
     assert not (tmp_path / "doc").exists()
+
+
+def _small_loop():
+    """A function that trains a small model for as many steps as it is given."""
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(steps: int = 100) -> None:
+        for _ in range(steps):
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+    return train
+
+
+@pytest.mark.parametrize("sorted_out", [True, False])
+def test_the_profilers_own_lines_go_to_profiler_log_not_the_cell(tmp_path, capfd, sorted_out):
+    """Kineto writes ``USDT: ... profiler_start`` and ``profiler_stop`` straight to descriptor 2,
+    which a notebook's cell shows: the doctor's call leaves them in profiler.log, as the
+    command does. Twin: the same profiler window, its output left where it is written (as in
+    the command's child, whose parent sorts it), prints them."""
+    if sorted_out:
+        torchboost.doctor(_small_loop(), steps=3, warmup=1, out=tmp_path / "doctor")
+    else:
+        from torchboost.observe.probes.profile import ProfileWindow
+
+        window, train = ProfileWindow(tmp_path / "trace.json"), _small_loop()
+        window.start()
+        while not window.step():
+            train(1)
+    _, err = capfd.readouterr()
+    assert ("profiler_start" in err or "profiler_stop" in err) is not sorted_out, err[-2000:]
+    if sorted_out:
+        assert "profiler_start" in (tmp_path / "doctor" / "profiler.log").read_text()
+
+
+@pytest.mark.parametrize("left", [0, 1])
+def test_repeated_calls_leave_nothing_to_run_at_exit(tmp_path, monkeypatch, left):
+    """Three more calls, three more cells: no handler more for the interpreter's exit (the
+    first call's imports register the libraries' own, once). Twin: a call that leaves one
+    behind is counted."""
+    train = _small_loop()
+    torchboost.doctor(train, steps=3, warmup=1, out=tmp_path / "first")
+    if left:
+        from torchboost.observe.child import here
+
+        def leaves_one(*args, **kwargs):
+            atexit.register(print, "left behind")
+            return observe_call(*args, **kwargs)
+
+        observe_call = here.observe_call
+        monkeypatch.setattr(torchboost.notebook, "observe_call", leaves_one)
+    before = atexit._ncallbacks()
+    for call in range(3):
+        torchboost.doctor(train, steps=3, warmup=1, out=tmp_path / f"call{call}")
+    added = atexit._ncallbacks() - before
+    if left:
+        atexit.unregister(print)
+    assert added == 3 * left

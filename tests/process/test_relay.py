@@ -1,6 +1,10 @@
-"""The relay's noise filter: the profiler's lines taken out, and a long line never held or rescanned."""
+"""The relay's noise filter: the profiler's lines taken out, and a long line never held or rescanned;
+in the user's own process, around each call of the profiler, the same."""
 
 from __future__ import annotations
+
+import contextlib
+import os
 
 import pytest
 
@@ -62,3 +66,18 @@ def test_a_line_ending_in_the_middle_of_a_piece_after_a_long_line(tmp_path):
     out, held = _feed(log, text, chunk=4000)
     assert out == "x" * 9000 + "\nloss 1\n" + "y" * 5000
     assert held <= NoiseFilter.MAX_LINE_CHARS and log.read_text() == USDT + "\n"
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_around_a_call_of_the_profiler_in_this_process_its_lines_go_to_the_log(tmp_path, capfd, held):
+    """What is written straight to descriptors 1 and 2 meanwhile (as Kineto's C++ writes)
+    is sorted after: the profiler's line to the log, the rest on to its own descriptor.
+    Twin: unheld, the profiler's line reaches descriptor 2."""
+    log = tmp_path / "profiler.log"
+    with relay.profiler_lines_to(log) if held else contextlib.nullcontext():
+        os.write(2, f"{USDT}\nits own warning\n".encode())
+        os.write(1, b"its own output\n")
+    out, err = capfd.readouterr()
+    assert out == "its own output\n" and "its own warning\n" in err
+    assert ("profiler_start" in err) is not held
+    assert (log.read_text() if log.exists() else "") == (USDT + "\n" if held else "")

@@ -3,7 +3,10 @@
 The profiler's own lines (``USDT: ... profiler_start`` from Kineto, written straight to
 file descriptor 2 of every rank) are taken out of the terminal copy and the tail, and
 appended to ``profiler.log`` in the report folder, so they do not print through the
-progress display.
+progress display. A loop observed in the user's own process (a notebook's cell, which
+shows what is written to its descriptors 1 and 2) has no parent to relay it: there
+:func:`profiler_lines_to` holds the descriptors around each call of the profiler, and
+sorts its lines out the same way.
 """
 
 from __future__ import annotations
@@ -11,15 +14,17 @@ from __future__ import annotations
 import codecs
 import collections
 import contextlib
+import ctypes
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterator
 
-__all__ = ["PROFILER_LOG", "TAIL_CHARS", "NoiseFilter", "split_noise", "start_relays"]
+__all__ = ["PROFILER_LOG", "TAIL_CHARS", "NoiseFilter", "profiler_lines_to", "split_noise", "start_relays"]
 
 TAIL_CHARS = 8000
 """How much of the child's stderr is kept for error messages."""
@@ -153,3 +158,58 @@ def _deliver(text: str, stream: Callable[[], IO[str]] | None, tail: collections.
         kept[0] += len(text)
         while kept[0] - len(tail[0]) >= TAIL_CHARS and len(tail) > 1:
             kept[0] -= len(tail.popleft())
+
+
+@contextlib.contextmanager
+def profiler_lines_to(noise_log: Path) -> Iterator[None]:
+    """Around a call of the profiler in this very process: what is written meanwhile to file
+    descriptors 1 and 2 (Kineto writes its lines there from C++, under ``sys.stdout`` and
+    ``sys.stderr``) is held in temporary files; after, the profiler's lines are appended to
+    ``noise_log`` and the rest is written on to its own descriptor. A descriptor that is
+    not open, or cannot be held (no room for a temporary file), is left as it is."""
+    _flush_streams()
+    held = [h for h in map(_hold, (1, 2)) if h is not None]
+    try:
+        yield
+    finally:
+        _flush_streams()
+        for fd, copy, spool in held:
+            os.dup2(copy, fd)
+            os.close(copy)
+            with spool:
+                spool.seek(0)
+                text = spool.read().decode("utf-8", errors="replace")
+            rest = NoiseFilter(noise_log).feed(text, final=True).encode("utf-8")
+            with contextlib.suppress(OSError):  # a closed reader loses the text, never the profiler's call
+                while rest:
+                    rest = rest[os.write(fd, rest):]
+
+
+def _hold(fd: int) -> tuple[int, int, IO[bytes]] | None:
+    """Descriptor ``fd`` pointed at a new temporary file: (``fd``, a copy of it as it was,
+    the file); None when it could not be."""
+    try:
+        spool = tempfile.TemporaryFile()
+    except OSError:
+        return None
+    try:
+        copy = os.dup(fd)
+    except OSError:
+        spool.close()
+        return None
+    try:
+        os.dup2(spool.fileno(), fd)
+    except OSError:
+        os.close(copy)
+        spool.close()
+        return None
+    return fd, copy, spool
+
+
+def _flush_streams() -> None:
+    """Python's and C's buffered output, written out to the descriptors they are on now."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):  # no C library to name (Windows): Kineto's lines are unbuffered
+        ctypes.CDLL(None).fflush(None)

@@ -10,13 +10,18 @@ loop's ``except Exception`` does not catch and whose ``finally`` blocks run; it 
 here, at the call, and the call returns. The rest differs from the child's only where a
 process of its own is needed: no stall watchdog (nothing here may end the process), no
 signal handler, no write guard (the loop writes what it writes, as under ``doctor
---full``) and no trial settings. Everything installed is taken off on the way out, however
-the call ends; the user's own exception, or Ctrl-C, is raised again after.
+--full``) and no trial settings; no parent relays the process's output, so the profiler's
+own lines (Kineto's ``profiler_start``, written to descriptor 2, which a notebook's cell
+shows) are sorted out around each call of the profiler, into ``profiler.log`` as the
+command's are (:func:`~torchboost.process.relay.profiler_lines_to`). Everything installed
+is taken off on the way out, however the call ends; the user's own exception, or Ctrl-C,
+is raised again after. Nothing is left registered to run at the interpreter's exit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,6 +31,7 @@ from torchboost.observe.child.bootstrap import finish
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.observe.record.recorder import StepRecorder, StopObserving
 from torchboost.observe.spec import FACTS_FILE, ObserveSpec
+from torchboost.process.relay import PROFILER_LOG, profiler_lines_to
 
 __all__ = ["ObservedCall", "observe_call"]
 
@@ -47,12 +53,14 @@ def observe_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
                  spec: ObserveSpec) -> ObservedCall:
     """Call ``fn(*args, **kwargs)`` observed as the doctor's child observes a script, in
     this process; the observer is off again when this returns or raises. ``spec.out_dir``
-    receives facts.json and the profiler's trace (an earlier run's are removed first)."""
+    receives facts.json, the profiler's trace and its own lines, profiler.log (an earlier
+    run's are removed first)."""
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (out / FACTS_FILE, spec.trace_path):
+    for stale in (out / FACTS_FILE, spec.trace_path, out / PROFILER_LOG):
         stale.unlink(missing_ok=True)  # an earlier run's must not pass for this one's
-    recorder = StepRecorder(spec, claims=handover.process_claims())
+    recorder = StepRecorder(spec, claims=handover.process_claims(),
+                            profiler_quiet=partial(profiler_lines_to, out / PROFILER_LOG))
     instrumentation = Instrumentation(recorder).install()
     exit_code, result, raised, facts = 0, None, None, None
     try:

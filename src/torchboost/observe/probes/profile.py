@@ -7,11 +7,12 @@ small. Its results are plain :class:`~torchboost.evidence.observed.ProfileFacts`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch.autograd import DeviceType
@@ -22,7 +23,10 @@ from torchboost._intervals import covered, overlap
 from torchboost.evidence.observed import ProfileFacts
 from torchboost.diagnose.gpu import gpu_facts
 
-__all__ = ["ProfileWindow", "SYNC_OPS", "collective_time", "step_syncs", "summarize_events"]
+__all__ = ["ProfileWindow", "Quiet", "SYNC_OPS", "collective_time", "step_syncs", "summarize_events"]
+
+Quiet = Callable[[], ContextManager[Any]]
+"""Where the profiler's own output goes: a context that each call of the profiler runs in."""
 
 SYNC_OPS = (
     "aten::_local_scalar_dense",
@@ -46,14 +50,18 @@ class ProfileWindow:
     ``step()`` returns True once the window is over; :attr:`facts` then holds the
     result and the trace is at ``trace_path``. Any profiler failure (another profiler
     already running, for one) ends the window with ``facts`` None and ``error`` set,
-    so the user's run goes on.
+    so the user's run goes on. Each call of the profiler runs inside ``quiet()``: where
+    its own output goes (:func:`~torchboost.process.relay.profiler_lines_to` in the
+    user's own process; by default it stays where it is written, for a parent to sort).
     """
 
-    def __init__(self, trace_path: Path, *, warmup: int = 1, active: int = 2, cuda: bool | None = None) -> None:
+    def __init__(self, trace_path: Path, *, warmup: int = 1, active: int = 2, cuda: bool | None = None,
+                 quiet: Quiet = contextlib.nullcontext) -> None:
         self.trace_path = Path(trace_path)
         self.warmup = warmup
         self.active = active
         self.cuda = cuda
+        self._quiet = quiet
         self.facts: ProfileFacts | None = None
         self.error: str | None = None
         self._prof: profile | None = None
@@ -77,7 +85,8 @@ class ProfileWindow:
                 schedule=schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1),
                 on_trace_ready=self._ready,
             )
-            self._prof.start()
+            with self._quiet():
+                self._prof.start()
         except Exception as exc:  # noqa: BLE001 - the user's run must go on
             self._fail(exc)
 
@@ -102,10 +111,11 @@ class ProfileWindow:
             return True
         self._steps += 1
         try:
-            self._prof.step()
-            if self._steps >= self.warmup + self.active:
-                self._prof.stop()
-                self._prof = None
+            with self._quiet():  # Kineto starts and stops recording here, and says so
+                self._prof.step()
+                if self._steps >= self.warmup + self.active:
+                    self._prof.stop()
+                    self._prof = None
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
         return self._prof is None
@@ -117,7 +127,8 @@ class ProfileWindow:
         self.end_annotation(all_open=True)
         prof, self._prof = self._prof, None
         try:
-            prof.stop()
+            with self._quiet():
+                prof.stop()
         except Exception as exc:  # noqa: BLE001
             self.error = f"profiler stop failed: {exc}"
 
@@ -132,7 +143,8 @@ class ProfileWindow:
         prof, self._prof = self._prof, None
         if prof is not None:
             try:
-                prof.stop()
+                with self._quiet():
+                    prof.stop()
             except Exception:  # noqa: BLE001 - already failing; the first error is the one to show
                 pass
 

@@ -35,6 +35,7 @@ and a list):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Callable
 
@@ -43,6 +44,7 @@ import torch
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.handover import Claims
 from torchboost.observe.probes import describe
+from torchboost.observe.probes.profile import Quiet
 from torchboost.observe.record.evaluation import TrainingSplit
 from torchboost.observe.record.facts_builder import RecordedParts, RunState
 from torchboost.observe.record.facts_so_far import FactsSoFar
@@ -63,16 +65,16 @@ __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTI
 class StepRecorder:
     """Turns hook calls into :class:`StepRecord` s and :class:`Facts` (see module docstring).
     ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`);
-    by default a ``Claims`` of its own: no Booster."""
+    by default a ``Claims`` of its own: no Booster. ``profiler_quiet``: the profiler window's ``quiet``."""
 
     def __init__(self, spec: ObserveSpec, *, clock: Callable[[], float] = time.perf_counter,
-                 claims: Claims | None = None) -> None:
+                 claims: Claims | None = None, profiler_quiet: Quiet = contextlib.nullcontext) -> None:
         self.spec = spec
         self.clock = clock
         self.timing = StepTiming(spec, clock)
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
-        self.stages = RunStages(spec, self.timing, self.losses)
+        self.stages = RunStages(spec, self.timing, self.losses, profiler_quiet=profiler_quiet)
         self.host = HostLog(self.timing, self.stages, lambda: self.current)  # the hooks' host calls go to it
         self.output = RunOutput(spec, clock, self.timing.window)
         self.run = RunState()  # how steps are counted, what was applied, how the run ended

@@ -15,11 +15,12 @@ recorded steps.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 from torchboost import env as _env
 from torchboost.observe.probes.flop_count import StepFlops
-from torchboost.observe.probes.profile import ProfileWindow
+from torchboost.observe.probes.profile import ProfileWindow, Quiet
 from torchboost.observe.probes.quick import QuickProbes, max_quick_steps
 from torchboost.observe.probes.replay import REPLAY_MIN_DATA_PCT, REPLAY_STEPS, ReplayBatches
 from torchboost.observe.spec import ObserveSpec
@@ -31,10 +32,12 @@ __all__ = ["RunStages"]
 class RunStages:
     """The run's course by step boundaries, and the profiler window it drives."""
 
-    def __init__(self, spec: ObserveSpec, timing: StepTiming | None = None, losses: Any = None) -> None:
+    def __init__(self, spec: ObserveSpec, timing: StepTiming | None = None, losses: Any = None, *,
+                 profiler_quiet: Quiet = contextlib.nullcontext) -> None:
         self._spec = spec
         self._timing = timing
         self._losses = losses
+        self._profiler_quiet = profiler_quiet
         self.profile = self._window()
         """The profiler window of this run (replaced when step counting restarts)."""
         self.flops = StepFlops()
@@ -121,7 +124,8 @@ class RunStages:
 
     def _window(self) -> ProfileWindow:
         spec = self._spec
-        return ProfileWindow(spec.trace_path, warmup=spec.profile_warmup, active=spec.profile_active)
+        return ProfileWindow(spec.trace_path, warmup=spec.profile_warmup, active=spec.profile_active,
+                             quiet=self._profiler_quiet)
 
 
 def _in_a_job() -> bool:
