@@ -157,6 +157,22 @@ def test_bad_arguments_are_refused_in_the_calls_own_words_before_anything_runs(t
     assert not (tmp_path / "doc").exists()
 
 
+def test_an_out_folder_of_the_users_is_refused_before_anything_runs(tmp_path):
+    """A notebook's ``out=`` is held to the command's ``--out`` rule: the user's results folder
+    is refused, its files as they were. Twin: the same folder once empty is taken."""
+    import torchboost
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "ckpt.pt").write_bytes(b"the user's")
+    with pytest.raises(ValueError, match=r"out .*results: holds files torchboost did not write \(ckpt.pt\)"):
+        torchboost.doctor(_small_loop(), out=results, steps=2, warmup=0)
+    assert [p.name for p in results.iterdir()] == ["ckpt.pt"] and (results / "ckpt.pt").read_bytes() == b"the user's"
+    (results / "ckpt.pt").unlink()
+    report = torchboost.doctor(_small_loop(), out=results, steps=2, warmup=0)
+    assert report.paths["json"].parent == results and (results / ".torchboost").is_file()
+
+
 def _small_loop():
     """A function that trains a small model for as many steps as it is given."""
     model = torch.nn.Linear(16, 1)

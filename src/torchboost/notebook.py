@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
+from torchboost import out_folder
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import Headroom, cap_findings, measured_headroom
 from torchboost.env import LoadMeter, tree_cpu_s
@@ -115,8 +116,11 @@ def doctor(fn: Callable[..., Any], *args: Any, steps: int | None = None, warmup:
     write the report to ``out`` and return it (see the module docstring). Raises
     :class:`NothingToDiagnose` when no step was recorded, and the function's own exception
     (after the observer is off) when it raised one; TypeError or ValueError, naming the
-    argument, for a ``fn`` that cannot be called or counts that cannot be."""
+    argument, for a ``fn`` that cannot be called or counts that cannot be, and a
+    :class:`~torchboost.usage.UsageError` (a ValueError) for an ``out`` folder that holds
+    files torchboost did not write."""
     _check_arguments(fn, steps, warmup)
+    out_folder.claim(out, "out")  # new, empty or torchboost's: a folder of the user's is refused
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     request = RunRequest(command=[f"torchboost.doctor({name})"], out_dir=out, stall_timeout_s=None,
                          **doctor_bounds(steps, warmup))

@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=None, metavar="W",
                         help="unrecorded warm-up steps, exactly (default: at most 5, fewer once they settled)")
     parser.add_argument("--out", default="torchboost-doctor", metavar="DIR",
-                        help="report folder (default ./torchboost-doctor)")
+                        help="report folder: a new or empty folder, or one torchboost made (default "
+                             "./torchboost-doctor); a folder of your files is refused")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout instead of tables")
     parser.add_argument("--full", action="store_true", help="let the script run to its end, recording every step")
     parser.add_argument("--trace", metavar="FILE", default=None,

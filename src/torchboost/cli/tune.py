@@ -69,7 +69,8 @@ def _steps_or_auto(text: str) -> int | None:
 
 def add_tune_options(parser: argparse.ArgumentParser, *, out_default: str) -> None:
     """The options ``tune`` and ``demo`` share."""
-    parser.add_argument("--out", default=out_default, help=f"report folder (default {out_default})")
+    parser.add_argument("--out", default=out_default, help=f"report folder: a new or empty folder, or one torchboost "
+                                                           f"made (default {out_default}); a folder of your files is refused")
     parser.add_argument("--budget", type=float, default=600.0, metavar="SECONDS",
                         help="stop starting trials after this long, keeping the best so far (default 600)")
     parser.add_argument("--run-steps", type=int, default=None, metavar="N",
