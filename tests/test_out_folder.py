@@ -89,3 +89,30 @@ def test_refused_commands_leave_no_report_folder(tmp_path):
     trace = Path(__file__).resolve().parent / "data" / "hta" / "control.json.gz"
     ok = _cli(tmp_path, "doctor", "--trace", str(trace), "--out", "d")  # the twin: a trace it reads
     assert ok.returncode == 0 and (tmp_path / "d" / "report.json").is_file(), ok.stderr
+
+
+def test_a_marked_folder_the_script_wrote_into_after_torchboost_is_refused(tmp_path):
+    """``--out results`` while empty: torchboost's run ends and records the folder; the
+    script's own run then writes ``results/report.json``: the next command refuses the
+    folder. Twin: the folder as torchboost left it is taken again."""
+    results = out_folder.claim(tmp_path / "results")
+    with out_folder.in_use(results):
+        (results / "report.json").write_text('{"torchboost": 1}')
+        (results / "writes").mkdir()
+    assert out_folder.claim(results) == results  # the twin: as torchboost left it
+    (results / "report.json").write_text('{"the script": 1}')
+    (results / "ckpt.pt").write_bytes(b"step 10")
+    with pytest.raises(UsageError, match=r"torchboost made it, but ckpt.pt, report.json came or changed there"):
+        out_folder.claim(results)
+
+
+def test_a_marked_folder_whose_last_command_never_ended_is_taken_as_it_is(tmp_path):
+    results = out_folder.claim(tmp_path / "results")
+    with pytest.raises(KeyboardInterrupt):
+        with out_folder.in_use(results):
+            raise KeyboardInterrupt  # a stop the command sees: it still records the folder
+    (results / "ckpt.pt").write_bytes(b"x")
+    with pytest.raises(UsageError):
+        out_folder.claim(results)
+    (results / out_folder.MARKER).write_text('{"entries": null}')  # as a killed command leaves it
+    assert out_folder.claim(results) == results

@@ -127,12 +127,13 @@ def doctor(fn: Callable[..., Any], *args: Any, steps: int | None = None, warmup:
     spec = ObserveSpec(out_dir=str(Path(out).resolve()), **request.spec_fields())
     load = LoadMeter(own=tree_cpu_s)  # what a neighbour took from the figures
     load.start()
-    observed = observe_call(fn, args, kwargs, spec)
-    shared = shared_run_words(load.stop())
-    facts = observed.facts
-    if not facts.steps:
-        raise NothingToDiagnose(_no_steps_words(facts, observed.ended))
-    return _report(facts, spec, shared, observed.result)
+    with out_folder.in_use(out):
+        observed = observe_call(fn, args, kwargs, spec)
+        shared = shared_run_words(load.stop())
+        facts = observed.facts
+        if not facts.steps:
+            raise NothingToDiagnose(_no_steps_words(facts, observed.ended))
+        return _report(facts, spec, shared, observed.result)
 
 
 def _check_arguments(fn: Any, steps: Any, warmup: Any) -> None:

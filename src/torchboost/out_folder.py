@@ -6,25 +6,34 @@ which says the folder is torchboost's, and a ``.gitignore`` holding ``*``, so th
 (reports, trials, the script's writes kept apart, model checkpoints among them).
 
 :func:`claim` is asked before any work: a folder that does not exist is made and marked;
-an empty one is marked; a marked one is used as it is; a folder of torchboost's own
-default name from before the marker (``torchboost-doctor``, ...) is marked. Any other
-folder holds the user's files, and is refused in one line that names it and what it
-holds: the doctor and tune clear their own earlier files in their folder, and the
-script's output folder (``--out results`` where the script saves ``results/ckpt.pt``)
-must never be taken for one of them. :func:`check` says the same without making
-anything, for the commands that check all their input before the folder is made.
+an empty one is marked; a marked one is used again; a folder of torchboost's own default
+name from before the marker (``torchboost-doctor``, ...) is marked. Any other folder
+holds the user's files, and is refused in one line that names it and what it holds: the
+doctor and tune clear their own earlier files in their folder, and the script's output
+folder (``--out results`` where the script saves ``results/ckpt.pt``) must never be taken
+for one of them. :func:`check` says the same without making anything, for the commands
+that check all their input before the folder is made.
+
+A marked folder is torchboost's as it left it: the marker records every top-level entry
+(its kind, size and modification time) when a command ends (:func:`in_use`), and a later
+command refuses the folder if an entry came or changed since (``--out results`` given
+while empty, then the script's own run wrote ``results/report.json`` there). When the
+last command in it never ended (killed), what it left cannot be told from the user's:
+the folder is taken as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 from typing import Callable, Iterator
 
 from torchboost.usage import UsageError
 
-__all__ = ["MARKER", "IGNORE_FILE", "DEFAULT_NAMES", "check", "claim", "is_own", "made_for_this_command", "mark"]
+__all__ = ["MARKER", "IGNORE_FILE", "DEFAULT_NAMES", "check", "claim", "in_use", "is_own", "made_for_this_command",
+           "mark"]
 
 MARKER = ".torchboost"
 """The file that makes a folder torchboost's own."""
@@ -33,8 +42,9 @@ IGNORE_FILE = ".gitignore"
 DEFAULT_NAMES = frozenset({"torchboost-doctor", "torchboost-tune", "torchboost-demo", "torchboost-compare"})
 """The folders torchboost names by default: one of them from before the marker is its own."""
 
-_MARKER_TEXT = ("This folder was made by torchboost for its reports. torchboost writes into it and clears only "
-                "what it wrote; it refuses any other folder that holds files.\n")
+_MARKER_NOTE = ("This folder was made by torchboost for its reports. torchboost writes into it and clears only "
+                "what it wrote; it refuses any other folder that holds files, and this one once anything in it "
+                "came or changed after torchboost's last command here ended.")
 _IGNORE_TEXT = "# made by torchboost: reports, trials and the script's writes kept apart\n*\n"
 _NAMED = 3
 """Entries named in a refusal."""
@@ -53,7 +63,10 @@ def check(folder: str | Path, flag: str = "--out") -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{flag} {folder}: a file, not a folder; name a folder for the report")
-    if not folder.exists() or is_own(folder):
+    if not folder.exists():
+        return folder
+    if is_own(folder):
+        _check_unchanged(folder, flag)
         return folder
     held = _entries(folder, flag)
     if held:
@@ -82,7 +95,7 @@ def claim(folder: str | Path, flag: str = "--out", *, usable: Callable[[Path], N
 def mark(folder: Path) -> None:
     """Write the marker and the ``.gitignore`` into ``folder`` when absent; one that cannot
     be written whole is not left half-written (the caller's own checks say why)."""
-    for name, text in ((MARKER, _MARKER_TEXT), (IGNORE_FILE, _IGNORE_TEXT)):
+    for name, text in ((MARKER, _marker_text(None)), (IGNORE_FILE, _IGNORE_TEXT)):
         path = folder / name
         if path.exists():
             continue
@@ -91,6 +104,60 @@ def mark(folder: Path) -> None:
         except OSError:
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+@contextlib.contextmanager
+def in_use(folder: str | Path) -> Iterator[None]:
+    """A command's work in its report folder (claimed already): while it runs the marker says
+    no command ended here; as the block ends, however it ends, it records the folder's
+    top-level entries, which are torchboost's (see the module docstring)."""
+    folder = Path(folder)
+    _write_marker(folder, None)
+    try:
+        yield
+    finally:
+        _write_marker(folder, _top_level(folder))
+
+
+def _marker_text(entries: dict[str, list[int]] | None) -> str:
+    return json.dumps({"note": _MARKER_NOTE, "entries": entries}, indent=1) + "\n"
+
+
+def _write_marker(folder: Path, entries: dict[str, list[int]] | None) -> None:
+    with contextlib.suppress(OSError):
+        (folder / MARKER).write_text(_marker_text(entries), encoding="utf-8")
+
+
+def _top_level(folder: Path) -> dict[str, list[int]]:
+    """Each top-level entry but the marker files: [is a folder, size, modification time in ns]."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name in (MARKER, IGNORE_FILE):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                is_dir = entry.is_dir(follow_symlinks=False)
+                found[entry.name] = [int(is_dir), 0 if is_dir else st.st_size, st.st_mtime_ns]
+    return found
+
+
+def _check_unchanged(folder: Path, flag: str) -> None:
+    """Refuse a marked folder whose top-level entries came or changed after the last command
+    in it ended (nothing recorded: taken as it is)."""
+    try:
+        recorded = json.loads((folder / MARKER).read_text(encoding="utf-8")).get("entries")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(recorded, dict):
+        return
+    now = _top_level(folder)
+    foreign = sorted(name for name, entry in now.items() if recorded.get(name) != entry)
+    if foreign:
+        shown = ", ".join(foreign[:_NAMED]) + (f" and {len(foreign) - _NAMED} more" if len(foreign) > _NAMED else "")
+        raise UsageError(f"{flag} {folder}: torchboost made it, but {shown} came or changed there after its last "
+                         f"run ended (not torchboost's: your script's own output?); torchboost clears its own "
+                         f"earlier files in its report folder, so name another {flag}")
 
 
 @contextlib.contextmanager

@@ -111,7 +111,7 @@ def _started(argv: list[str], script: str) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
 def test_a_signal_to_doctor_ends_the_scripts_whole_group_and_exits_128_plus_n(tmp_path, hang, signum):
     proc = _started(_doctor(tmp_path, hang, "worker"), hang)
     proc.send_signal(signum)

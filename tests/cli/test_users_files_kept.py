@@ -147,7 +147,7 @@ def test_a_database_written_through_sqlite_is_put_back_and_its_twin_is_named(tmp
     directory, moved aside for the test): a guarded connection's writes are undone; with
     the sqlite wrapper taken out of the guard (the twin) the same writes stay, and are
     named as changed outside torchboost's sight, never said to be the user's doing."""
-    from torchboost.process.guard import write_guard
+    from torchboost.process.guard import writers
     from torchboost.process.guard.run_guard import RunGuard
     from torchboost.process.guard.write_guard import WriteGuard
     from torchboost.process.guard.guard_spec import WriteGuardSpec
@@ -162,16 +162,16 @@ def test_a_database_written_through_sqlite_is_put_back_and_its_twin_is_named(tmp
         before = hashlib.sha256(db_path.read_bytes()).hexdigest()
         guard = RunGuard(home / "proj" / "out", home / "proj" / "train.py")
         spec = WriteGuardSpec.from_dict(guard.spec())
-        targets = WriteGuard._targets
+        base = writers.base
         if twin:
-            write_guard.WriteGuard._targets = lambda self: [t for t in targets(self) if t[1] != "connect"]
+            writers.base = lambda guard: [t for t in base(guard) if t[1] != "connect"]
         try:
             with WriteGuard(spec):
                 db = sqlite3.connect(db_path)
                 db.execute("insert into metrics values (1, 1.0)")
                 db.commit()
         finally:
-            write_guard.WriteGuard._targets = targets
+            writers.base = base
         writes = guard.settle()
         db.close()
         results[twin] = (hashlib.sha256(db_path.read_bytes()).hexdigest() == before, writes)
@@ -202,3 +202,35 @@ def test_git_status_after_doctor_and_tune_shows_nothing_untracked(tmp_path):
     (tmp_path / "torchboost-doctor" / ".gitignore").unlink()
     status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, capture_output=True, text=True).stdout
     assert "?? torchboost-doctor/" in status
+
+
+PREP = """\
+import sys
+open(sys.argv[1], "w").write('{"prep": "the run"}')
+open("index.json", "w").write('{"prep": "the run"}')
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_wrappers_python_that_never_imports_torch_is_guarded_from_its_first_line(tmp_path, isolated):
+    """``bash train.sh`` runs ``python prep.py`` (no torch: it writes a config outside the
+    folder and an index inside it), then the training script. Both files are as they were.
+    Twin: ``python -I prep.py``, which loads no start-up hook, changes the one outside."""
+    proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    proj.mkdir()
+    elsewhere.mkdir()
+    (proj / "prep.py").write_text(PREP)
+    (proj / "train.py").write_text(SCRIPT.replace("sys.argv[2:]", "[]"))
+    (proj / "train.sh").write_text(f"python {'-I ' if isolated else ''}prep.py {elsewhere / 'cfg.json'}\n"
+                                   f"python train.py {elsewhere / 'ckpt.pt'}\n")
+    (elsewhere / "cfg.json").write_text('{"the user": 1}')
+    (proj / "index.json").write_text('{"the user": 1}')
+    torch.save({"step": 200}, elsewhere / "ckpt.pt")
+    before = _hashes(proj, elsewhere)
+    done = _doctor(proj, "--", "bash", "train.sh")
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = _hashes(proj, elsewhere)
+    assert (after == before) is not isolated
+    if isolated:  # inside the folder the snapshot still sees what it could not keep, and names it
+        assert "changed outside torchboost's sight: index.json" in done.stderr

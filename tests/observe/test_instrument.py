@@ -243,3 +243,30 @@ def test_compiled_model_is_timed_and_keeps_global_hooks(tmp_path):
     facts = recorder.facts()
     assert facts.model.compiled and facts.model.parameters == 4 * 8 + 8 + 8 + 1
     assert all(s.forward_ms > 0 for s in facts.steps)
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_a_module_under_observation_can_still_be_scripted(tmp_path, monkeypatch, wrapped):
+    """``torch.jit.script(model)`` mid-run: TorchScript compiles a module's hooks with it, and
+    the observer's own are Python; they are off while it scripts, and back after (the next
+    steps are still timed). Twin: with the wrapper taken out, scripting fails, as it did."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setitem(counters, "frames", {})  # no compile ran before, in this process: hooks go on the root
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    recorder = StepRecorder(_spec(tmp_path, steps=4, warmup=2))
+    with Instrumentation(recorder) as inst, pytest.raises(StopObserving):
+        if not wrapped:
+            monkeypatch.setattr(torch.jit, "script", inst._script)
+        for i in range(10):
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+            if i == 3:
+                if wrapped:
+                    assert isinstance(torch.jit.script(model), torch.jit.ScriptModule)
+                else:
+                    with pytest.raises(RuntimeError, match="Unknown type name"):
+                        torch.jit.script(model)
+                    raise StopObserving()
+    assert inst._narrowed and all(s.forward_ms > 0 for s in recorder.facts().steps)

@@ -81,3 +81,22 @@ def test_around_a_call_of_the_profiler_in_this_process_its_lines_go_to_the_log(t
     assert out == "its own output\n" and "its own warning\n" in err
     assert ("profiler_start" in err) is not held
     assert (log.read_text() if log.exists() else "") == (USDT + "\n" if held else "")
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_the_profilers_lines_are_taken_out_of_either_stream(tmp_path, capfd, stream):
+    """A wrapper's ``2>&1 | tee log`` sends the script's stderr down its stdout: the
+    profiler's lines go to the log from there too. The twin (stderr) was so before."""
+    import collections
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.{stream}.write('loss 0.5\\n{USDT}\\nloss 0.4\\n')"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    log = tmp_path / "profiler.log"
+    for thread in relay.start_relays(proc, collections.deque(), echo=True, stdout=None, noise_log=log):
+        thread.join(timeout=30)
+    proc.wait()
+    out, err = capfd.readouterr()
+    assert "loss 0.5\nloss 0.4\n" in (out if stream == "stdout" else err) and "USDT" not in out + err
+    assert log.read_text() == USDT + "\n"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 from torchboost.process.guard.run_guard import summed_writes
@@ -43,6 +45,16 @@ def test_twin_a_file_changed_outside_python_is_named_not_restored(tmp_path):
     ledger.write_text(json.dumps(_run(tmp_path, "1")) + "\n" + json.dumps(_run(tmp_path, "2", bad)) + "\n")
     line = summed_writes(ledger)["line"]
     assert "NOT restored: train.log (changed outside Python)" in line and "as they were" not in line
+
+
+def test_runs_that_only_changed_files_out_of_sight_are_said_in_one_clean_line(tmp_path):
+    ledger = tmp_path / "writes.jsonl"
+    run = {"writes_dir": "w", "restored": [], "note": None, "kept_apart": [],
+           "not_restored": [{"path": "results.json", "why": "changed outside torchboost's sight"}]}
+    ledger.write_text((json.dumps(run) + "\n") * 2)
+    line = summed_writes(ledger)["line"]
+    assert line == "your folders: in 2 runs; changed outside torchboost's sight: results.json"
+    assert "wrote ;" not in line and "wrote" not in line  # the twin below names writes where there were some
 
 
 def test_no_ledger_no_summary(tmp_path):
@@ -138,3 +150,104 @@ def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path,
     assert (out / "facts.json").exists() and not any("facts.json" in w.path for w in writes.kept_apart)
     assert not (out / "report.json").exists()
     assert any(w.path == "torchboost-doctor/report.json" and w.new for w in writes.kept_apart)
+
+
+def _guarded_run(tmp_path, monkeypatch, out_rel: str, action, *, own: bool = True):
+    """A RunGuard for ``tmp_path/project`` with its report folder at ``out_rel``, the write
+    guard installed in this process around ``action()`` (as a script's own process would
+    have it), then settled."""
+    from torchboost.process.guard.guard_spec import WriteGuardSpec
+    from torchboost.process.guard.run_guard import RunGuard
+    from torchboost.process.guard.write_guard import WriteGuard
+
+    project = tmp_path / "project"
+    monkeypatch.chdir(project)
+    guard = RunGuard(project / out_rel, project / "train.py")
+    spec = WriteGuardSpec.from_dict(guard.spec())
+    if not own:
+        monkeypatch.setattr(WriteGuard, "_own_inside", lambda self, raw, dir_fd: None)
+    with WriteGuard(spec):
+        action()
+    return guard.settle()
+
+
+def test_a_tree_cleared_around_the_report_folder_keeps_the_users_files(tmp_path, monkeypatch):
+    """The script starts with ``shutil.rmtree("outputs")`` and ``--out outputs/torchboost``:
+    the report folder (and the originals kept in it) stays, the rest of the tree goes, and
+    after the run every file of the user's is back. Twin: the tree removed whole, as it
+    was, the originals go with it, and the user's files are lost."""
+    for own in (True, False):
+        base = tmp_path / str(own)
+        (base / "project" / "outputs").mkdir(parents=True)
+        (base / "project" / "outputs" / "ckpt.pt").write_bytes(b"step 200")
+        (base / "project" / "outputs" / "emb").mkdir()
+        (base / "project" / "outputs" / "emb" / "vectors.bin").write_bytes(b"\x01" * 4096)
+
+        def action() -> None:
+            shutil.rmtree("outputs")
+            os.makedirs("outputs", exist_ok=True)
+            Path("outputs/ckpt.pt").write_bytes(b"step 5")
+
+        try:
+            _guarded_run(base, monkeypatch, "outputs/torchboost", action, own=own)
+        except OSError:
+            assert not own  # the twin: the journal went with the tree
+        kept = (base / "project" / "outputs" / "ckpt.pt").read_bytes() == b"step 200" and \
+            (base / "project" / "outputs" / "emb" / "vectors.bin").exists()
+        assert kept is own
+
+
+def test_a_run_never_settled_is_settled_by_the_next_one_in_its_folder(tmp_path, monkeypatch):
+    """torchboost killed (SIGKILL) after the script overwrote the user's checkpoint: the next
+    run in the same report folder first puts the original back, and says so. Twin: the
+    earlier journal cleared as it was, the user's checkpoint is the script's for good."""
+    from torchboost.process.guard import run_guard as module
+    from torchboost.process.guard.guard_spec import WriteGuardSpec
+    from torchboost.process.guard.run_guard import RunGuard
+    from torchboost.process.guard.write_guard import WriteGuard
+
+    for twin in (False, True):
+        project = tmp_path / str(twin) / "project"
+        project.mkdir(parents=True)
+        (project / "ckpt.pt").write_bytes(b"step 200")
+        monkeypatch.chdir(project)
+        first = RunGuard(project / "torchboost-doctor", project / "train.py")
+        with WriteGuard(WriteGuardSpec.from_dict(first.spec())):
+            (project / "ckpt.pt").write_bytes(b"step 40")
+        # torchboost is killed here: no settle
+        if twin:
+            monkeypatch.setattr(module, "recover", lambda writes_dir, journal_dir: None)
+        second = RunGuard(project / "torchboost-doctor", project / "train.py")
+        second.settle()
+        assert ((project / "ckpt.pt").read_bytes() == b"step 200") is not twin
+        if not twin:
+            assert "ended before it put your files back" in second.note and "ckpt.pt" in second.note
+
+
+def test_an_entry_no_process_was_seen_making_is_kept_by_the_next_run(tmp_path, monkeypatch):
+    """A file the user creates in the folder while a tune runs is moved out with the run's
+    writes, as its maker is unknown, and named so; the next run keeps that writes folder
+    (writes.1) instead of clearing it. Twin: cleared as it was, the user's file is gone."""
+    from torchboost.process.guard import run_guard as module
+    from torchboost.process.guard.guard_spec import WriteGuardSpec
+    from torchboost.process.guard.run_guard import RunGuard
+    from torchboost.process.guard.write_guard import WriteGuard
+
+    for twin in (False, True):
+        project = tmp_path / str(twin) / "project"
+        project.mkdir(parents=True)
+        monkeypatch.chdir(project)
+        out = project / "torchboost-tune"
+        first = RunGuard(out, project / "train.py")
+        (project / "my_notes.py").write_text("the user's, made during the run\n")  # no process of the run made it
+        with WriteGuard(WriteGuardSpec.from_dict(first.spec())):
+            (project / "run.log").write_text("the run's\n")
+        writes = first.settle()
+        assert "made outside torchboost's sight: my_notes.py" in writes.words()
+        if twin:
+            monkeypatch.setattr(module, "clear", lambda writes_dir: shutil.rmtree(writes_dir, ignore_errors=True))
+        RunGuard(out, project / "train.py").settle()
+        kept = list(out.rglob("my_notes.py"))
+        assert bool(kept) is not twin
+        if not twin:
+            assert kept[0].parent == out / "writes.1" and kept[0].read_text() == "the user's, made during the run\n"

@@ -227,3 +227,81 @@ def test_words_name_what_was_written(n):
     assert writes.words().endswith("NOT restored: x.log (changed)")
     assert ("and 2 more" in writes.words()) == (n == 5)
     assert json.loads(json.dumps(writes.to_dict()))["writes_dir"] == "out/writes"
+
+
+METADATA_FIRST = """
+    import os, pathlib, torch
+    pathlib.Path("notes.txt").touch()  # its ctime moves: by that alone the write below looked the run's
+    open("notes.txt", "w").write("the run's status\\n")
+    os.chmod("config.json", 0o600)
+    open("config.json", "w").write("{}")
+    os.utime("old.log")  # touched only: its times go back
+    os.link("data/train.bin", "data/linked.bin")
+    with open("data/train.bin", "r+b") as fh:
+        fh.write(b"\\x02")
+"""
+
+
+def test_a_file_touched_or_chmodded_before_a_write_is_still_kept(tmp_path):
+    project = _project(tmp_path, METADATA_FIRST)
+    os.chmod(project / "config.json", 0o644)
+    before = {**_state(project), "mode": (project / "config.json").stat().st_mode}
+    writes = _run(project, guard=True)
+    assert {**_state(project), "mode": (project / "config.json").stat().st_mode} == before
+    assert {"notes.txt", "config.json", "old.log"} <= set(writes.restored) and writes.not_restored == []
+
+
+def test_twin_a_guard_that_takes_a_touched_file_for_the_runs_loses_it(tmp_path, monkeypatch):
+    """The same script with the guard's memory of touched files taken away (as it was): the
+    user's notes are gone, and said to be restored; the check above can fail."""
+    project = _project(tmp_path, METADATA_FIRST)
+    before = (project / "notes.txt").read_bytes()
+    boot = _BOOT.replace("WriteGuard(WriteGuardSpec", "from torchboost.process.guard import guard_keeper\n"
+                         "    guard_keeper.Keeper._users = lambda self, p, st: p not in self._kept and p not in "
+                         "self._created and st.st_ctime_ns < self._started_ns\n    WriteGuard(WriteGuardSpec")
+    monkeypatch.setattr(sys.modules[__name__], "_BOOT", boot)
+    _run(project, guard=True)
+    assert (project / "notes.txt").read_bytes() != before
+
+
+def test_a_hard_linked_file_changed_in_place_is_put_back_under_every_name(tmp_path):
+    """``data/train.bin`` is a hard link of a store outside the folder: appended to and
+    rewritten in place, its original goes back into the same inode, so the store's name
+    sees it too. Twin: restored by replacing the inode (as it was), the store keeps the
+    script's version."""
+    from torchboost.process.guard import user_files
+
+    for twin in (False, True):
+        project = _project(tmp_path / str(twin), """
+            with open("data/train.bin", "ab") as fh:
+                fh.write(b"appended")
+        """)
+        store = tmp_path / str(twin) / "store.bin"
+        os.link(project / "data" / "train.bin", store)
+        before = store.read_bytes()
+        if twin:
+            shared = user_files._shared_inode
+            user_files._shared_inode = lambda path: False
+        try:
+            _run(project, guard=True)
+        finally:
+            if twin:
+                user_files._shared_inode = shared
+        assert (project / "data" / "train.bin").read_bytes() == before
+        assert (store.read_bytes() == before) is not twin
+        assert os.path.samefile(store, project / "data" / "train.bin") is not twin
+
+
+def test_a_name_that_is_not_utf8_is_shown_printable_and_kept_apart_as_named(tmp_path):
+    """The script makes a file whose name is Latin-1 bytes (``caf`` and 0xe9): kept apart under
+    its own bytes, shown with a backslash escape, which a UTF-8 report can hold. Twin: the
+    raw name cannot be encoded."""
+    project = _project(tmp_path, """
+        open(b"caf\\xe9.txt", "w").write("x")
+    """)
+    writes = _run(project, guard=True)
+    assert [w.path for w in writes.kept_apart] == ["caf\\xe9.txt"]
+    assert os.path.exists(os.fsencode(writes.kept_apart[0].moved_to)) and not (project / os.fsdecode(b"caf\xe9.txt")).exists()
+    (writes.words() + json.dumps(writes.to_dict(), ensure_ascii=False)).encode("utf-8")
+    with pytest.raises(UnicodeEncodeError):
+        os.fsdecode(b"caf\xe9.txt").encode("utf-8")

@@ -222,3 +222,49 @@ def test_a_database_only_read_is_not_said_written(folder):
     assert ("kept", "tracker.db") in _ops(guard)  # kept before the connection, in case it wrote
     writes = settle(snapshot, spec.journal_dir, folder.parent / "out" / "writes")
     assert writes.kept_apart == [] and writes.words() == "the script wrote nothing in your folders"
+
+
+def _keeps(folder: Path, write) -> bool:
+    """Whether the guard kept ``folder/target``'s original before ``write(path)`` changed it."""
+    target = folder / "target"
+    target.write_bytes(b"the user's")
+    time.sleep(0.02)
+    with _guard(folder) as guard:
+        write(target)
+    kept = [line for line in read_journal(guard.spec.journal_dir) if line["op"] == "kept"]
+    shutil.rmtree(guard.spec.journal_dir, ignore_errors=True)
+    return [os.path.basename(line["path"]) for line in kept] == ["target"]
+
+
+@pytest.mark.parametrize("how", ["tarfile", "bz2", "FileIO", "jit", "chmod_then_write"])
+def test_writers_past_builtins_open_are_kept(folder, how):
+    import bz2
+    import tarfile
+
+    def write(path: Path) -> None:
+        if how == "tarfile":
+            with tarfile.open(path, "w"):
+                pass
+        elif how == "bz2":
+            with bz2.open(path, "wb") as fh:
+                fh.write(b"x")
+        elif how == "FileIO":
+            with io.FileIO(str(path), "w") as fh:
+                fh.write(b"x")
+        elif how == "jit":
+            torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(path))
+        else:
+            os.chmod(path, 0o600)
+            with open(path, "w") as fh:
+                fh.write("x")
+
+    assert _keeps(folder, write)
+
+
+def test_twin_without_the_aliases_of_open_a_tar_archive_goes_unseen(folder, monkeypatch):
+    import tarfile
+
+    from torchboost.process.guard import writers
+
+    monkeypatch.setattr(writers, "open_aliases", lambda original, wrapper: [])
+    assert not _keeps(folder, lambda path: tarfile.open(path, "w").close())

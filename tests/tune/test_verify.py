@@ -203,8 +203,12 @@ def test_a_kept_claim_wider_than_ten_percent_gets_more_pairs(tuned, pairs):
 def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path):
     (tmp_path / "project").mkdir()
     script = tmp_path / "project" / "probe.py"
-    log = tmp_path / "log.txt"  # outside the script's folder, which each run's write guard puts back
-    script.write_text(f"import sys\nopen({str(log)!r}, 'a').write(str('torchboost' in sys.modules) + '\\n')\n")
+    # A new file per run under the temp directory, outside the script's folder: what a run makes
+    # there is its own and stays (a file that was there before is put back).
+    log = tmp_path / "log"
+    log.mkdir()
+    script.write_text(f"import sys, time\nopen({str(log)!r} + f'/{{time.time_ns()}}.txt', 'w')"
+                      ".write(str('torchboost' in sys.modules))\n")
     assert users_own_command(["python", str(script)]) == [sys.executable, str(script)]
     assert users_own_command(["torchrun", "--nproc-per-node=2", "t.py"])[0] == "torchrun"
     plan = VerifyPlan(pairs=2, steps=None, run_limit_s=120.0, fallback_steps=10, budget_s=0.0, max_pairs=2)
@@ -212,7 +216,8 @@ def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path
                     out_dir=tmp_path / "v")
     assert result.error is None and result.pairs == 2
     # A B, B A: the baseline (plain python) never has torchboost in its process; the tuned run does.
-    assert log.read_text().split() == ["False", "True", "True", "False"]
+    runs = sorted(log.iterdir(), key=lambda p: int(p.stem))
+    assert [p.read_text() for p in runs] == ["False", "True", "True", "False"]
 
 
 @pytest.mark.parametrize("budget_s, pairs", [(45.0, 2), (0.0, 3)])

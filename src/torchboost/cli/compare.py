@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from torchboost import out_folder
 from torchboost.cli._inputs import check_out_dir
 from torchboost.process.launch import UsageError, parse_launch
 from torchboost.tune.verify.versus import Side, compare
@@ -101,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
     def said(label: str, pair: int) -> None:
         print(f"  pair {pair + 1}: {label}", file=sys.stderr)
 
-    result = compare(a, b, pairs=args.pairs, budget_s=args.budget, out_dir=Path(args.out),
-                     loss_steps=args.loss_steps, min_gain=args.min_gain, on_run=said)
+    with out_folder.in_use(args.out):
+        result = compare(a, b, pairs=args.pairs, budget_s=args.budget, out_dir=Path(args.out),
+                         loss_steps=args.loss_steps, min_gain=args.min_gain, on_run=said)
     if args.json:
         print(json.dumps(result.to_dict(args.min_gain), indent=1, default=str))
     else:

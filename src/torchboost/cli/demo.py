@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 
+from torchboost import out_folder
 from torchboost.cli._inputs import check_out_dir
 from torchboost.cli.tune import print_outcome, tune_with_progress
 from torchboost.diagnose import diagnose
@@ -66,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"torchboost demo: error: {exc}", file=sys.stderr)
         return 2
+    with out_folder.in_use(out):
+        return _demo(args, out)
+
+
+def _demo(args: argparse.Namespace, out: Path) -> int:
+    """The three moments on the built-in workload, in the report folder claimed."""
     command = demo_command(args.workload)
     console = make_console()
     err = make_console(stderr=True)

@@ -68,6 +68,16 @@ def run(args: argparse.Namespace) -> int:
         parse_launch(args.command)  # a missing script is said before the report folder is made
         check_seconds(args.stall_timeout, "--stall-timeout")
         check_out_dir(args.out)
+    except UsageError as exc:
+        print(f"torchboost doctor: error: {exc}", file=sys.stderr)
+        return 2
+    with out_folder.in_use(args.out):
+        return _diagnose(args, err)
+
+
+def _diagnose(args: argparse.Namespace, err: Console) -> int:
+    """The run observed, diagnosed and reported in the report folder claimed; the exit status."""
+    try:
         with LoadMeter() as load:  # what a neighbour took from the run's figures
             observed = _observe(args, err)
     except UsageError as exc:
@@ -134,7 +144,8 @@ def _from_trace(args: argparse.Namespace) -> int:
     ranks.sort(key=lambda f: f.rank)
     facts = job_facts(ranks)
     findings = diagnose(facts)
-    paths = write_doctor_report(facts, findings, out, ranks)
+    with out_folder.in_use(out):
+        paths = write_doctor_report(facts, findings, out, ranks)
     if args.json:
         sys.stdout.write(Path(paths["json"]).read_text(encoding="utf-8"))
     else:

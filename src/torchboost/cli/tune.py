@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"torchboost tune: error: {exc}", file=sys.stderr)
         return 2
-    with lock:
+    with lock, out_folder.in_use(options.out_dir):
         return _tune(args.command, options, console, as_json=args.json)
 
 

@@ -4,9 +4,10 @@ Every observed run (doctor, a tuning trial, a capped verification run) and every
 end-to-end run of tune's check (:func:`run_group`) starts here (:func:`start_group`), in a
 session and process group of its own, with no stdin (:mod:`.no_stdin`), so that ending it ends the script's own children
 too (loader workers, compile workers, torchrun's ranks), and a terminal's Ctrl-C does not
-hit it behind our back. While it runs, SIGINT, SIGTERM and SIGHUP to torchboost are
-caught and passed on to the whole group (SIGINT as SIGINT, so the script's ``finally``
-blocks run and its facts are written; the others as SIGTERM); a group still alive after
+hit it behind our back. While it runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT (Ctrl-\\) to
+torchboost are caught and passed on to the whole group (SIGINT as SIGINT, so the script's
+``finally`` blocks run and its facts are written; the others as SIGTERM), so that the
+user's files are put back before torchboost ends; a group still alive after
 :data:`GRACE_S` is killed. torchboost then raises :class:`Interrupted`, and the command
 exits with 128 + the signal's number, as a shell reports a process killed by it. A
 process the script detached into a session of its own (``setsid``) is outside the group
@@ -35,7 +36,7 @@ __all__ = ["GRACE_S", "Interrupted", "descendants", "end_group", "end_tree", "en
 
 GRACE_S = 10.0
 """Seconds the child's group has to end after a passed-on signal before it is killed."""
-_CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -44,13 +44,14 @@ def split_noise(line: str) -> tuple[str, list[str]]:
 
 def start_relays(proc: subprocess.Popen, tail: collections.deque[str], *, echo: bool,
                  stdout: Callable[[], IO[str]] | None, noise_log: Path | None = None) -> list[threading.Thread]:
-    """Threads copying the child's stderr (kept in ``tail``; the profiler's lines to
-    ``noise_log``) and, with ``echo``, its stdout."""
+    """Threads copying the child's stderr (kept in ``tail``) and, with ``echo``, its stdout;
+    the profiler's lines go to ``noise_log`` from either (a wrapper's ``2>&1 | tee log``
+    sends the script's stderr down its stdout)."""
     err = (lambda: sys.stderr) if echo else None
     relays = [threading.Thread(target=_relay, args=(proc.stderr, err, tail, noise_log), daemon=True)]
     if echo:
-        relays.append(threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None),
-                                       daemon=True))
+        relays.append(threading.Thread(target=_relay, args=(proc.stdout, stdout or (lambda: sys.stdout), None,
+                                                            noise_log), daemon=True))
     for relay in relays:
         relay.start()
     return relays

@@ -1,8 +1,9 @@
 """What a Python process of a command's tree starts, once it has imported torch.
 
 Called by the start-up hook (:mod:`torchboost.process.inject.sitecustomize`) with the
-:class:`~torchboost.process.tree_spec.TreeSpec`'s path: the write guard first (uninstalled by
-its own exit hook, after every other), then the settings handed over
+:class:`~torchboost.process.tree_spec.TreeSpec`'s path: the write guard first (started with
+the process by the hook, it gains torch's savers now; uninstalled by its own exit hook,
+after every other), then the settings handed over
 (:mod:`torchboost.handover`), applied from outside by the no-code applier, then the
 observer the spec names, if any, which is given the applier. A process that is not
 observed says at its end what held of the settings, as ``torchboost run`` says it for
@@ -33,7 +34,9 @@ def start(spec_path: str) -> object | None:
     """Start what the spec asks of this process; returns what the observer returns (its
     recorder), None when the process is not observed."""
     tree = TreeSpec.read(spec_path)
-    if tree.guard:
+    if tree.guard and WriteGuard._active is not None:  # started with the process: now torch's savers too
+        WriteGuard._active.add_torch()
+    elif tree.guard:
         WriteGuard(WriteGuardSpec.from_dict(tree.guard)).install()
     if _is_torchboost(sys.orig_argv):
         return None

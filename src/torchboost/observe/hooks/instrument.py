@@ -52,7 +52,7 @@ from torchboost.observe.record.recorder import StepRecorder
 __all__ = ["Instrumentation", "PATCHED_ATTRIBUTES"]
 
 PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (*ITERATION_ATTRIBUTES, (torch.autograd, "backward"),
-                                                   *HOST_ATTRIBUTES)
+                                                   (torch.jit, "script"), *HOST_ATTRIBUTES)
 """(owner, attribute) pairs replaced while installed and restored by ``uninstall``."""
 
 _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
@@ -71,6 +71,8 @@ class Instrumentation:
         self.recorder = recorder
         self._clock = clock
         self._backward: Any = None  # torch.autograd.backward as it was before install
+        self._script: Any = None  # torch.jit.script as it was before install
+        self._roots: list[torch.nn.Module] = []  # the modules our own forward hooks are on
         self._loader_patch: LoaderPatch | None = None
         self._host = HostCalls(recorder, clock=clock)
         self._log_filters = LoggerFilters()
@@ -101,6 +103,8 @@ class Instrumentation:
         self._loader_patch = timed_iteration(self.recorder, self._clock).install()
         self._backward = torch.autograd.backward
         torch.autograd.backward = self._wrap_backward(self._backward)
+        self._script = torch.jit.script
+        torch.jit.script = self._wrap_script(self._script)
         self._host.install()
         self._narrowed = False
         self._handles = [  # the two global forward hooks first: _narrow_to_roots swaps them
@@ -126,6 +130,10 @@ class Instrumentation:
         if self._backward is not None:
             torch.autograd.backward = self._backward
             self._backward = None
+        if self._script is not None:
+            torch.jit.script = self._script
+            self._script = None
+        self._roots = []
         if self._loader_patch is not None:
             self._loader_patch.uninstall()
             self._loader_patch = None
@@ -151,9 +159,32 @@ class Instrumentation:
         global_hooks, self._handles = self._handles[:2], self._handles[2:]
         for handle in global_hooks:
             handle.remove()
-        for module in roots:
+        self._roots = list(roots)
+        self._hook_roots()
+
+    def _hook_roots(self) -> None:
+        for module in self._roots:
             self._handles.append(module.register_forward_pre_hook(self._forward_pre))
             self._handles.append(module.register_forward_hook(self._forward_post, always_call=True))
+
+    def _wrap_script(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.jit.script`` of a module our hooks are on: TorchScript compiles a module's
+        hooks with it, and ours are not TorchScript, so they are off while it scripts (the
+        scripted module is the script's own new object, outside observation)."""
+        @functools.wraps(original)
+        def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if not (isinstance(obj, torch.nn.Module) and self._roots and self.installed):
+                return original(obj, *args, **kwargs)
+            ours = {id(h) for h in self._handles[-2 * len(self._roots):]}
+            for handle in self._handles[-2 * len(self._roots):]:
+                handle.remove()
+            self._handles = [h for h in self._handles if id(h) not in ours]
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                self._hook_roots()
+
+        return script
 
     # -- wrappers --------------------------------------------------------------------------
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from torchboost.process.guard.guard_spec import OwnEntries
 
-__all__ = ["Entry", "FolderSnapshot", "SKIPPED_NAMES", "walk", "entry_of", "under"]
+__all__ = ["Entry", "FolderSnapshot", "SKIPPED_NAMES", "walk", "entry_of", "printable", "under"]
 
 SKIPPED_NAMES = frozenset({".git"})
 """Folder names not recorded (version control's own store: large, and not the script's)."""
@@ -100,10 +100,20 @@ class FolderSnapshot:
         """The root ``path`` lies under (itself included), or None."""
         return next((r for r in self.roots if under(path, r)), None)
 
-    def shown(self, path: str) -> str:
-        """``path`` as the report shows it: relative to its root, else absolute."""
+    def relative(self, path: str) -> str:
+        """``path`` relative to its root, else absolute, as the filesystem names it."""
         root = self.root_of(path)
         return os.path.relpath(path, root) if root else path
+
+    def shown(self, path: str) -> str:
+        """``path`` as the report shows it: :meth:`relative`, printable (:func:`printable`)."""
+        return printable(self.relative(path))
+
+
+def printable(path: str) -> str:
+    """A path as text any report can hold: a name's bytes that are not UTF-8 (Python keeps
+    them as lone surrogates) shown as ``\\xe9``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict."""

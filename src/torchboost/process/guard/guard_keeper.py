@@ -117,7 +117,9 @@ class Keeper:
             self._kept.discard(path)
 
     def keep_times(self, path: str) -> None:
-        """Journal a user's file's times before ``os.utime`` changes them (``Path.touch``)."""
+        """Journal a user's file's times and mode before ``os.utime``, ``os.chmod`` or a new
+        hard link changes them (``Path.touch``), and remember the file as the user's: those
+        change its ``ctime``, by which a later write would take it for the run's."""
         with self._lock:
             try:
                 st = os.stat(path)
@@ -126,12 +128,12 @@ class Keeper:
             if path in self._timed or stat.S_ISDIR(st.st_mode) or not self._users(path, st):
                 return
             self._timed.add(path)
-            self.record(TIMES, path, atime_ns=st.st_atime_ns, mtime_ns=st.st_mtime_ns)
+            self.record(TIMES, path, atime_ns=st.st_atime_ns, mtime_ns=st.st_mtime_ns, mode=stat.S_IMODE(st.st_mode))
 
     def _users(self, path: str, st: os.stat_result) -> bool:
         if path in self._kept or path in self._created:
             return False
-        return stat.S_ISDIR(st.st_mode) or st.st_ctime_ns < self._started_ns
+        return stat.S_ISDIR(st.st_mode) or st.st_ctime_ns < self._started_ns or path in self._timed
 
     def _keep_tree(self, top: str) -> None:
         """Link every user's file under ``top`` and journal its folders (the user's places

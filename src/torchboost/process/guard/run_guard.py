@@ -39,9 +39,11 @@ from typing import Any, Iterable
 from torchboost import _json as strict_json
 from torchboost.out_folder import MARKER
 from torchboost.process.guard.guard_keeper import Keeper
-from torchboost.process.guard.guard_spec import (CREATED, KEPT, UNPROTECTED, OwnEntries, WriteGuardSpec, read_held,
+from torchboost.process.guard.guard_spec import (CREATED, KEPT, OwnEntries, WriteGuardSpec, read_held,
                                                  read_journal, scratch_folders)
-from torchboost.process.guard.folder_snapshot import FolderSnapshot, entry_of, under
+from torchboost.process.guard.folder_snapshot import FolderSnapshot, under
+from torchboost.process.guard.earlier_run import (clear, insured_lines, recover, save_insured, write_insured_lines,
+                                                  write_unseen)
 from torchboost.process.guard.held_files import HeldFile, HeldFiles, journal_held, out_of_sight
 from torchboost.process.guard.user_files import OUT_OF_SIGHT, NotRestored, UserWrites, settle
 
@@ -55,7 +57,6 @@ WRITES_DIR = "writes"
 """Folder inside ``--out`` where a run's writes in the user's folders are kept apart."""
 _JOURNAL_DIR = ".journal"
 _INSURED_DIR = "insured"
-_INSURED_JOURNAL = "insured.jsonl"  # read after every process's <pid>.jsonl
 
 
 class RunGuard:
@@ -67,8 +68,12 @@ class RunGuard:
         """A JSON-lines file each :meth:`settle` appends its :class:`UserWrites` to (tune's
         many runs, summed in its report); None: none kept."""
         self.writes_dir = Path(out) / WRITES_DIR
-        shutil.rmtree(self.writes_dir, ignore_errors=True)  # an earlier run's, in torchboost's own folder
         self.journal_dir = self.writes_dir / _JOURNAL_DIR
+        self.recovered = recover(self.writes_dir, self.journal_dir)
+        """What an earlier run here, never settled (torchboost was killed), put back now."""
+        self.kept_earlier = clear(self.writes_dir)
+        """Where an earlier run's writes were kept, for entries none of its processes was
+        seen making (None: cleared, or none)."""
         self.journal_dir.mkdir(parents=True)
         roots = [os.getcwd()] + ([str(Path(script).resolve().parent)] if script is not None else [])
         self.scratch = scratch_folders(home=Path.home(), temp_dir=tempfile.gettempdir(), environ=os.environ)
@@ -82,8 +87,15 @@ class RunGuard:
 
     @property
     def note(self) -> str | None:
-        """What cannot be protected, said before the run starts (a folder too large to record)."""
-        return self.snapshot.note
+        """What cannot be protected, said before the run starts (a folder too large to record),
+        and what an earlier run left that was dealt with now."""
+        said = [self.snapshot.note] if self.snapshot.note else []
+        if self.recovered is not None and (self.recovered.restored or self.recovered.not_restored):
+            said.append(f"an earlier run in {self.writes_dir.parent} ended before it put your files back "
+                        f"(torchboost was killed): {self.recovered.words()}")
+        if self.kept_earlier is not None:
+            said.append(f"an earlier run's writes that no process of it was seen making are kept in {self.kept_earlier}")
+        return "; ".join(said) or None
 
     def spec(self) -> dict[str, Any]:
         """The guard's spec for the processes of the run (:class:`WriteGuardSpec` as a dict)."""
@@ -118,37 +130,19 @@ class RunGuard:
             except OSError:
                 continue  # unreadable: the guard still keeps it if Python changes it
             copies[path], total = str(copy), total + size
+        save_insured(self.journal_dir, copies, self.snapshot.entries)
         return copies
-
-    def _insured_changes(self, held: set[int]) -> None:
-        """Journal, as kept originals, the insured files that changed behind the guard's back
-        while a process of the run held them open for writing (``held``: inodes), or were
-        removed, and as left alone the others; the guard's own lines come first and win
-        where it kept one too."""
-        lines = []
-        for path, copy in self.insured.items():
-            try:
-                same = entry_of(os.lstat(path)) == self.snapshot.entries[path]
-            except OSError:
-                same = False
-            if same:
-                continue
-            grown = _appended(path, copy)
-            if self.snapshot.entries[path].inode in held or not os.path.lexists(path):
-                lines.append(json.dumps({"pid": 0, "op": KEPT, "path": path, "copy": copy, "kind": "file"}))
-            else:
-                lines.append(json.dumps({"pid": 0, "op": UNPROTECTED, "path": path, "why": GREW if grown else REWRITTEN}))
-        if lines:
-            (self.journal_dir / _INSURED_JOURNAL).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def settle(self) -> UserWrites:
         """Put the user's folders back, the run's writes into ``writes/``; once the tree has ended."""
         lines = read_journal(self.journal_dir)
         held = {**journal_held(lines), **(self._held.stop() if self._held is not None else {})}
-        self._insured_changes(read_held(self.journal_dir) | {h.inode for h in held.values()})
+        inodes = read_held(self.journal_dir) | {h.inode for h in held.values()}
+        write_insured_lines(self.journal_dir, insured_lines(self.insured, self.snapshot.entries, inodes))
         seen = {line["path"] for line in lines if line["op"] in (KEPT, CREATED)}
         writes = settle(self.snapshot, self.journal_dir, self.writes_dir)
         writes = self._name_out_of_sight(writes, held, seen)
+        write_unseen(self.writes_dir, writes)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
         if self.writes_dir.is_dir() and not any(self.writes_dir.iterdir()):
             self.writes_dir.rmdir()
@@ -194,19 +188,6 @@ GREW = OUT_OF_SIGHT
 """Why an insured file that grew, held by no process of the run, is not put back."""
 
 
-def _appended(path: str, copy: str) -> bool:
-    """``path`` holds ``copy``'s bytes whole at its start and more after them (or was removed:
-    the copy goes back then too)."""
-    try:
-        with open(copy, "rb") as before, open(path, "rb") as now:
-            old = before.read()
-            return now.read(len(old)) == old
-    except FileNotFoundError:
-        return not os.path.lexists(path)
-    except OSError:
-        return False
-
-
 def summed_writes(ledger: Path) -> dict[str, Any] | None:
     """What many runs' scripts wrote in the user's folders, summed from a ledger
     (:attr:`RunGuard.ledger`): ``{"line", "runs", "paths": [{"path", "times", "runs"}],
@@ -235,10 +216,19 @@ def summed_writes(ledger: Path) -> dict[str, Any] | None:
 def _summed_line(runs: int, paths: list[dict[str, Any]], bad: list[dict[str, Any]], last_dir: str) -> str:
     if not paths and not bad:
         return f"your folders: the script wrote nothing there in {runs} runs"
-    named = [f"{p['path']} ({p['times']} times in {p['runs']} runs)" if p["times"] else p["path"] for p in paths[:3]]
-    more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-    line = (f"your folders: in {runs} runs the script wrote {', '.join(named)}{more}; each run's writes were "
-            f"moved out of them (the last run's are in {last_dir.rstrip(os.sep)}{os.sep})")
+    said = [f"your folders: in {runs} runs"]
+    if paths:
+        named = [f"{p['path']} ({p['times']} times in {p['runs']} runs)" if p["times"] else p["path"] for p in paths[:3]]
+        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        said.append(f" the script wrote {', '.join(named)}{more}; each run's writes were moved out of them (the last "
+                    f"run's are in {last_dir.rstrip(os.sep)}{os.sep}, an entry no process was seen making kept in "
+                    "writes.N beside it)")
     if not bad:
-        return line + "; your files are as they were"
-    return line + "; NOT restored: " + ", ".join(f"{n['path']} ({n['why']})" for n in bad[:3])
+        return "".join(said) + "; your files are as they were"
+    unseen = [n["path"] for n in bad if n["why"] == OUT_OF_SIGHT]
+    other = [f"{n['path']} ({n['why']})" for n in bad if n["why"] != OUT_OF_SIGHT]
+    if unseen:
+        said.append(f"; {OUT_OF_SIGHT}: {', '.join(unseen[:3])}" + (f" and {len(unseen) - 3} more" if len(unseen) > 3 else ""))
+    if other:
+        said.append("; NOT restored: " + ", ".join(other[:3]))
+    return "".join(said)

@@ -18,7 +18,6 @@ snapshot of its own. The journal is marked read, so settling it again changes no
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import shutil
@@ -30,94 +29,11 @@ from typing import Any
 from torchboost.process.guard.guard_spec import COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE, read_journal, \
     settled_journals
 from torchboost.process.guard.folder_snapshot import SKIPPED_NAMES, FolderSnapshot, entry_of, under
+from torchboost.process.guard.user_writes import (OUT_OF_SIGHT, REMOVED_OUT_OF_SIGHT, NotRestored, UserWrites,
+                                                  WrittenPath)
 
 __all__ = ["FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle", "OUT_OF_SIGHT",
            "REMOVED_OUT_OF_SIGHT"]
-
-OUT_OF_SIGHT = "changed outside torchboost's sight"
-"""Why a user's file changed by a writer the guard could not see (a shell's redirection, a
-C library's own writer) is not put back: never said to be the user's doing."""
-REMOVED_OUT_OF_SIGHT = "removed outside torchboost's sight"
-"""Why a user's file removed past the guard is not put back."""
-# -- what settling found ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class WrittenPath:
-    """One thing the run made in the user's folders, now kept apart."""
-
-    path: str
-    """As shown: relative to its root, else absolute."""
-    times: int
-    """Writes the guard counted (a folder: of the files inside it; 0: none seen from Python)."""
-    moved_to: str | None
-    """Where it is now; None for an empty folder, removed."""
-    new: bool
-    """It did not exist before the run (else: the script's version of a file put back)."""
-    entries: int = 1
-    """Entries it holds, itself included (a folder moved whole)."""
-
-
-@dataclass(frozen=True)
-class NotRestored:
-    """A user's entry that settling could not put back as it was."""
-
-    path: str
-    """As shown: relative to its root, else absolute."""
-    why: str
-    """In words ("changed outside Python", the guard's reason)."""
-
-
-@dataclass(frozen=True)
-class UserWrites:
-    """What a run wrote in the user's folders, and what settling did with it."""
-
-    writes_dir: str
-    """Where the run's writes now are (as shown: relative to the first root when inside it)."""
-    kept_apart: list[WrittenPath] = field(default_factory=list)
-    restored: list[str] = field(default_factory=list)
-    """The user's entries put back (as shown)."""
-    not_restored: list[NotRestored] = field(default_factory=list)
-    note: str | None = None
-    """The snapshot's note: what could not be looked at."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict."""
-        return dataclasses.asdict(self)
-
-    def words(self) -> str:
-        """One line for the report: what the script wrote, where it is, whether the user's
-        files are as they were."""
-        if not self.kept_apart and not self.not_restored:
-            return "the script wrote nothing in your folders"
-        head = ""
-        if self.kept_apart:
-            names = [_one(w) for w in self.kept_apart[:3]]
-            if len(self.kept_apart) > 3:
-                names.append(f"{len(self.kept_apart) - 3} more")
-            listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-            head = f"the script wrote {listed}: kept apart in {self.writes_dir.rstrip(os.sep)}{os.sep}; "
-        if not self.not_restored:
-            return head + "your files are as they were"
-        unseen = [n.path for n in self.not_restored if n.why == OUT_OF_SIGHT]
-        bad = [n for n in self.not_restored if n.why != OUT_OF_SIGHT]
-        said = [f"{OUT_OF_SIGHT}: {_listed(unseen)}"] if unseen else []
-        if bad:
-            said.append("NOT restored: " + _listed([f"{n.path} ({n.why})" for n in bad]))
-        return head + "; ".join(said)
-
-
-def _listed(names: list[str], most: int = 3) -> str:
-    more = f" and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(names[:most]) + more
-
-
-def _one(written: WrittenPath) -> str:
-    if written.entries > 1:
-        return f"{written.path}{os.sep}… ({written.entries} new entries)"
-    if written.times > 1:
-        return f"{written.path} {written.times} times"
-    return written.path
-
 
 # -- settling ---------------------------------------------------------------------------------
 
@@ -152,7 +68,8 @@ class _Journal:
     """The journal's lines, gathered per path."""
 
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)
-    times: dict[str, tuple[int, int]] = field(default_factory=dict)
+    times: dict[str, tuple[int, int, int | None]] = field(default_factory=dict)
+    """Each user's file's times and mode (None: not journaled) before they changed."""
     created: set[str] = field(default_factory=set)
     wrote: dict[str, int] = field(default_factory=dict)
     unprotected: dict[str, str] = field(default_factory=dict)
@@ -168,7 +85,7 @@ class _Journal:
                 if line.get("kind") == "dir" or os.path.lexists(line.get("copy") or ""):
                     out.kept[path] = line
             elif op == TIMES:
-                out.times.setdefault(path, (line["atime_ns"], line["mtime_ns"]))
+                out.times.setdefault(path, (line["atime_ns"], line["mtime_ns"], line.get("mode")))
             elif op == CREATED:
                 out.created.add(path)
             elif op == WROTE:
@@ -200,8 +117,8 @@ class _Mover:
 
     def destination(self, path: str) -> str:
         """A free place in the writes folder for ``path``."""
-        shown = self.snapshot.shown(path)
-        dest = os.path.join(self.writes, shown if not os.path.isabs(shown) else "outside" + shown)
+        where = self.snapshot.relative(path)
+        dest = os.path.join(self.writes, where if not os.path.isabs(where) else "outside" + where)
         base, n = dest, 0
         while os.path.lexists(dest):  # settled into the same folder before
             n += 1
@@ -222,14 +139,16 @@ class _Mover:
         self.kept_apart.append(WrittenPath(self.snapshot.shown(path), self.journal.writes_under(path), dest, False))
 
     def move_new(self, path: str) -> None:
-        """An entry the run made: moved whole, or removed when it holds only empty folders."""
+        """An entry the run made: moved whole, or removed when it holds only empty folders
+        that a process of the run was seen making."""
         entries, files = _count(path)
         shown, times = self.snapshot.shown(path), self.journal.writes_under(path)
-        if files == 0 and entries > 0 and _remove_empty(path):
+        seen = any(under(path, made) or under(made, path) for made in self.journal.created)
+        if seen and files == 0 and entries > 0 and _remove_empty(path):
             self.kept_apart.append(WrittenPath(shown, times, None, True, entries))
             self._moved.append(path)
             return
-        self.kept_apart.append(WrittenPath(shown, times, self.move(path), True, entries))
+        self.kept_apart.append(WrittenPath(shown, times, self.move(path), True, entries, seen))
 
 
 def _restore_originals(snapshot: FolderSnapshot, journal: _Journal, mover: _Mover) -> list[str]:
@@ -247,12 +166,31 @@ def _restore_originals(snapshot: FolderSnapshot, journal: _Journal, mover: _Move
             continue
         if done:
             restored.append(path)
-    for path, (atime_ns, mtime_ns) in journal.times.items():
-        if _is_original(path, False, snapshot, journal) and os.path.isfile(path):
+    for path, (atime_ns, mtime_ns, mode) in journal.times.items():
+        if _is_original(path, False, snapshot, journal) and os.path.isfile(path) \
+                and (path in restored or _only_touched(path, snapshot, journal)):
             os.utime(path, ns=(atime_ns, mtime_ns))
+            if mode is not None:
+                os.chmod(path, mode)
             if path not in restored:
                 restored.append(path)
     return restored
+
+
+def _only_touched(path: str, snapshot: FolderSnapshot, journal: _Journal) -> bool:
+    """Whether a file whose times or mode the run changed holds what it held: no write of
+    it seen, and, where the snapshot looked, its size and inode as recorded. Else its times
+    stay as the change left them, so that the change is seen (and named), not hidden."""
+    if journal.writes_under(path):
+        return False
+    entry = snapshot.entries.get(path) if snapshot.complete and snapshot.covers(path) else None
+    if entry is None:
+        return True
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return now.st_size == entry.size and now.st_ino == entry.inode
 
 
 def _is_original(path: str, is_dir: bool, snapshot: FolderSnapshot, journal: _Journal) -> bool:
@@ -267,6 +205,9 @@ def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
     if _unchanged(path, copy):  # kept before a change that never came (a database only read)
         os.unlink(copy)
         return False
+    if _shared_inode(path):  # changed in place under a name that has others: they must see the original too
+        _restore_in_place(path, copy, mover)
+        return True
     if os.path.lexists(path):
         mover.move_script_version(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -278,6 +219,31 @@ def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
         shutil.copy2(copy, path, follow_symlinks=False)
         os.unlink(copy)
     return True
+
+
+def _shared_inode(path: str) -> bool:
+    """Whether ``path`` is a regular file with other hard links (a data set linked into the
+    project from a store): replacing its inode would leave them the script's version."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+
+
+def _restore_in_place(path: str, copy: str, mover: _Mover) -> None:
+    """Put the original's bytes and times back into ``path``'s own inode, the script's
+    version copied into the writes folder first."""
+    dest = mover.destination(path)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    shutil.copy2(path, dest)
+    mover.kept_apart.append(WrittenPath(mover.snapshot.shown(path), mover.journal.writes_under(path), dest, False))
+    with open(copy, "rb") as src, open(path, "r+b") as dst:
+        shutil.copyfileobj(src, dst)
+        dst.truncate()
+    kept = os.stat(copy)
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    os.unlink(copy)
 
 
 def _unchanged(path: str, copy: str) -> bool:

@@ -6,32 +6,10 @@ change of a file that existed when the run started keeps its original in the jou
 folder (:mod:`.guard_keeper`); after the run the parent puts the originals back and moves
 what the run made out of the user's folders (:mod:`torchboost.process.guard.user_files`).
 
-What is wrapped, and why each:
-
-* ``builtins.open`` (``io.open`` is the same object; ``pathlib``, ``shutil.copy``,
-  ``logging.FileHandler``, ``numpy.save`` and ``csv`` writers call it): a mode that
-  writes. Read-only opens go straight through after one look at the mode, since a Dataset
-  opens thousands of files;
-* ``os.open`` with a flag that writes (``tempfile``, ``Path.touch``), ``os.truncate``;
-* ``os.replace``, ``os.rename`` (``shutil.move``, ``Path.rename``/``replace``),
-  ``os.remove``, ``os.unlink`` (``Path.unlink``), ``os.rmdir``, ``shutil.rmtree``:
-  entries that go or are replaced;
-* ``os.mkdir`` (``os.makedirs``, ``Path.mkdir``): folders the run made, to clear them after;
-* ``os.utime`` (``Path.touch`` of an existing file): its times, to put them back;
-* ``torch.save`` (and ``torch.serialization.save``, the same function) and
-  ``safetensors.torch.save_file`` / ``safetensors.numpy.save_file``: given a path, C++ and
-  Rust write the file themselves, past ``open``. Both libraries are imported at install,
-  so a ``from safetensors.torch import save_file`` in the script gets the wrapper;
-* ``sqlite3.connect`` (an experiment tracker's database): SQLite writes through its own C
-  calls, so the database and its journal files are kept whole before the connection.
-
-Not seen: other writers outside Python (a shell redirection, a C library's ``fopen``),
-and modules that bound ``open``/``os.replace`` to a name of their own before install. The
-parent's snapshot catches what they leave in the user's folders, and each process names
-at its end the files it still holds open for writing, so that those changed are named
-("changed outside torchboost's sight"), never passed over. Python's own bytecode cache writes past these wrappers, so it is switched off
-while installed (``sys.dont_write_bytecode``). A failure of the guard itself never reaches
-the script: the change goes ahead and is journaled as unprotected.
+What is wrapped, and why each, is :mod:`.writers`. A failure of the guard itself never
+reaches the script: the change goes ahead and is journaled as unprotected. Python's own
+bytecode cache writes past these wrappers, so it is switched off while installed
+(``sys.dont_write_bytecode``).
 """
 
 from __future__ import annotations
@@ -39,23 +17,20 @@ from __future__ import annotations
 import atexit
 import builtins
 import functools
-import importlib
-import io
 import os
 import shutil
 import sys
 import threading
-import urllib.parse
 from typing import Any, Callable
 
 from torchboost.process.guard.guard_spec import EXEMPT, UNPROTECTED, USERS, WriteGuardSpec, note_held
+from torchboost.process.guard import writers
 from torchboost.process.guard.guard_keeper import COPY, LINK, MOVE, Keeper
 
 __all__ = ["WriteGuard"]
 
 _READ_MODES = frozenset({"r", "rb", "rt", "br", "tr", "U", "rU", "Ur"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT
-_OPTIONAL_SAVERS = ("safetensors.torch", "safetensors.numpy")
 _SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
 
 
@@ -72,6 +47,8 @@ class WriteGuard:
         self.spec = spec
         self._keeper = Keeper(spec)
         self._saved: list[tuple[Any, str, Any]] = []
+        self._wrappers: dict[int, Any] = {}
+        self._torch_wrapped = False
         self._local = threading.local()
         self._bytecode = sys.dont_write_bytecode
 
@@ -81,22 +58,45 @@ class WriteGuard:
         return WriteGuard._active is self
 
     def install(self) -> "WriteGuard":
-        """Wrap the writers; raises RuntimeError if a guard is already installed in this process."""
+        """Wrap the writers (torch's too when torch is imported: else :meth:`add_torch`);
+        raises RuntimeError if a guard is already installed in this process."""
         if WriteGuard._active is not None:
             raise RuntimeError("torchboost's write guard is already installed in this process")
         WriteGuard._active = self
-        wrappers: dict[int, Any] = {}  # one wrapper per function: io.open is builtins.open
-        for owner, name, wrap in self._targets():
-            original = getattr(owner, name)
-            if id(original) not in wrappers:
-                wrappers[id(original)] = functools.wraps(original)(wrap(original))
-            self._saved.append((owner, name, original))
-            setattr(owner, name, wrappers[id(original)])
+        self._wrap(writers.base(self))
+        if "torch" in sys.modules:
+            self.add_torch()
+        else:
+            self._wrap_open_aliases()
         self._bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
         self._keeper.inherited = note_held(self.spec.journal_dir, os.getpid())
         atexit.register(self._at_exit)
         os.register_at_fork(after_in_child=self._keeper.after_fork)
         return self
+
+    def add_torch(self) -> None:
+        """Wrap torch's savers, once torch is imported (a guard started with the process
+        gets them when the script imports torch), and the aliases of ``open`` its import made."""
+        if not self._torch_wrapped:
+            self._torch_wrapped = True
+            self._wrap(writers.torch_savers(self, lambda index, name: _saver(self, index, name)))
+            self._wrap_open_aliases()
+
+    def _wrap(self, targets: list[writers.Target]) -> None:
+        for owner, name, make in targets:
+            original = getattr(owner, name)
+            if id(original) not in self._wrappers:  # one wrapper per function: io.open is builtins.open
+                wrapper = make(original)
+                self._wrappers[id(original)] = wrapper if isinstance(original, type) else \
+                    functools.wraps(original)(wrapper)
+            self._saved.append((owner, name, original))
+            setattr(owner, name, self._wrappers[id(original)])
+
+    def _wrap_open_aliases(self) -> None:
+        original = next(o for owner, name, o in self._saved if owner is builtins and name == "open")
+        for module, name in writers.open_aliases(original, self._wrappers[id(original)]):
+            self._saved.append((module, name, original))
+            setattr(module, name, self._wrappers[id(original)])
 
     def uninstall(self) -> None:
         """Restore every wrapped attribute and close the journal; safe to call twice."""
@@ -106,7 +106,7 @@ class WriteGuard:
             sys.dont_write_bytecode = self._bytecode
             atexit.unregister(self._at_exit)
             self._at_exit()
-        self._saved = []
+        self._saved, self._wrappers, self._torch_wrapped = [], {}, False
         if WriteGuard._active is self:
             WriteGuard._active = None
 
@@ -119,28 +119,6 @@ class WriteGuard:
     def _at_exit(self) -> None:
         self._call_quietly(self._keeper.flush)
         self._keeper.close()
-
-    def _targets(self) -> list[tuple[Any, str, Callable[[Any], Any]]]:
-        import torch
-        import torch.serialization
-
-        found = [(builtins, "open", self._open), (io, "open", self._open), (os, "open", self._os_open),
-                 (os, "truncate", self._truncate), (os, "replace", self._rename), (os, "rename", self._rename),
-                 (os, "remove", self._unlink), (os, "unlink", self._unlink), (os, "rmdir", self._unlink),
-                 (os, "mkdir", self._mkdir), (os, "utime", self._utime), (shutil, "rmtree", self._rmtree),
-                 (torch, "save", _saver(self, 1, "f")), (torch.serialization, "save", _saver(self, 1, "f"))]
-        for name in _OPTIONAL_SAVERS:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:  # not installed: nothing can call it
-                continue
-            found.append((module, "save_file", _saver(self, 1, "filename")))
-        try:
-            import sqlite3
-        except ImportError:  # a Python built without it: nothing can call it
-            return found
-        # sqlite3.connect is sqlite3.dbapi2.connect (SQLAlchemy calls the latter): one wrapper.
-        return found + [(sqlite3, "connect", self._sqlite), (sqlite3.dbapi2, "connect", self._sqlite)]
 
     # -- the one path every change takes ------------------------------------------------------
     def change(self, call: Callable[[], Any], raw: Any, how: str | None, *, dir_fd: int | None = None,
@@ -212,6 +190,22 @@ class WriteGuard:
 
         return open
 
+    def _file_io(self, original: type) -> type:
+        guard = self
+
+        class FileIO(original):  # type: ignore[misc, valid-type]
+            """``io.FileIO`` opened on a path for writing keeps the user's original first."""
+
+            def __init__(self, file: Any, mode: str = "r", closefd: bool = True, opener: Any = None) -> None:
+                if isinstance(file, int) or not any(c in mode for c in "wax+"):
+                    return original.__init__(self, file, mode, closefd, opener)
+                how = None if "x" in mode else MOVE if "w" in mode else COPY
+                guard.change(lambda: original.__init__(self, file, mode, closefd, opener), file, how)
+
+        FileIO.__name__ = FileIO.__qualname__ = original.__name__
+        FileIO.__module__ = original.__module__
+        return FileIO
+
     def _os_open(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def open(path: Any, flags: int, *args: Any, dir_fd: int | None = None, **kwargs: Any) -> Any:
             if not flags & _WRITE_FLAGS:
@@ -251,10 +245,46 @@ class WriteGuard:
 
     def _rmtree(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def rmtree(path: Any, *args: Any, **kwargs: Any) -> Any:
+            own = self._own_inside(path, kwargs.get("dir_fd"))
+            if own is not None:
+                return self._rmtree_around(path, own, args, kwargs)
             return self.change(lambda: original(path, *args, **kwargs), path, LINK, dir_fd=kwargs.get("dir_fd"),
                                follow=False, counts=False, hold=True)
 
         return rmtree
+
+    def _own_inside(self, raw: Any, dir_fd: int | None) -> str | None:
+        """torchboost's report folder (or its journal, when the folder itself is the target)
+        when it lies inside the tree ``raw`` names: removing that whole would take the
+        originals kept there with it. None otherwise."""
+        if getattr(self._local, "busy", False):
+            return None
+        try:
+            target = _resolve(raw, dir_fd, False)
+        except Exception:  # noqa: BLE001 - the guard's failure never reaches the script
+            return None
+        if target is None or os.path.islink(target):
+            return None
+        for own in (self.spec.own_folder, self.spec.journal_dir):
+            if own and own != target and own.startswith(target.rstrip(os.sep) + os.sep):
+                return own
+        return None
+
+    def _rmtree_around(self, path: Any, own: str, args: tuple, kwargs: dict) -> None:
+        """Remove everything under ``path`` but the way down to ``own`` and ``own`` itself,
+        through the wrapped calls (so each of the user's originals is kept)."""
+        target = _resolve(path, kwargs.get("dir_fd"), False)
+        with os.scandir(target) as found:
+            children = [entry.path for entry in found]
+        for child in children:
+            if child == own:
+                continue
+            if own.startswith(child + os.sep) and os.path.isdir(child) and not os.path.islink(child):
+                self._rmtree_around(child, own, args, {k: v for k, v in kwargs.items() if k != "dir_fd"})
+            elif os.path.isdir(child) and not os.path.islink(child):
+                shutil.rmtree(child, *args, **{k: v for k, v in kwargs.items() if k != "dir_fd"})
+            else:
+                os.unlink(child)
 
     def _mkdir(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> Any:
@@ -273,7 +303,7 @@ class WriteGuard:
 
     def _sqlite(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
-            path = _sqlite_file(database, kwargs.get("uri", args[6] if len(args) > 6 else False))
+            path = writers.sqlite_file(database, kwargs.get("uri", args[6] if len(args) > 6 else False))
             if path is None:  # in memory, read-only, or a name this guard cannot read
                 return original(database, *args, **kwargs)
             # SQLite writes through its own C calls: the database (and the journal files
@@ -296,6 +326,22 @@ class WriteGuard:
             else:
                 self._keeper.created(path, kind)
 
+    def _link(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(self._local, "busy", False):  # the source's ctime moves: it stays the user's
+                self._call_quietly(self._keep_times, src, kwargs.get("src_dir_fd"), kwargs.get("follow_symlinks", True))
+            return self.change(lambda: original(src, dst, *args, **kwargs), dst, None,
+                               dir_fd=kwargs.get("dst_dir_fd"), follow=False, counts=False)
+
+        return link
+
+    def _symlink(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def symlink(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.change(lambda: original(src, dst, *args, **kwargs), dst, None, dir_fd=kwargs.get("dir_fd"),
+                               follow=False, counts=False)
+
+        return symlink
+
     def _keep_times(self, raw: Any, dir_fd: int | None, follow: bool) -> None:
         path = _resolve(raw, dir_fd, follow)
         if path is not None and self._keeper.guarded(path):
@@ -314,21 +360,6 @@ def _saver(guard: WriteGuard, index: int, name: str) -> Callable[[Any], Any]:
         return save
 
     return wrap
-
-
-def _sqlite_file(database: Any, uri: Any) -> str | None:
-    """The file ``sqlite3.connect(database, uri=uri)`` may write; None for an in-memory
-    database, a URI opened read-only (``mode=ro``, ``immutable=1``), or no path at all."""
-    if not isinstance(database, (str, bytes, os.PathLike)):
-        return None
-    name = os.fsdecode(os.fspath(database))
-    if uri and name.startswith("file:"):
-        parts = urllib.parse.urlsplit(name)
-        query = urllib.parse.parse_qs(parts.query)
-        if query.get("mode", [""])[-1] in ("ro", "memory") or query.get("immutable", ["0"])[-1] == "1":
-            return None
-        name = urllib.parse.unquote(parts.path)
-    return None if name in ("", ":memory:") else name
 
 
 def _resolve(raw: Any, dir_fd: int | None, follow: bool) -> str | None:

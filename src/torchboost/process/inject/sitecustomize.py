@@ -7,10 +7,16 @@ process of the command's tree (a shell wrapper's ``python``, ``accelerate launch
 worker, ranks spawned with ``torch.multiprocessing``) loads this module when it starts, as Python loads any
 ``sitecustomize``. It uses the standard library alone (importing torchboost would import
 torch into processes that never do): it leaves one line naming the process in the
-spec's folder, and once the process imports torch it hands over to
-:mod:`torchboost.process.tree_start`, which starts what the spec asks. Then it runs the
-``sitecustomize`` that was next on the path (the user's own, or the installation's), so
-that one is not lost.
+spec's folder, starts the write guard the spec asks for at once, from the process's first
+line (a wrapper's ``python prep.py`` that never imports torch writes the user's files too),
+and once the process imports torch it hands over to :mod:`torchboost.process.tree_start`,
+which gives the guard torch's savers and starts the rest of what the spec asks. Then it
+runs the ``sitecustomize`` that was next on the path (the user's own, or the
+installation's), so that one is not lost.
+
+The guard's modules use the standard library alone too; they are loaded under their own
+names with torchboost's packages stood in by bare ones for the while (their ``__init__``
+would import torch), and a later ``import torchboost`` finds them loaded.
 """
 
 from __future__ import annotations
@@ -94,6 +100,42 @@ def _start(spec_path: str) -> None:
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
+def _guard_modules():
+    """``torchboost.process.guard.write_guard`` and its ``guard_spec``, loaded without running
+    the ``__init__`` of the packages above them."""
+    import types
+
+    process = os.path.dirname(_HERE)
+    folders = {"torchboost": os.path.dirname(process), "torchboost.process": process,
+               "torchboost.process.guard": os.path.join(process, "guard")}
+    stood_in = []
+    for name, folder in folders.items():
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [folder]
+            sys.modules[name] = package
+            stood_in.append(name)
+    try:
+        return (importlib.import_module("torchboost.process.guard.write_guard"),
+                importlib.import_module("torchboost.process.guard.guard_spec"))
+    finally:
+        for name in stood_in:
+            del sys.modules[name]
+
+
+def _early_guard(spec_path: str) -> None:
+    """Install the write guard the tree's spec asks for, now."""
+    try:
+        with open(spec_path, encoding="utf-8") as fh:
+            guard = json.load(fh).get("guard")
+        if guard:
+            write_guard, guard_spec = _guard_modules()
+            write_guard.WriteGuard(guard_spec.WriteGuardSpec.from_dict(guard)).install()
+    except Exception as exc:  # noqa: BLE001 - the user's process runs on; the parent's snapshot still looks
+        print(f"torchboost: this process ({' '.join(sys.orig_argv)[:80]}) has no write guard: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def _next_sitecustomize() -> None:
     """Run the ``sitecustomize`` this one shadows, if there is one."""
     path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
@@ -111,6 +153,7 @@ def _arm() -> None:
         return
     _hello(spec_path)
     if not _is_torchboost(list(sys.orig_argv)):
+        _early_guard(spec_path)
         sys.meta_path.insert(0, _AfterTorch(spec_path))
 
 

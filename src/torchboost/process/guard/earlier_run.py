@@ -1,0 +1,128 @@
+"""What an earlier run left in the writes folder, dealt with before the next run starts.
+
+Each run's guard works in ``<out>/writes/``: its journal and the originals it kept in
+``.journal/``, then, once settled, the script's writes kept apart. The next run in the
+same report folder starts by clearing it, but never blindly:
+
+* a journal still there was never settled: torchboost itself was killed (SIGKILL, the
+  OOM killer) before it could put the user's files back. It is settled now, from what it
+  holds (the originals the guard kept, the small files copied before the run), and what
+  went back is said (:func:`recover`);
+* a writes folder holding an entry the run was not seen making (:data:`UNSEEN`: a file
+  the user created in the folder while the run went on, one a writer outside Python
+  made) is kept, renamed ``writes.1``, ``writes.2``, ...: it may be the user's own, and
+  is never deleted (:func:`clear`).
+
+The insured copies' rule (:func:`insured_lines`) is here too, shared by a run's settling
+and by a recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from torchboost.process.guard.folder_snapshot import Entry, FolderSnapshot, entry_of
+from torchboost.process.guard.guard_spec import HELD, KEPT, UNPROTECTED, read_held, read_journal
+from torchboost.process.guard.user_files import OUT_OF_SIGHT, UserWrites, settle
+
+__all__ = ["INSURED_LIST", "INSURED_JOURNAL", "UNSEEN", "clear", "insured_lines", "recover", "save_insured",
+           "write_unseen"]
+
+INSURED_LIST = "insured.json"
+"""In the journal folder: each insured file's copy and its entry before the run."""
+INSURED_JOURNAL = "insured.jsonl"
+"""In the journal folder: the insured files' lines, read after every process's own."""
+UNSEEN = ".unseen"
+"""In a writes folder: the entries kept apart that no process of the run was seen making."""
+
+
+def save_insured(journal_dir: Path, insured: dict[str, str], entries: dict[str, Entry]) -> None:
+    """Record the insured copies with their entries before the run, for a recovery."""
+    data = {path: {"copy": copy, "entry": list(_fields(entries[path]))} for path, copy in insured.items()}
+    (journal_dir / INSURED_LIST).write_text(json.dumps(data), encoding="utf-8")
+
+
+def insured_lines(insured: dict[str, str], entries: dict[str, Entry], held: set[int]) -> list[str]:
+    """Journal lines for the insured files that changed behind the guard's back: kept
+    originals where a process of the run held them open for writing (``held``: inodes), or
+    they were removed; left alone and named otherwise (a writer torchboost could not see,
+    an edit made meanwhile)."""
+    lines = []
+    for path, copy in insured.items():
+        try:
+            same = entry_of(os.lstat(path)) == entries[path]
+        except OSError:
+            same = False
+        if same:
+            continue
+        if entries[path].inode in held or not os.path.lexists(path):
+            lines.append(json.dumps({"pid": 0, "op": KEPT, "path": path, "copy": copy, "kind": "file"}))
+        else:
+            lines.append(json.dumps({"pid": 0, "op": UNPROTECTED, "path": path, "why": OUT_OF_SIGHT}))
+    return lines
+
+
+def write_insured_lines(journal_dir: Path, lines: list[str]) -> None:
+    """Add the insured files' lines to the journal (made again if the script removed it)."""
+    if lines:
+        journal_dir.mkdir(parents=True, exist_ok=True)
+        (journal_dir / INSURED_JOURNAL).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def recover(writes_dir: Path, journal_dir: Path) -> UserWrites | None:
+    """Settle an earlier run's journal that was never settled; what it put back (None: there
+    was none). The user's folders were not recorded then: the originals the guard kept go
+    back, and what the run was seen making is moved into the writes folder."""
+    if not journal_dir.is_dir():
+        return None
+    insured, entries = _read_insured(journal_dir)
+    lines = read_journal(journal_dir)
+    held = read_held(journal_dir) | {int(line.get("inode", 0)) for line in lines if line["op"] == HELD}
+    write_insured_lines(journal_dir, insured_lines(insured, entries, held))
+    snapshot = FolderSnapshot((), (), 1, entries, note="an earlier run, never settled")
+    writes = settle(snapshot, journal_dir, writes_dir)
+    shutil.rmtree(journal_dir, ignore_errors=True)
+    return writes
+
+
+def write_unseen(writes_dir: Path, writes: UserWrites) -> None:
+    """Mark ``writes_dir`` as holding entries no process of the run was seen making."""
+    unseen = [w.path for w in writes.kept_apart if not w.seen]
+    if unseen and writes_dir.is_dir():
+        (writes_dir / UNSEEN).write_text("\n".join(unseen) + "\n", encoding="utf-8")
+
+
+def clear(writes_dir: Path) -> Path | None:
+    """Clear an earlier run's writes folder, or, when it holds entries no process of that
+    run was seen making, keep it under the next free ``writes.N``; where it was kept."""
+    if not writes_dir.exists():
+        return None
+    if not (writes_dir / UNSEEN).exists():
+        shutil.rmtree(writes_dir, ignore_errors=True)
+        return None
+    n = 1
+    while writes_dir.with_name(f"{writes_dir.name}.{n}").exists():
+        n += 1
+    kept = writes_dir.with_name(f"{writes_dir.name}.{n}")
+    os.rename(writes_dir, kept)
+    return kept
+
+
+def _fields(entry: Entry) -> tuple[Any, ...]:
+    return entry.is_dir, entry.size, entry.mtime_ns, entry.inode, entry.mode
+
+
+def _read_insured(journal_dir: Path) -> tuple[dict[str, str], dict[str, Entry]]:
+    try:
+        data = json.loads((journal_dir / INSURED_LIST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}, {}
+    insured, entries = {}, {}
+    for path, item in data.items():
+        if os.path.lexists(item["copy"]):
+            insured[path], entries[path] = item["copy"], Entry(*item["entry"])
+    return insured, entries
