@@ -115,6 +115,10 @@ class LoaderFacts:
     """Why worker processes cannot start for it here, in words (its workers start by spawn
     and something does not survive it: :mod:`torchboost.techniques.loader.spawn_safety`);
     None when they can."""
+    samples: dict[str, float] = field(default_factory=dict)
+    """Its batches timed where they were made, summed (:mod:`torchboost.reach.sample_clock`):
+    ``batches``, ``samples``, ``wall_ms``, ``cpu_ms``, ``worker_batches``; read as
+    :class:`~torchboost.techniques.loader.sample_split.SampleSplit`. Empty: not timed."""
 
 
 @dataclass
