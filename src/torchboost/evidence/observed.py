@@ -209,6 +209,10 @@ class ProfileFacts:
     """Time collectives (all-reduce, broadcast, all-gather...) ran per step, overlaps counted once."""
     collective_overlap_pct: float | None = None
     """Share of that time during which the training thread was computing (None: no collective)."""
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The window's phases ("data", "forward", "backward", "optimizer"; "step": the whole step),
+    ms per step: {"wall_ms", "op_ms" (its outermost ops), "collective_ms" (collectives with no op
+    of the training thread beside them)}; {} from an older writer or a trace."""
 
 
 @dataclass
