@@ -117,8 +117,9 @@ class LoaderFacts:
     None when they can."""
     samples: dict[str, float] = field(default_factory=dict)
     """Its batches timed where they were made, summed (:mod:`torchboost.reach.sample_clock`):
-    ``batches``, ``samples``, ``wall_ms``, ``cpu_ms``, ``worker_batches``; read as
-    :class:`~torchboost.techniques.loader.sample_split.SampleSplit`. Empty: not timed."""
+    ``batches``, ``samples``, ``wall_ms``, ``cpu_ms``, ``queued_ms`` (waiting for a core),
+    ``worker_batches``; read as :class:`~torchboost.techniques.loader.sample_split.SampleSplit`.
+    Empty: not timed."""
 
 
 @dataclass
