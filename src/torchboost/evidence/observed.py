@@ -116,10 +116,8 @@ class LoaderFacts:
     and something does not survive it: :mod:`torchboost.techniques.loader.spawn_safety`);
     None when they can."""
     samples: dict[str, float] = field(default_factory=dict)
-    """Its batches timed where they were made, summed (:mod:`torchboost.reach.sample_clock`):
-    ``batches``, ``samples``, ``wall_ms``, ``cpu_ms``, ``queued_ms`` (waiting for a core),
-    ``worker_batches``; read as :class:`~torchboost.techniques.loader.sample_split.SampleSplit`.
-    Empty: not timed."""
+    """Its batches timed where made, summed (:mod:`torchboost.reach.sample_clock`; read as
+    :class:`~torchboost.techniques.loader.sample_split.SampleSplit`); {}: not timed."""
 
 
 @dataclass
