@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["covered", "overlap", "union"]
+__all__ = ["covered", "difference", "overlap", "union"]
 
 Interval = tuple[float, float]
 
@@ -37,3 +37,19 @@ def overlap(a: Iterable[Interval], b: Iterable[Interval]) -> float:
         else:
             j += 1
     return total
+
+
+def difference(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint intervals covering what ``a`` covers and ``b`` does not."""
+    out: list[Interval] = []
+    cuts = union(b)
+    for start, end in union(a):
+        for low, high in cuts:
+            if high <= start or low >= end:
+                continue
+            if low > start:
+                out.append((start, low))
+            start = max(start, high)
+        if end > start:
+            out.append((start, end))
+    return out

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+import pytest
 import torch
 
-from torchboost.observe.probes.profile import ProfileWindow
+from torchboost._intervals import difference
+from torchboost.observe.probes.profile import ProfileWindow, phase_times
 
 
 def _profile(tmp_path, sync: bool):
@@ -127,3 +130,62 @@ def test_twin_a_sync_inside_a_step_is_counted(tmp_path):
     window = ProfileWindow(tmp_path / "trace.json", warmup=1, active=2)
     window._ready(_Profiled(_two_steps(_Event("cudaDeviceSynchronize", 190.0, 195.0))))
     assert window.facts.sync_count_per_step == 1.5 and window.facts.sync_ops["cudaDeviceSynchronize"] == 1
+
+
+# -- the phases' wall, ops and exposed collectives ----------------------------------------------
+
+def _event(name, start, end, *children):
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), cpu_children=list(children))
+
+
+def test_a_phase_s_ops_are_its_outermost_ops_and_the_rest_is_not():
+    # A forward of 1000 µs whose ops take 10 (aten::linear, its addmm inside counted once, and
+    # 4 µs under a range of the script's own); a backward of 300 µs, 100 of them in a
+    # collective no op hides; one step of 1500 µs.
+    forward = _event("torchboost: forward", 0, 1000,
+                     _event("aten::linear", 100, 106, _event("aten::addmm", 101, 105)),
+                     _event("DistributedDataParallel.forward", 200, 900, _event("aten::relu", 300, 304)))
+    backward = _event("torchboost: backward", 1000, 1300,
+                      _event("autograd::engine::evaluate_function: AddmmBackward0", 1000, 1150))
+    step = _event("ProfilerStep#1", 0, 1500, _event("torchboost: step 3", 0, 1500, forward, backward))
+    phases = phase_times([step, forward, backward, *step.cpu_children], 1, exposed=[(1150, 1250), (1400, 1450)])
+    assert phases["forward"] == {"wall_ms": 1.0, "op_ms": pytest.approx(0.010), "collective_ms": 0.0}
+    assert phases["backward"] == {"wall_ms": 0.3, "op_ms": pytest.approx(0.15), "collective_ms": pytest.approx(0.1)}
+    assert phases["step"] == {"wall_ms": 1.5, "op_ms": pytest.approx(0.16), "collective_ms": pytest.approx(0.15)}
+    assert "data" not in phases  # no phase mark, no entry
+
+
+def test_twin_no_step_marked_gives_no_phases():
+    forward = _event("torchboost: forward", 0, 1000, _event("aten::linear", 100, 106))
+    assert phase_times([forward], 1, exposed=[]) == {}
+
+
+def test_compiled_code_counts_as_ops():
+    forward = _event("torchboost: forward", 0, 100, _event("Torch-Compiled Region: 0/0", 10, 90,
+                                                           _event("CompiledFunction", 11, 89)))
+    assert phase_times([_event("ProfilerStep#1", 0, 100, forward), forward], 1, [])["forward"]["op_ms"] == \
+        pytest.approx(0.08)
+
+
+def test_a_real_window_gives_each_marked_phase_its_ops(tmp_path):
+    model = torch.nn.Linear(16, 16)
+    window = ProfileWindow(tmp_path / "trace.json", warmup=1, active=2)
+    window.start()
+    done = False
+    while not done:
+        window.annotate("torchboost: forward")
+        loss = model(torch.randn(8, 16)).pow(2).mean()
+        window.end_annotation()
+        window.annotate("torchboost: backward")
+        loss.backward()
+        window.end_annotation()
+        done = window.step()
+    phases = window.facts.phases
+    assert set(phases) == {"step", "forward", "backward"}
+    for times in phases.values():
+        assert 0 < times["op_ms"] <= times["wall_ms"] and times["collective_ms"] == 0.0
+
+
+def test_difference_of_intervals():
+    assert difference([(0, 10), (20, 30)], [(2, 3), (5, 22), (29, 40)]) == [(0, 2), (3, 5), (22, 29)]
+    assert difference([(0, 10)], []) == [(0, 10)] and difference([], [(0, 1)]) == []

@@ -25,13 +25,19 @@ the probe's :class:`~torchboost.limits.MachineLimits` and returns a :class:`Head
 What bounds the step (``bound``), the first rule that holds:
 
 1. ``data``: the loop waits for its DataLoader for ``DATA_BOUND_PCT`` or more of the step;
-2. ``compute``: forward, backward and optimizer together run their FLOPs at
+2. ``communication``: collectives (DDP's all-reduce) with no op of the training thread
+   beside them hold ``COMMUNICATION_BOUND_PCT`` or more of the step
+   (:mod:`torchboost.diagnose.held`);
+3. ``compute``: forward, backward and optimizer together run their FLOPs at
    ``COMPUTE_BOUND_PCT`` or more of the peak (the matmuls run near the roof);
-3. ``host``: ``HOST_BOUND_PCT`` or more of the step is outside the phases (Python between
-   them, logging, synchronisations);
-4. ``memory``: the ops that carry FLOPs take under ``MATMUL_TIME_PCT`` of the profiled op
+4. ``python`` or ``host``, the larger: a phase's time is mostly outside its ops and that
+   Python is ``PYTHON_BOUND_PCT`` or more of the step (:mod:`torchboost.diagnose.held`;
+   its ops then say nothing of the step, and no roofline is drawn from them), or
+   ``HOST_BOUND_PCT`` or more of the step is outside the phases (Python between them,
+   logging, synchronisations);
+5. ``memory``: the ops that carry FLOPs take under ``MATMUL_TIME_PCT`` of the profiled op
    time: the step's time goes to ops that move bytes (elementwise, norms, copies);
-5. ``compute`` otherwise: matmuls are the time but run below the roof (small or narrow shapes).
+6. ``compute`` otherwise: matmuls are the time but run below the roof (small or narrow shapes).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchboost.diagnose.data_bound import replay_bound
+from torchboost.diagnose.held import communication_words, python_line, python_phase
 from torchboost.diagnose.measured import ranked
 from torchboost.diagnose.roofline import OpRoof, op_roofs
 from torchboost.evidence.findings import Finding
@@ -66,6 +73,9 @@ FASTER_DTYPE_RATIO = 1.2
 PROBED_DEVICES = ("cpu", "cuda")
 """The devices whose peak the probe measures (:mod:`torchboost.limits`)."""
 
+_NOT_COMPUTE = {"communication": "communication", "python": "Python"}
+"""Bounds no compute setting moves, as the headline names them: it gives no "left in compute" for them."""
+
 _DTYPES = {"bfloat16": "bf16", "torch.bfloat16": "bf16", "float16": "fp16", "torch.float16": "fp16"}
 
 
@@ -84,7 +94,7 @@ class Headroom:
     """The dtype the step's matmuls run in, as the probe names it ("fp32", "bf16"...)."""
     mfu_pct: float | None
     bound: str
-    """"data", "host", "compute" or "memory"."""
+    """"data", "communication", "compute", "python", "host" or "memory"."""
     why: str
     """The rule that gave ``bound``, with its numbers."""
     best_speedup: float | None
@@ -125,6 +135,8 @@ class Headroom:
             return f"The step's FLOPs against this machine's peak: not known ({self.why}); bound: {self.bound}."
         share = f"{self.mfu_pct:.0f}%" if self.mfu_pct >= 1 else f"{self.mfu_pct:.2g}%"
         head = f"This step runs at {share} of this machine's {self.dtype} matmul peak"
+        if self.bound in _NOT_COMPUTE:
+            return f"{head}, but compute does not hold it. Bound: {_NOT_COMPUTE[self.bound]} ({self.why})."
         faster = self.faster_dtype
         if faster is not None:
             ratio = self.peak_of(faster) / self.peak_flops_per_s
@@ -235,9 +247,15 @@ def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak
     busy_ms = phase_ms["forward"] + phase_ms["backward"] + phase_ms["optimizer"]
     rate_pct = (100.0 * facts.flops_per_step / (busy_ms / 1000.0) / peak
                 if facts.flops_per_step and peak and busy_ms > 0 else None)
+    communication = communication_words(facts)
+    if communication is not None:
+        return "communication", communication[1]
     if rate_pct is not None and rate_pct >= COMPUTE_BOUND_PCT:
         return "compute", f"forward, backward and optimizer run at {rate_pct:.0f}% of the peak"
     host_pct = sum(pct.get(phase, 0.0) for phase in HOST_PHASES)
+    python = python_phase(facts)
+    if python is not None and (host_pct < HOST_BOUND_PCT or python.step_pct >= host_pct):
+        return "python", python.words(python_line(facts, python.phase))
     if host_pct >= HOST_BOUND_PCT:
         return "host", f"{host_pct:.0f}% of the step is outside forward, backward, optimizer and data"
     matmul_pct = _matmul_time_pct(facts)
@@ -300,7 +318,8 @@ def headroom_of(facts: Facts, limits: MachineLimits | None, busy: str | None = N
     return Headroom(flops_per_step=flops, achieved_flops_per_s=achieved, peak_flops_per_s=peak, dtype=dtype,
                     mfu_pct=mfu, bound=bound, why=why, best_speedup=max(1.0, 100.0 / mfu) if mfu else None,
                     machine=machine, notes=tuple(notes),
-                    ops=op_roofs(facts, roof_peak, limits.bandwidth_bytes_per_s or None, op_peaks))
+                    ops=() if bound == "python" else op_roofs(facts, roof_peak, limits.bandwidth_bytes_per_s or None,
+                                                              op_peaks))
 
 
 def measured_headroom(facts: Facts, shared: str | None = None) -> Headroom:

@@ -18,6 +18,68 @@ _MATMUL_OPS = (
 
 
 @dataclass(frozen=True)
+class Collectives:
+    """The step's collectives (all-reduce, broadcast...) as the profiler window saw them, ms per step."""
+
+    ms: float
+    """Collective time, overlaps counted once."""
+    overlap_pct: float
+    """Share of it during which the training thread ran an op."""
+    exposed_ms: float
+    """Collective time with no op of the training thread beside it: what the step waits."""
+    in_compute_ms: float
+    """Of ``exposed_ms``, what fell in forward and backward (DDP waits for its all-reduce at
+    the end of backward)."""
+    step_ms: float
+    """The step these are part of: the window's own, else the recorded steps' mean."""
+
+    @property
+    def share(self) -> float:
+        """Share (0..1) of the step the collectives hold."""
+        return min(1.0, self.exposed_ms / self.step_ms) if self.step_ms > 0 else 0.0
+
+
+def collectives(facts: Facts, step_ms: float | None = None) -> Collectives | None:
+    """The collectives of ``facts``' profiler window; None where it saw none. Measured within
+    the window's steps where it marked them (``ProfileFacts.phases``); else (an older writer)
+    the collective time less its overlapped share, over ``step_ms`` (the recorded steps' mean
+    by default), held to fall in forward and backward."""
+    profile = facts.profile
+    if profile is None or not profile.collective_ms_per_step:
+        return None
+    overlapped = profile.collective_overlap_pct or 0.0
+    phases = profile.phases
+    if phases.get("step", {}).get("wall_ms"):
+        inside = sum(phases.get(p, {}).get("collective_ms", 0.0) for p in ("forward", "backward"))
+        return Collectives(profile.collective_ms_per_step, overlapped, phases["step"]["collective_ms"], inside,
+                           phases["step"]["wall_ms"])
+    summary = summarize(facts)
+    exposed = profile.collective_ms_per_step * (1.0 - overlapped / 100.0)
+    busy = summary.phase_ms.get("forward", 0.0) + summary.phase_ms.get("backward", 0.0)
+    step = sum(summary.phase_ms.values()) if step_ms is None else step_ms
+    return Collectives(profile.collective_ms_per_step, overlapped, exposed, min(exposed, busy), step)
+
+
+PYTHON_PHASE_PCT = 50.0
+"""Share of a phase's time outside its ops from which that phase runs the script's Python, percent."""
+
+
+def python_shares(facts: Facts) -> dict[str, float]:
+    """Each phase of the profiler window's (``ProfileFacts.phases``) whose time is
+    ``PYTHON_PHASE_PCT`` or more outside its ops, with that share (0..1): its wall less its
+    ops and the collectives it waited for, over its wall. {} without the window's phases."""
+    phases = facts.profile.phases if facts.profile else {}
+    shares = {}
+    for phase, times in phases.items():
+        if phase == "step" or times.get("wall_ms", 0.0) <= 0:
+            continue
+        rest = max(0.0, times["wall_ms"] - times.get("op_ms", 0.0) - times.get("collective_ms", 0.0))
+        if 100.0 * rest / times["wall_ms"] >= PYTHON_PHASE_PCT:
+            shares[phase] = rest / times["wall_ms"]
+    return shares
+
+
+@dataclass(frozen=True)
 class View:
     """The step as rules see it: the typical steps' mean times in ms (steps far from the
     median set aside, :func:`~torchboost.evidence.steps.typical_steps`), shares as fractions."""
@@ -32,6 +94,10 @@ class View:
     """Fraction (0..1) of the step spent in each phase."""
     cores: int
     """CPU cores the process may use; 0 when unknown."""
+    not_compute_share: float = 0.0
+    """Fraction (0..1) of the step that forward and backward spend where no compute setting
+    reaches: waiting for collectives with no op beside them (:func:`collectives`), and the
+    script's own Python in a phase that is mostly Python (:func:`python_shares`)."""
 
     @property
     def host_ms(self) -> float:
@@ -41,20 +107,28 @@ class View:
 
     @property
     def compute_share(self) -> float:
-        """Forward + backward, the part precision and compile speed up."""
-        return self.share["forward"] + self.share["backward"]
+        """Forward + backward, the part precision and compile speed up: less what they wait for
+        collectives and the Python of a phase that is mostly Python."""
+        return max(0.0, self.share["forward"] + self.share["backward"] - self.not_compute_share)
 
 
 def view(facts: Facts) -> View:
     """Derive the :class:`View` of ``facts``."""
     summary = summarize(facts)
     device = facts.model.device if facts.model and facts.model.device else facts.env.get("device", "cpu")
+    step_ms = sum(summary.phase_ms.values())
+    found = collectives(facts, step_ms)
+    waiting = found.in_compute_ms / found.step_ms if found is not None and found.step_ms > 0 else 0.0
+    python = python_shares(facts)
+    shares = {k: v / 100.0 for k, v in summary.breakdown_pct.items()}
+    waiting += sum(python.get(phase, 0.0) * shares.get(phase, 0.0) for phase in ("forward", "backward"))
     return View(
         device=str(device).split(":")[0],
-        step_ms=sum(summary.phase_ms.values()),
+        step_ms=step_ms,
         ms=dict(summary.phase_ms),
-        share={k: v / 100.0 for k, v in summary.breakdown_pct.items()},
+        share=shares,
         cores=int(facts.env.get("cpu_cores") or 0),
+        not_compute_share=min(1.0, waiting),
     )
 
 

@@ -19,11 +19,11 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from torchboost._disk import no_space_words
-from torchboost._intervals import covered, overlap
+from torchboost._intervals import covered, difference, overlap, union
 from torchboost.evidence.observed import ProfileFacts
 from torchboost.diagnose.gpu import gpu_facts
 
-__all__ = ["ProfileWindow", "Quiet", "SYNC_OPS", "collective_time", "step_syncs", "summarize_events"]
+__all__ = ["ProfileWindow", "Quiet", "SYNC_OPS", "collective_time", "phase_times", "step_syncs", "summarize_events"]
 
 Quiet = Callable[[], ContextManager[Any]]
 """Where the profiler's own output goes: a context that each call of the profiler runs in."""
@@ -42,6 +42,11 @@ _COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|nccl(Dev)?Kernel", re.IGNORECAS
 """The collective's own work (gloo's worker threads, NCCL's kernels); the training thread's
 ``c10d::allreduce_`` only enqueues it."""
 _TOP_OPS = 20
+_PHASE_MARKS = {"torchboost: data wait": "data", "torchboost: forward": "forward", "torchboost: backward": "backward",
+                "torchboost: optimizer": "optimizer"}
+"""The observer's marks of the loop's phases in the trace, by the phase each marks."""
+_COMPILED = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
+"""Ranges around compiled code: its kernels are ops the profiler does not name one by one."""
 
 
 class ProfileWindow:
@@ -155,13 +160,14 @@ class ProfileWindow:
         spans = [(e.name, e.thread, e.time_range.start, e.time_range.end) for e in events]
         # The host's events only: Kineto also copies each step's mark onto the device's
         # timeline, where it ends with the step's last kernel, after the host's step.
-        host = [span for e, span in zip(events, spans) if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU]
+        on_host = [getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU for e in events]
+        host = [span for span, here in zip(spans, on_host) if here]
         self.facts = summarize_events(prof.key_averages(), steps=self.active, syncs=step_syncs(host))
         self.facts.trace_path = self.trace_path.name if written else None
         if self.cuda and written:
             self.read_gpu()
         self.facts.collective_ms_per_step, self.facts.collective_overlap_pct = collective_time(spans, self.active)
-
+        self.facts.phases = phase_times([e for e, here in zip(events, on_host) if here], self.active, _exposed(spans))
 
     def _export(self, prof: profile) -> bool:
         """Write the trace; False, with the reason in ``error`` and no temporary file left,
@@ -184,18 +190,69 @@ _FULL_BYTES = 1 << 20
 """Less room than this where a trace failed to write: the disk is taken to be full."""
 
 
+def _collectives_and_compute(spans: list[tuple[str, int, float, float]]) -> tuple[list, list]:
+    """The collectives' intervals, and the training thread's ops' (the thread that marks the
+    profiler's steps), from ``(name, thread, start_us, end_us)`` events."""
+    collectives = [(s, e) for name, _, s, e in spans if _COLLECTIVE.search(name)]
+    main = {thread for name, thread, _, _ in spans if name.startswith("ProfilerStep")}
+    compute = [(s, e) for name, thread, s, e in spans
+               if thread in main and name.startswith("aten::") and not _COLLECTIVE.search(name)]
+    return collectives, compute
+
+
 def collective_time(spans: list[tuple[str, int, float, float]], steps: int) -> tuple[float, float | None]:
     """(collective ms per step, % of it overlapped by compute on the training thread) from
     ``(name, thread, start_us, end_us)`` events; the training thread is the one that
     marks the profiler's steps."""
-    collectives = [(s, e) for name, _, s, e in spans if _COLLECTIVE.search(name)]
+    collectives, compute = _collectives_and_compute(spans)
     if not collectives or steps <= 0:
         return 0.0, None
-    main = {thread for name, thread, _, _ in spans if name.startswith("ProfilerStep")}
-    compute = [(s, e) for name, thread, s, e in spans
-               if thread in main and name.startswith("aten::") and not _COLLECTIVE.search(name)]
     total = covered(collectives)
     return total / 1000.0 / steps, 100.0 * overlap(collectives, compute) / total if total else None
+
+
+def _exposed(spans: list[tuple[str, int, float, float]]) -> list[tuple[float, float]]:
+    """When collectives ran with no op of the training thread beside them (µs intervals)."""
+    collectives, compute = _collectives_and_compute(spans)
+    return difference(collectives, compute)
+
+
+def _is_op(name: str) -> bool:
+    # aten::, c10d::, autograd::engine::... are ops; a name without "::" is a range around
+    # them (DistributedDataParallel.forward, Optimizer.step#SGD.step), its own time Python's.
+    return "::" in name or name.startswith(_COMPILED)
+
+
+def _outer_ops_us(event: Any) -> float:
+    """Time of the outermost ops below ``event`` (each branch down to its first op), µs."""
+    total, stack = 0.0, list(getattr(event, "cpu_children", ()))
+    while stack:
+        child = stack.pop()
+        if _is_op(child.name):
+            total += child.time_range.end - child.time_range.start
+        else:
+            stack.extend(getattr(child, "cpu_children", ()))
+    return total
+
+
+def phase_times(events: Any, steps: int, exposed: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Each phase the observer marked in the window, and the whole step, ms per step: its
+    wall, its outermost ops' time and the ``exposed`` collectives' (µs intervals) within it
+    (:attr:`~torchboost.evidence.observed.ProfileFacts.phases`); {} with no step marked."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    ops: dict[str, float] = {}
+    for event in events:
+        phase = "step" if event.name.startswith("ProfilerStep") else _PHASE_MARKS.get(event.name)
+        if phase is None:
+            continue
+        spans.setdefault(phase, []).append((event.time_range.start, event.time_range.end))
+        ops[phase] = ops.get(phase, 0.0) + _outer_ops_us(event)
+    if "step" not in spans or steps <= 0:
+        return {}
+    per_step = 1000.0 * steps
+    return {phase: {"wall_ms": covered(marked) / per_step, "op_ms": ops[phase] / per_step,
+                    "collective_ms": overlap(union(marked), exposed) / per_step}
+            for phase, marked in spans.items()}
 
 
 def step_syncs(spans: list[tuple[str, int, float, float]]) -> dict[str, int] | None:
