@@ -21,7 +21,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from torchboost.env import Environment
-from torchboost.techniques.registry import Preparation, Technique
 
 __all__ = ["DistributedWarning", "Distributed", "SingleProcess", "make_distributed", "unwrap_model"]
 
@@ -162,30 +161,3 @@ def make_distributed(env: Environment, device: torch.device) -> SingleProcess:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return Distributed(rank=dist.get_rank(), world_size=dist.get_world_size(), device=device)
-
-
-# -- the descriptor ---------------------------------------------------------------------
-# No config section: torchrun's environment says whether there are several processes.
-
-def _setup(prep: Preparation) -> None:
-    # Before anything else: resolving and the later steps may communicate.
-    prep.dist = make_distributed(prep.env, prep.device)
-
-
-def _apply(prep: Preparation) -> None:
-    # After compile: DDP wraps the compiled module and all-reduces its gradients. The
-    # loader is sharded before it is rebuilt, so the rebuilt one keeps the DistributedSampler.
-    prep.model = prep.dist.wrap_model(prep.model)
-    if prep.loader is not None:
-        prep.loader = prep.dist.shard_loader(prep.loader)
-
-
-TECHNIQUE = Technique(
-    name="distributed",
-    title="several processes (torchrun + DDP)",
-    after=('compile',),
-    placed='DDP wraps the compiled model and gives the loader its DistributedSampler before the loader is rebuilt',
-    setup=_setup,
-    apply=_apply,
-    nocode_refusal="torchrun starts the processes; the Booster wraps the model in DDP",
-)
