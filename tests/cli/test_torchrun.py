@@ -14,6 +14,7 @@ from torchboost.process.launch import Launch, UsageError, parse_launch
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PROBE = str(SCRIPTS / "ddp_probe.py")
 TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node", "2"]
+BOUNDS = ("data", "communication", "compute", "python", "host", "memory")
 
 
 def test_torchrun_and_its_module_form_are_read_by_torchruns_own_parser():
@@ -60,6 +61,15 @@ def test_doctor_observes_every_rank_of_a_torchrun_job(tmp_path):
         median = rank["step_time_ms"]["median"]
         assert median / 1.5 <= sum(rank["phase_ms"].values()) <= median * 1.5
     assert "A job of 2 ranks" in report["notes"][0]
+    for name in ("facts.json", "facts.rank1.json"):  # each rank's DDP wrapper and profiled phases
+        facts = json.loads((tmp_path / "doc" / name).read_text())
+        ddp, phases = facts["distributed"], facts["profile"]["phases"]
+        assert ddp["ddp"] and ddp["world_size"] == 2 and ddp["backend"] == "gloo" and not ddp["find_unused_parameters"]
+        assert sum(ddp["bucket_bytes"]) == ddp["grad_bytes"] == (32 * 256 + 256 + 256 * 4 + 4) * 4
+        assert {"step", "forward", "backward", "optimizer"} <= set(phases)
+        assert 0 <= phases["backward"]["collective_ms"] <= phases["backward"]["wall_ms"]
+        assert 0 < phases["forward"]["op_ms"] <= phases["forward"]["wall_ms"]
+    assert report["headroom"] is None or report["headroom"]["bound"] in BOUNDS
 
 
 @pytest.mark.slow
