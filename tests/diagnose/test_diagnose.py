@@ -16,7 +16,7 @@ REQUIRED_IDS = {
     "precision.slower_on_cpu", "compile.enable", "sync.host_device", "optimizer.fused",
     "memory.headroom", "threads.oversubscribed", "cudnn.benchmark", "memory.channels_last",
     "gpu.idle", "gpu.syncs", "gpu.pageable_copies", "gpu.small_kernels", "gpu.collectives", "loss.nonfinite",
-    "host.checkpoint", "host.output",
+    "host.checkpoint", "host.output", "host.tracker", "host.sync", "host.line",
 }
 UNIT_SUFFIXES = ("_pct", "_s", "_per_step", "_ratio", "_speedup", "_ms", "_bytes")
 

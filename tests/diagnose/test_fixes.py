@@ -21,6 +21,8 @@ from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.config import Overlay
 from torchboost.diagnose import Facts, StepRecord
 from torchboost.diagnose.gpu import GpuFacts
+from torchboost.evidence.host_lines import HostLine
+from torchboost.evidence.host_side import HostFacts
 from torchboost.diagnose.rules import RULES
 from torchboost.frameworks import spell
 from torchboost.techniques.registry import techniques
@@ -49,6 +51,16 @@ def _gpu(data_ms: float = 0.0, **gpu) -> Facts:
                  gpu={**base, **gpu})
 
 
+def _lines(code: str, callee: str = "", device: str = "cpu") -> Facts:
+    """Steps of 100 ms, 60 of them at one line of the script outside the loop's phases."""
+    facts = make_facts(device, forward=20.0, backward=15.0, optimizer=5.0, other=60.0)
+    indexes = [s.index for s in facts.steps]
+    facts.host = HostFacts(lines=[HostLine("other", "/home/me/train.py", 40, code, callee,
+                                           {i: 60.0 * s.total_ms / 100.0 for i, s in zip(indexes, facts.steps)})],
+                           line_interval_ms=2.0)
+    return facts
+
+
 TRIGGERS = {
     "data.workers": lambda: with_(make_facts(**DATA_BOUND), loader={"num_workers": 0}),
     "data.pin_memory": lambda: with_(make_facts("cuda", **DATA_BOUND), loader={"pin_memory": False}),
@@ -71,6 +83,10 @@ TRIGGERS = {
     "gpu.pageable_copies": lambda: _gpu(h2d_pageable_count=8, h2d_pageable_bytes=8 << 20, memcpy_ms=10.0),
     "gpu.small_kernels": lambda: _gpu(small_kernel_pct=70.0),
     "gpu.collectives": lambda: _gpu(collective_ms=30.0, collective_overlap_pct=20.0),
+    "host.tracker": lambda: _lines("writer.add_histogram(name, p, step)",
+                                   "torch.utils.tensorboard.writer.SummaryWriter.add_histogram"),
+    "host.sync": lambda: _lines("total += loss.item()", device="cuda"),
+    "host.line": lambda: _lines("acc = slow_metric(out, y)", "metrics.slow_metric"),
 }
 
 

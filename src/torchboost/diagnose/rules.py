@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
 from torchboost.diagnose._host_rules import host_checkpoint, host_output
+from torchboost.diagnose._line_rules import host_line, host_sync, host_tracker
 from torchboost.diagnose._input_rules import loss_nonfinite, memory_headroom, sync_host_device
 from torchboost.diagnose.data_bound import cap_by_replay
 from torchboost.diagnose.measured import ranked, with_measured
@@ -35,6 +36,9 @@ _OWN: dict[str, Rule] = {
     "sync.host_device": sync_host_device,
     "host.checkpoint": host_checkpoint,
     "host.output": host_output,
+    "host.tracker": host_tracker,
+    "host.sync": host_sync,
+    "host.line": host_line,
     "memory.headroom": memory_headroom,
     "gpu.idle": gpu_idle,
     "gpu.syncs": gpu_syncs,
@@ -42,8 +46,8 @@ _OWN: dict[str, Rule] = {
     "gpu.small_kernels": gpu_small_kernels,
     "gpu.collectives": gpu_collectives,
 }
-"""The diagnoses that belong to no technique: the script's own code (its syncs, checkpoint writes
-and printing), memory, the GPU's timeline."""
+"""The diagnoses that belong to no technique: the script's own code (its syncs, checkpoint writes,
+printing, tracker calls and other lines of its own), memory, the GPU's timeline."""
 
 RULES: dict[str, Rule] = {
     **{rule.id: rule.check for technique in techniques() for rule in technique.rules},

@@ -1,17 +1,20 @@
-"""The step's host side named: checkpoint writes and output, as plain data.
+"""The step's host side named: checkpoint writes, output and the user's lines, as plain data.
 
 The observer times, in the training thread and outside every phase of the loop (data,
 forward, backward, optimizer), each ``torch.save`` (a checkpoint write) and each print,
 logging record and write to ``sys.stdout`` / ``sys.stderr`` (output). Their time per step
 is in each :class:`~torchboost.evidence.observed.StepRecord` (``checkpoint_ms``,
 ``output_ms``), carved out of "other"; here is what the phase table cannot say: in which
-step each write ran, how long it took and how many bytes it wrote.
+step each write ran, how long it took and how many bytes it wrote; and, sampled, the
+user's own lines where the time went (:mod:`torchboost.evidence.host_lines`).
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+
+from torchboost.evidence.host_lines import HostLine
 
 __all__ = ["HostFacts", "MAX_WRITES"]
 
@@ -35,6 +38,14 @@ class HostFacts:
     output_calls: int = 0
     """Outermost output calls (a print, a logging record, a write to sys.stdout or
     sys.stderr) in the recorded steps."""
+    lines: list[HostLine] = field(default_factory=list)
+    """The user's lines where the sampled time of the recorded steps fell
+    (:mod:`torchboost.evidence.host_lines`)."""
+    line_interval_ms: float | None = None
+    """The line sampler's interval, milliseconds; None when the lines were not sampled."""
+
+    def __post_init__(self) -> None:
+        self.lines = [HostLine.from_dict(line) if isinstance(line, dict) else line for line in self.lines]
 
     def checkpoint_every(self) -> int | None:
         """Steps between checkpoints: the median gap between the steps that wrote one (a step

@@ -19,10 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from torchboost.evidence.host_lines import line_rows
 from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
-__all__ = ["OUTLIER_RATIO", "Summary", "judged_ms", "summarize", "measured_steps", "percentile", "typical_steps",
-           "warmup_only_words"]
+__all__ = ["OUTLIER_RATIO", "Summary", "judged_ms", "line_view", "summarize", "measured_steps", "percentile",
+           "typical_steps", "warmup_only_words"]
 
 OUTLIER_RATIO = 1.5
 """A measured step over this many times the median, or under the median over it, is set
@@ -164,3 +165,28 @@ def warmup_only_words(steps_seen: int, warmup: int) -> str:
     """A run that ended within its warm-up, in words: the doctor and tune say it alike."""
     return (f"the script ended after {steps_seen} training step{'s' if steps_seen != 1 else ''}, all within the "
             f"{warmup} warm-up steps; nothing was recorded. Lower --warmup (or give the script more steps)")
+
+
+def line_view(facts: Facts) -> tuple[list[dict[str, Any]], float]:
+    """The user's sampled lines as rows over the typical steps (:func:`typical_steps`, as the
+    phase table), with the mean typical step they are a share of, milliseconds. A phase's
+    lines are scaled down, together, where sampling gave them more than the phase's own
+    measured time (the sampler's looks straddle a boundary now and then), so that they add
+    up to at most their row. ([], 0.0) when the lines were not sampled."""
+    host = facts.host
+    steps = typical_steps(measured_steps(facts))
+    if host is None or not host.lines or not steps:
+        return [], 0.0
+    step_ms = sum(s.total_ms for s in steps) / len(steps)
+    rows = line_rows(host.lines, [s.index for s in steps], step_ms, share_pct=0.0)
+    times = [_phase_times(s) for s in steps]
+    phase_ms = {p: sum(t[p] for t in times) / len(steps) for p in PHASES}
+    for bucket in PHASES:
+        sampled = sum(row["ms"] for row in rows if row["bucket"] == bucket)
+        if sampled > phase_ms[bucket] > 0:
+            scale = phase_ms[bucket] / sampled
+            for row in rows:
+                if row["bucket"] == bucket:
+                    row["ms"] *= scale
+                    row["pct"] *= scale
+    return [row for row in rows if row["ms"] > 0], step_ms

@@ -26,6 +26,20 @@ def shown_phases(values: Mapping[str, float]) -> list[str]:
     return [p for p in PHASES if p not in HOST_PARTS or values.get(p)]
 
 
+def lines_under(report: Mapping[str, Any], phase: str) -> list[dict[str, Any]]:
+    """The user's lines the phase table shows under ``phase``'s row (its share of the step or
+    more: :data:`~torchboost.evidence.host_lines.LINE_SHARE_PCT`), largest first."""
+    section = report.get("host_lines") or {}
+    return [row for row in section.get("shown", []) if row["bucket"] == phase]
+
+
+def line_label(row: Mapping[str, Any]) -> str:
+    """A line row in words: ``train.py:6 spin(40)``, and the loop's line that led there
+    (``from train.py:12``) when the line is in a function the loop called."""
+    via = f" (from {row['via']})" if row.get("via") else ""
+    return f"{row['where']} {row['name']}{via}"
+
+
 def ms(value: float | None) -> str:
     """"12.3 ms", or "n/a" when unknown."""
     return "n/a" if value is None else f"{value:.1f} ms"

@@ -85,6 +85,7 @@ from rich.console import Console
 
 from torchboost.frameworks import finding_words
 from torchboost._version import __version__
+from torchboost.report.host_lines_section import host_lines_section
 from torchboost.report.compile_section import compile_section
 from torchboost._io import atomic_write_bytes
 from torchboost.report.html import render_html
@@ -299,6 +300,7 @@ def build_report(facts: Facts, findings: list[Finding], ranks: list[Facts] | Non
         "breakdown_pct": dict(summary.breakdown_pct),
         "phase_ms": dict(summary.phase_ms),
         "steps_set_aside": summary.steps_set_aside,
+        "host_lines": host_lines_section(facts),
         "evaluation": {"ms": summary.evaluation_ms, "pct": summary.evaluation_pct,
                        "passes": summary.evaluation_passes},
         "samples_per_s": summary.samples_per_s,

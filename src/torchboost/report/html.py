@@ -53,7 +53,7 @@ def render_html(report: dict[str, Any], steps: Sequence[StepRecord]) -> str:
         headline=fmt.headline(report),
         phases=[
             {"name": p, "label": fmt.PHASE_LABELS[p], "color": PHASE_COLORS[p],
-             "ms": report["phase_ms"][p], "pct": report["breakdown_pct"][p]}
+             "ms": report["phase_ms"][p], "pct": report["breakdown_pct"][p], "lines": fmt.lines_under(report, p)}
             for p in fmt.shown_phases(report["phase_ms"])
         ],
         findings=[_finding(f) for f in report["findings"]],

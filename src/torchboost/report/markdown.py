@@ -53,6 +53,19 @@ def _finding(rank: int, f: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _all_lines(section: dict[str, Any] | None) -> list[str]:
+    """The whole line view: every sampled line of the user's code, by phase, ms a step."""
+    if not section or not section["lines"]:
+        return []
+    out = ["", f"## Where the step's time went, line by line (sampled every {section['interval_ms']:g} ms)", "",
+           "| phase | line | call | from | ms per step | share |", "|---|---|---|---|---:|---:|"]
+    out += [f"| {row['bucket']} | [`{_cell(row['where'])}`]({row['href']}) | `{_cell(row['name'] or row['code'])}` | "
+            f"{_cell(row['via'])} | {row['ms']:.2f} | {row['pct']:.1f}% |" for row in section["lines"][:40]]
+    if len(section["lines"]) > 40:
+        out.append(f"\n{len(section['lines']) - 40} more lines under 'host_lines' in report.json.")
+    return out
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The Markdown text of ``report`` (a :func:`~torchboost.report.doctor_report.build_report` document)."""
     lines = [
@@ -71,6 +84,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     for phase in fmt.shown_phases(report["phase_ms"]):
         lines.append(f"| {fmt.PHASE_LABELS[phase]} | {report['phase_ms'][phase]:.2f} | "
                      f"{report['breakdown_pct'][phase]:.1f}% |")
+        lines += [f"| &nbsp;&nbsp;{_cell(fmt.line_label(row))} | {row['ms']:.2f} | {row['pct']:.1f}% |"
+                  for row in fmt.lines_under(report, phase)]
+    lines += _all_lines(report.get("host_lines"))
     hot = fmt.hottest_ops(report)
     if hot:
         lines += ["", "## Hottest operators (per step, by self time)", "",

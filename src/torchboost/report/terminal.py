@@ -34,6 +34,8 @@ def _breakdown_table(report: dict[str, Any]) -> Table:
         pct = report["breakdown_pct"][phase]
         bar = Text("█" * round(pct / 100 * _BAR_WIDTH), style=PHASE_COLORS[phase])
         table.add_row(fmt.PHASE_LABELS[phase], f"{report['phase_ms'][phase]:.2f}", f"{pct:.1f}%", bar)
+        for row in fmt.lines_under(report, phase):
+            table.add_row(Text(f"  {fmt.line_label(row)}", style="dim"), f"{row['ms']:.2f}", f"{row['pct']:.1f}%", "")
     return table
 
 

@@ -174,6 +174,10 @@ class ProbeContext:
     wanted: Mapping[str, Any] = field(default_factory=dict)
     """A tuning trial's candidate change, dotted names, when its bursts ask for one: a switch
     with a size of its own (a thread count) makes exactly that one."""
+    host_lines: tuple[Any, ...] = ()
+    """The user's lines the line sampler found the recorded steps' time in
+    (:class:`~torchboost.evidence.host_lines.HostLine`); empty at the end of warm-up, and
+    where the lines are not sampled (a tuning trial)."""
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,8 @@ def finish(recorder: StepRecorder, watchdog: StallWatchdog | None, instrumentati
     if applier is not None:
         applier.uninstall()
         recorder.run.applied = list(applier.notes)
+    if recorder.host.lines is not None:
+        recorder.host.lines.stop()
     recorder.stages.profile.close()
     recorder.stages.quick.close()  # a probe step the script's end cut short: its switch off
     recorder.stages.flops.stop(keep=False)  # a step the script's end cut short is not counted

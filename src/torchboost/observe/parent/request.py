@@ -70,7 +70,7 @@ class RunRequest:
                                   "settle_warmup": self.settle_warmup, "stop_slower_than_ms": self.stop_slower_than_ms,
                                   "stall_timeout_s": self.stall_timeout_s, "command": list(self.command)}
         if not self.profile:
-            fields.update(profile_warmup=0, profile_active=0)
+            fields.update(profile_warmup=0, profile_active=0, line_sample_ms=None)
         if self.stop_decided is not None:
             fields.update(stop_decided_ms=self.stop_decided[0], stop_decided_margin=self.stop_decided[1])
         if self.bursts is not None:

@@ -121,7 +121,8 @@ def probe_context(parts: RecordedParts, device: str) -> ProbeContext:
     return ProbeContext(model=seen.model(), optimizer=seen.primary_optimizer(), loader=None,
                         device=device.split(":")[0], autocast_dtype=seen.autocast_dtype(device),
                         grad_scaler=parts.losses.scaler is not None,
-                        other_load_pct=load.pct if load.measured else None, wanted=dict(parts.spec.bursts or {}))
+                        other_load_pct=load.pct if load.measured else None, wanted=dict(parts.spec.bursts or {}),
+                        host_lines=tuple(parts.host.lines.lines()) if parts.host.lines is not None else ())
 
 
 def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tuple[Any, Any, dict[str, Any]]:

@@ -75,7 +75,7 @@ class StepRecorder:
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
         self.stages = RunStages(spec, self.timing, self.losses, profiler_quiet=profiler_quiet)
-        self.host = HostLog(self.timing, self.stages, lambda: self.current)  # the hooks' host calls go to it
+        self.host = HostLog(self.timing, self.stages, lambda: self.current, line_sample_ms=spec.line_sample_ms)
         self.output = RunOutput(spec, clock, self.timing.window)
         self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
@@ -170,8 +170,8 @@ class StepRecorder:
             self.guarded(self.built.at_warmup_end, self.uses_booster)
             for callback in self.on_warmup_end:
                 self.guarded(callback, self.roots())
-        # Before the profiler starts: flushing the facts is not profiled.
-        self.guarded(self.output.after_boundary, done, steps=len(timing.steps),
+        self.guarded(self.host.lines_at_boundary, kind)  # the line sampler: started, kept, paused
+        self.guarded(self.output.after_boundary, done, steps=len(timing.steps),  # before the profiler: not profiled
                      profiling=self.stages.profile.running, write_facts=self.write_facts)
         if self.stages.advance(done, self._uses_cuda):
             self.run.ended = "stopped"

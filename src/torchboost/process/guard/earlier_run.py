@@ -19,6 +19,7 @@ and by a recovery.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,9 +42,14 @@ UNSEEN = ".unseen"
 
 
 def save_insured(journal_dir: Path, insured: dict[str, str], entries: dict[str, Entry]) -> None:
-    """Record the insured copies with their entries before the run, for a recovery."""
+    """Record the insured copies with their entries before the run, for a recovery (a full
+    disk leaves none: the run goes on, and its own writes say the disk is full)."""
     data = {path: {"copy": copy, "entry": list(_fields(entries[path]))} for path, copy in insured.items()}
-    (journal_dir / INSURED_LIST).write_text(json.dumps(data), encoding="utf-8")
+    try:
+        (journal_dir / INSURED_LIST).write_text(json.dumps(data), encoding="utf-8")
+    except OSError:
+        with contextlib.suppress(OSError):
+            (journal_dir / INSURED_LIST).unlink()
 
 
 def insured_lines(insured: dict[str, str], entries: dict[str, Entry], held: set[int]) -> list[str]:

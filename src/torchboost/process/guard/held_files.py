@@ -24,7 +24,7 @@ from torchboost.process.guard.guard_spec import HELD, SCRATCH, USERS
 
 __all__ = ["HeldFile", "HeldFiles", "journal_held", "out_of_sight"]
 
-_EVERY_S = 0.5
+_EVERY_S = 1.0
 _WRITING = frozenset({"w", "a", "r+", "a+", "w+"})
 
 
