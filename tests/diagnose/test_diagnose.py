@@ -17,6 +17,7 @@ REQUIRED_IDS = {
     "memory.headroom", "threads.oversubscribed", "cudnn.benchmark", "memory.channels_last",
     "gpu.idle", "gpu.syncs", "gpu.pageable_copies", "gpu.small_kernels", "gpu.collectives", "loss.nonfinite",
     "host.checkpoint", "host.output", "host.tracker", "host.sync", "host.line",
+    "evaluation.often", "evaluation.grad", "evaluation.batch",
 }
 UNIT_SUFFIXES = ("_pct", "_s", "_per_step", "_ratio", "_speedup", "_ms", "_bytes")
 

@@ -21,6 +21,7 @@ from torchboost.frameworks import fix_toml, fix_torch
 from torchboost.config import Overlay
 from torchboost.diagnose import Facts, StepRecord
 from torchboost.diagnose.gpu import GpuFacts
+from torchboost.evidence.evaluation_facts import EvaluationFacts
 from torchboost.evidence.host_lines import HostLine
 from torchboost.evidence.host_side import HostFacts
 from torchboost.diagnose.rules import RULES
@@ -61,6 +62,16 @@ def _lines(code: str, callee: str = "", device: str = "cpu") -> Facts:
     return facts
 
 
+def _evaluating() -> Facts:
+    """Steps of 100 ms, every fifth one followed by a 200 ms evaluation with gradients on,
+    in batches of 16 where training's are 64."""
+    facts = make_facts()
+    for step in facts.steps[::5]:
+        step.eval_ms = 200.0
+    facts.evaluation = EvaluationFacts(calls=40, grad_calls=40, batch_size=16, train_batch_size=64)
+    return facts
+
+
 TRIGGERS = {
     "data.workers": lambda: with_(make_facts(**DATA_BOUND), loader={"num_workers": 0}),
     "data.pin_memory": lambda: with_(make_facts("cuda", **DATA_BOUND), loader={"pin_memory": False}),
@@ -87,6 +98,9 @@ TRIGGERS = {
                                    "torch.utils.tensorboard.writer.SummaryWriter.add_histogram"),
     "host.sync": lambda: _lines("total += loss.item()", device="cuda"),
     "host.line": lambda: _lines("acc = slow_metric(out, y)", "metrics.slow_metric"),
+    "evaluation.often": _evaluating,
+    "evaluation.grad": _evaluating,
+    "evaluation.batch": _evaluating,
 }
 
 

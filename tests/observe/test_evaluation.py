@@ -191,3 +191,43 @@ def test_on_cuda_an_evaluation_pass_is_not_in_the_training_forward(tmp_path):
     assert len(steps) == 9 and len(evaluated) == 3 and rec.built.uses_cuda()
     for s in evaluated:
         assert 0 < s.forward_ms < s.eval_ms / 4, (s.forward_ms, s.eval_ms)
+
+
+class _EvalModeLoop(_Loop):
+    """The loop above with ``model.eval()`` around its evaluation, gradients left on (a
+    script that forgot ``torch.no_grad()``)."""
+
+    def evaluate(self) -> None:
+        self.model.eval()
+        super().evaluate()
+        self.model.train()
+
+
+def test_evaluation_in_eval_mode_with_gradients_on_is_told_from_training(tmp_path):
+    """The twin above (gradients on, train mode throughout) cannot be told; with the model
+    in eval mode it is evaluation, its calls counted as building a graph for nothing."""
+    loop = _EvalModeLoop(tmp_path, eval_grad=True)
+    loop.run()
+    facts = loop.rec.facts()
+    summary = summarize(facts)
+    assert [s.total_ms for s in facts.steps] == pytest.approx([7.0] * 6)
+    assert summary.evaluation_passes == 2 and summary.evaluation_ms == pytest.approx(2 * 125.0)
+    assert facts.evaluation.calls == facts.evaluation.grad_calls >= 60
+    assert facts.evaluation.batch_size == 1 and facts.evaluation.train_batch_size == 1
+
+
+def test_a_model_that_trains_in_eval_mode_is_training_after_its_first_backward(tmp_path):
+    """Frozen batch norm: the model is put in eval mode once and trains so from then on. The
+    first call after the switch is taken for evaluation until its backward comes; every later
+    step is training's, whole."""
+    loop = _Loop(tmp_path, eval_grad=True)
+    try:
+        for step in range(20):
+            if step == 1:
+                loop.model.eval()
+            loop.train_step()
+    except StopObserving:
+        pass
+    facts = loop.rec.facts()
+    assert [s.total_ms for s in facts.steps] == pytest.approx([5.0] + [7.0] * 5)  # the first: its forward apart
+    assert facts.steps[0].eval_ms == pytest.approx(2.0) and all(s.eval_ms == 0 for s in facts.steps[1:])

@@ -42,8 +42,9 @@ def less_often(step_ms: float, part_ms: float, factor: int) -> tuple[float, str]
 
 
 def _rows(facts: Facts, bucket: str = "other") -> tuple[list[dict[str, Any]], float]:
+    """The lines of ``bucket`` that are the script's own work (not the loop's call of a phase)."""
     rows, step_ms = line_view(facts)
-    return [row for row in rows if row["bucket"] == bucket], step_ms
+    return [row for row in rows if row["bucket"] == bucket and not row["loop_call"]], step_ms
 
 
 def _evidence(row: dict[str, Any], step_ms: float) -> dict[str, Any]:

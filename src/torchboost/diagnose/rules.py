@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
 from torchboost.diagnose._host_rules import host_checkpoint, host_output
+from torchboost.diagnose._eval_rules import evaluation_batch, evaluation_grad, evaluation_often
 from torchboost.diagnose._line_rules import host_line, host_sync, host_tracker
 from torchboost.diagnose._input_rules import loss_nonfinite, memory_headroom, sync_host_device
 from torchboost.diagnose.data_bound import cap_by_replay
@@ -39,6 +40,9 @@ _OWN: dict[str, Rule] = {
     "host.tracker": host_tracker,
     "host.sync": host_sync,
     "host.line": host_line,
+    "evaluation.often": evaluation_often,
+    "evaluation.grad": evaluation_grad,
+    "evaluation.batch": evaluation_batch,
     "memory.headroom": memory_headroom,
     "gpu.idle": gpu_idle,
     "gpu.syncs": gpu_syncs,
@@ -47,7 +51,7 @@ _OWN: dict[str, Rule] = {
     "gpu.collectives": gpu_collectives,
 }
 """The diagnoses that belong to no technique: the script's own code (its syncs, checkpoint writes,
-printing, tracker calls and other lines of its own), memory, the GPU's timeline."""
+printing, tracker calls and other lines of its own, its evaluation), memory, the GPU's timeline."""
 
 RULES: dict[str, Rule] = {
     **{rule.id: rule.check for technique in techniques() for rule in technique.rules},

@@ -21,6 +21,12 @@ __all__ = ["HostLine", "LINE_SHARE_PCT", "line_rows", "where"]
 
 LINE_SHARE_PCT = 5.0
 """A line is shown under its phase when it takes at least this share of the step."""
+LOOP_CALLS = ("torch.nn.modules.module.Module._", "torch._tensor.Tensor.backward", "torch.autograd.",
+              "torch.optim.", "torch.utils.data.dataloader.")
+"""The calls through which the loop enters a phase (a module's call, ``backward``, an
+optimizer's step, a DataLoader's next batch): a line making one of them says no more than
+its phase does, and the time the sampler finds there outside the phase's own timer is the
+phase's entry and exit (torch's wrappers and the observer's hooks), not the script's work."""
 
 
 @dataclass
@@ -49,6 +55,11 @@ class HostLine:
         """Mean milliseconds a step over the steps ``indexes`` (0 for a step it missed)."""
         picked = list(indexes)
         return sum(self.ms_by_step.get(i, 0.0) for i in picked) / len(picked) if picked else 0.0
+
+    @property
+    def loop_call(self) -> bool:
+        """The line is the loop's own call of a phase (:data:`LOOP_CALLS`)."""
+        return self.callee.startswith(LOOP_CALLS)
 
     @property
     def name(self) -> str:
@@ -81,5 +92,6 @@ def line_rows(lines: list[HostLine], indexes: list[int], step_ms: float, *,
         if share >= share_pct:
             rows.append({"bucket": host_line.bucket, "where": where(host_line), "file": host_line.file,
                          "line": host_line.line, "code": host_line.code, "callee": host_line.callee,
-                         "name": host_line.name, "via": host_line.via, "ms": ms, "pct": share})
+                         "name": host_line.name, "via": host_line.via, "loop_call": host_line.loop_call,
+                         "ms": ms, "pct": share})
     return sorted(rows, key=lambda row: -row["ms"])

@@ -22,7 +22,7 @@ from typing import Any
 from torchboost.evidence.host_lines import line_rows
 from torchboost.evidence.observed import PHASES, Facts, StepRecord
 
-__all__ = ["OUTLIER_RATIO", "Summary", "judged_ms", "line_view", "summarize", "measured_steps", "percentile",
+__all__ = ["OUTLIER_RATIO", "Summary", "evaluation_share", "judged_ms", "line_view", "summarize", "measured_steps", "percentile",
            "typical_steps", "warmup_only_words"]
 
 OUTLIER_RATIO = 1.5
@@ -190,3 +190,21 @@ def line_view(facts: Facts) -> tuple[list[dict[str, Any]], float]:
                     row["ms"] *= scale
                     row["pct"] *= scale
     return [row for row in rows if row["ms"] > 0], step_ms
+
+
+def evaluation_share(facts: Facts) -> dict[str, Any] | None:
+    """The evaluation over the measured steps: ``{"eval_ms", "steps_ms", "pct", "passes",
+    "every", "per_pass_ms", "where"}`` (``where``: its top sampled line, "" unknown);
+    None when no evaluation ran in them."""
+    steps = measured_steps(facts)
+    passes = [s for s in steps if s.eval_ms > 0]
+    if not passes:
+        return None
+    eval_ms = sum(s.eval_ms for s in passes)
+    steps_ms = sum(s.total_ms for s in steps)
+    rows, _ = line_view(facts)
+    top = next((row for row in rows if row["bucket"] == "evaluation"), None)
+    where = "" if top is None else (top["via"] or top["where"])
+    return {"eval_ms": eval_ms, "steps_ms": steps_ms, "pct": 100.0 * eval_ms / (eval_ms + steps_ms),
+            "passes": len(passes), "every": max(1, round(len(steps) / len(passes))),
+            "per_pass_ms": eval_ms / len(passes), "where": where}

@@ -94,7 +94,7 @@ from torchboost.report.terminal import print_report
 from torchboost.evidence.host_side import HostFacts
 from torchboost.evidence.observed import Facts, optimizer_label
 from torchboost.evidence.findings import Finding
-from torchboost.evidence.steps import OUTLIER_RATIO, Summary, summarize
+from torchboost.evidence.steps import OUTLIER_RATIO, Summary, evaluation_share, summarize
 from torchboost.diagnose.headroom import Headroom
 
 __all__ = ["SCHEMA_VERSION", "build_report", "run_notes", "write_doctor_report", "print_doctor_report"]
@@ -133,12 +133,19 @@ def optimizer_notes(facts: Facts) -> list[str]:
             for o in facts.optimizers if not o.get("primary")]
 
 
-def evaluation_note(summary: Summary) -> str:
-    """The evaluation the script ran between its training steps, and its share, in words."""
-    passes = summary.evaluation_passes
-    return (f"Evaluation (the model called with gradients off, until training resumed): "
+def evaluation_note(facts: Facts, summary: Summary) -> str:
+    """The evaluation the script ran between its training steps, its line, its cost a pass,
+    its passes in the planned run and its share of the run's time, in words."""
+    passes, share = summary.evaluation_passes, evaluation_share(facts)
+    at = f" at {share['where']}" if share and share["where"] else ""
+    planned = ""
+    if share and facts.planned_steps:
+        runs = facts.planned_steps // share["every"]
+        planned = f", about {runs} passes in the planned {facts.planned_steps} steps"
+    return (f"Evaluation{at} (the model called with gradients off, or in eval mode, until training resumed): "
             f"{summary.evaluation_ms / 1000.0:.2f} s in {passes} pass{'es' if passes > 1 else ''} over the "
-            f"{summary.steps_measured} measured steps, {summary.evaluation_pct:.0f}% of their time; "
+            f"{summary.steps_measured} measured steps ({summary.evaluation_ms / max(passes, 1):.0f} ms a pass, every "
+            f"{share['every'] if share else '?'} steps{planned}), {summary.evaluation_pct:.0f}% of the run's time; "
             "left out of the step time and the phases above, which are training's.")
 
 
@@ -196,7 +203,7 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                      f"{OUTLIER_RATIO}x or under 1/{OUTLIER_RATIO} of the median step (another process, a "
                      "collection pause, a recompile): the phase table and the findings rest on the other "
                      f"{summary.steps_measured - summary.steps_set_aside}.")
-    notes += ([evaluation_note(summary)] if summary.evaluation_passes else []) + checkpoint_note(facts.host, summary)
+    notes += ([evaluation_note(facts, summary)] if summary.evaluation_passes else []) + checkpoint_note(facts.host, summary)
     if 0 < summary.steps_measured < _FEW_STEPS:
         notes.append(f"Only {summary.steps_measured} steps measured: timings are rough; observe more with --steps.")
     median, p90 = summary.step_time_ms["median"], summary.step_time_ms["p90"]

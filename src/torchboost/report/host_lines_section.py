@@ -29,7 +29,7 @@ def host_lines_section(facts: Facts) -> dict[str, Any] | None:
     rows, step_ms = line_view(facts)
     every = [{**row, "href": editor_link(row["file"], row["line"])} for row in rows]
     return {"interval_ms": host.line_interval_ms, "step_ms": step_ms,
-            "shown": [row for row in every if row["pct"] >= LINE_SHARE_PCT], "lines": every}
+            "shown": [row for row in every if row["pct"] >= LINE_SHARE_PCT and not row["loop_call"]], "lines": every}
 
 
 def editor_link(file: str, line: int) -> str:

@@ -5,7 +5,10 @@ A script that evaluates every N steps (``model.eval()``, ``torch.no_grad()`` or
 steps. It is no part of either: the pass starts at the first call of a trained module
 (one called with gradients on before) with gradients off, and ends when training resumes
 (a call with gradients on, a backward, an optimizer step, a training loader's batch:
-then where its wait began, and the step's boundary). It began where the script turned to
+then where its wait began, and the step's boundary). A call in eval mode (``model.eval()``) of a module trained in train mode
+before is evaluation too, gradients on or off (a script that forgot ``torch.no_grad()``):
+unless a backward follows it, which makes that module one that trains in eval mode (its
+BatchNorm frozen), whose calls are training from then on. It began where the script turned to
 it: the first wait for a batch of another loader than the training one, or that loader's
 ``iter()``. Its time is the step's ``eval_ms``,
 outside the step's total and phases (on CUDA too: its calls get no device events, whose
@@ -22,11 +25,52 @@ from typing import Any, Callable
 
 import torch
 
+from torchboost.evidence.evaluation_facts import EvaluationFacts
 from torchboost.observe.record.loss_capture import LossCapture
 from torchboost.observe.record.phases import DATA
 from torchboost.observe.record.script_objects import ScriptObjects
 
-__all__ = ["EvaluationSpan", "TrainingSplit"]
+__all__ = ["EvaluationSpan", "EvaluationWatch", "TrainingSplit"]
+
+
+class EvaluationWatch:
+    """Which calls of the trained modules are evaluation by their mode, and what the
+    evaluation's calls were (:class:`~torchboost.evidence.evaluation_facts.EvaluationFacts`)."""
+
+    def __init__(self) -> None:
+        self._trained: set[int] = set()  # modules called in train mode with gradients on
+        self._trains_in_eval: set[int] = set()  # modules a backward followed in eval mode
+        self._opened_by: int | None = None  # the module whose eval-mode call opened the span, gradients on
+        self.facts = EvaluationFacts()
+        """The evaluation's calls, warm-up included."""
+
+    def by_mode(self, module: torch.nn.Module) -> bool:
+        """An outermost call of ``module``: True when its mode makes it evaluation (eval
+        mode, gradients on, the module trained in train mode before and never in eval)."""
+        key, grad = id(module), torch.is_grad_enabled()
+        if module.training:
+            if grad:
+                self._trained.add(key)
+            return False
+        return grad and key in self._trained and key not in self._trains_in_eval
+
+    def opened(self, module: torch.nn.Module, *, grad_on: bool) -> None:
+        """An evaluation call of ``module`` (``grad_on``: with gradients on)."""
+        self._opened_by = id(module) if grad_on else self._opened_by
+        self.facts.calls += 1
+        self.facts.grad_calls += int(grad_on)
+
+    def backward(self, span_open: bool) -> None:
+        """A backward starts: where an eval-mode call with gradients on opened the span, that
+        module trains in eval mode."""
+        if span_open and self._opened_by is not None:
+            self._trains_in_eval.add(self._opened_by)
+        self._opened_by = None
+
+    def loader(self, loader: Any, training: Any) -> None:
+        """The evaluation's loader and the training one: their batch sizes."""
+        self.facts.batch_size = getattr(loader, "batch_size", None)
+        self.facts.train_batch_size = getattr(training, "batch_size", None) if training is not None else None
 
 
 class EvaluationSpan:
@@ -36,6 +80,8 @@ class EvaluationSpan:
         self.clock = clock
         """The recorder's clock, seconds."""
         self._start: float | None = None
+        self.watch = EvaluationWatch()
+        """Which calls are evaluation by the module's mode, and what the evaluation's were."""
         self.ms = 0.0
         """Milliseconds of evaluation in the step in flight, spans closed so far."""
 
@@ -72,14 +118,16 @@ class TrainingSplit:
 
     def __init__(self, acc: list[float], span: EvaluationSpan, seen: ScriptObjects, losses: LossCapture) -> None:
         self._acc, self._span, self._seen, self._losses = acc, span, seen, losses
+        self.watch = span.watch
         self._since: float | None = None  # when the script turned to another loader than training's
         self._waits_ms = 0.0  # that loader's waits since, in the step's data phase until an evaluation call
 
     def iter(self, loader: Any, iterator: Any) -> None:
         """``loader`` made ``iterator``: an evaluation loader's (no batch of it reached
         backward, another's did) may begin an evaluation (may raise: the caller records it)."""
-        if self._seen.loader_iter(loader, iterator) and self._since is None:
-            self._since = self._span.clock()
+        if self._seen.loader_iter(loader, iterator):
+            self.watch.loader(loader, self._seen.main_loader())
+            self._since = self._span.clock() if self._since is None else self._since
 
     def batch(self, iterator: Any, ms: float) -> None:
         """``iterator`` gave a batch after ``ms``: a training loader's ends evaluation where its wait began."""
@@ -92,7 +140,9 @@ class TrainingSplit:
 
     def forward(self, module: torch.nn.Module, autocast_devices: tuple[str, ...]) -> None:
         """An outermost call of ``module``: an evaluation call opens a span, one with gradients on ends it."""
-        if self._seen.forward(module, autocast_devices):
+        grad_off = self._seen.forward(module, autocast_devices)
+        if grad_off or self.watch.by_mode(module):
+            self.watch.opened(module, grad_on=not grad_off)
             if self._span.begin(self._since):
                 self._acc[DATA] = max(0.0, self._acc[DATA] - self._waits_ms)
         else:
@@ -101,6 +151,7 @@ class TrainingSplit:
 
     def backward_on(self, tensor: Any) -> None:
         """An outermost backward on ``tensor`` starts: training; its batch reached backward."""
+        self.watch.backward(self._span.open)
         self._span.end()
         self._since, self._waits_ms = None, 0.0
         self._seen.reached_backward()

@@ -198,7 +198,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
         bytes_by_op=dict(stages.flops.bytes_by_op), random_ops=list(stages.flops.random_ops),
         flops_error=stages.flops.error or stages.flops.note,
         replay_step_ms=list(stages.replay.step_ms), quick_probes=list(stages.quick.results),
-        host=parts.host.facts(),
+        host=parts.host.facts(), evaluation=timing.evaluation.watch.facts,
         peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if cuda else describe.peak_rss_bytes(),
         device_memory_total_bytes=int(settings.get("env", {}).get("gpu_memory_bytes", 0)) if cuda else 0,
         peak_rss_bytes=describe.peak_rss_bytes(),
