@@ -231,3 +231,32 @@ def test_a_model_that_trains_in_eval_mode_is_training_after_its_first_backward(t
     facts = loop.rec.facts()
     assert [s.total_ms for s in facts.steps] == pytest.approx([5.0] + [7.0] * 5)  # the first: its forward apart
     assert facts.steps[0].eval_ms == pytest.approx(2.0) and all(s.eval_ms == 0 for s in facts.steps[1:])
+
+
+class _GradRecordingLoop(_EvalModeLoop):
+    """Records, for each evaluation call, whether gradients were on while it ran."""
+
+    def __init__(self, tmp_path) -> None:
+        super().__init__(tmp_path, eval_grad=True)
+        self.grad_in_calls: list[bool] = []
+
+    def _forward(self, ms: float) -> None:
+        self.rec.forward_begin(self.model, ())
+        if not self.model.training:
+            self.grad_in_calls.append(torch.is_grad_enabled())
+        self.clock.now += ms / 1000
+        self.rec.phase_end(FORWARD, ms)
+
+
+def test_after_a_pass_every_other_evaluation_call_runs_without_gradients_and_both_are_timed(tmp_path):
+    """The first pass runs as the script has it; from the next one every other call runs as
+    under torch.no_grad(), gradients back on as it ends; both kinds' medians are recorded.
+    The first pass is the twin: before a pass has ended with no backward in it, no call is
+    run otherwise than the script has it."""
+    loop = _GradRecordingLoop(tmp_path)
+    loop.run()
+    first, later = loop.grad_in_calls[:30], loop.grad_in_calls[30:]
+    assert all(first) and later.count(False) == len(later) // 2 and torch.is_grad_enabled()
+    seen = loop.rec.facts().evaluation
+    assert seen.grad_call_ms == pytest.approx(2.0) and seen.no_grad_call_ms == pytest.approx(2.0)
+    assert seen.passes == 2 and seen.timed_calls == len(loop.grad_in_calls) == 60

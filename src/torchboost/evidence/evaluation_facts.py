@@ -18,8 +18,10 @@ __all__ = ["EvaluationFacts"]
 class EvaluationFacts:
     """The evaluation calls of the trained model the observer saw, in the recorded steps."""
 
+    passes: int = 0
+    """Evaluation passes seen, warm-up included."""
     calls: int = 0
-    """Outermost calls of the trained model within evaluation."""
+    """Outermost calls of the trained model within evaluation, warm-up included."""
     grad_calls: int = 0
     """Those of them made with gradients on (``model.eval()`` but no ``torch.no_grad()``):
     each builds an autograd graph no backward reads."""
@@ -27,3 +29,10 @@ class EvaluationFacts:
     """The evaluation loader's batch size (None: no loader of its own seen, or unknown)."""
     train_batch_size: int | None = None
     """The training loader's, for comparison."""
+    grad_call_ms: float | None = None
+    """Median time of an evaluation call with gradients on, ms (None: not measured)."""
+    no_grad_call_ms: float | None = None
+    """Median time of one the observer ran with gradients off, as ``torch.no_grad()`` would,
+    every other call of the passes after the first (None: not measured)."""
+    timed_calls: int = 0
+    """The calls those two medians rest on."""

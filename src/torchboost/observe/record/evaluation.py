@@ -8,7 +8,10 @@ steps. It is no part of either: the pass starts at the first call of a trained m
 then where its wait began, and the step's boundary). A call in eval mode (``model.eval()``) of a module trained in train mode
 before is evaluation too, gradients on or off (a script that forgot ``torch.no_grad()``):
 unless a backward follows it, which makes that module one that trains in eval mode (its
-BatchNorm frozen), whose calls are training from then on. It began where the script turned to
+BatchNorm frozen), whose calls are training from then on. Once a pass with gradients on has
+ended with no backward in it, every other call of the next passes runs with gradients off,
+as ``torch.no_grad()`` would have it (the same outputs: the metric is the same), and both
+kinds are timed: what the graph costs the evaluation is measured, not assumed. It began where the script turned to
 it: the first wait for a batch of another loader than the training one, or that loader's
 ``iter()``. Its time is the step's ``eval_ms``,
 outside the step's total and phases (on CUDA too: its calls get no device events, whose
@@ -21,6 +24,7 @@ The training loader is the one whose batches reach backward
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Callable
 
 import torch
@@ -41,6 +45,9 @@ class EvaluationWatch:
         self._trained: set[int] = set()  # modules called in train mode with gradients on
         self._trains_in_eval: set[int] = set()  # modules a backward followed in eval mode
         self._opened_by: int | None = None  # the module whose eval-mode call opened the span, gradients on
+        self._probe_ok = False  # a pass with gradients on ended with no backward: calls may run without
+        self._probing = False  # the call in flight runs with gradients off for the measure
+        self._times: dict[bool, list[float]] = {True: [], False: []}  # call ms with gradients on / off
         self.facts = EvaluationFacts()
         """The evaluation's calls, warm-up included."""
 
@@ -59,12 +66,37 @@ class EvaluationWatch:
         self._opened_by = id(module) if grad_on else self._opened_by
         self.facts.calls += 1
         self.facts.grad_calls += int(grad_on)
+        if grad_on and self._probe_ok and self.facts.grad_calls % 2 == 0:
+            self._probing = True
+            torch.set_grad_enabled(False)  # this call as under torch.no_grad(); back on as it ends
+
+    def call_ended(self, ms: float) -> None:
+        """An evaluation call ended after ``ms``: timed by its gradients, and put back on
+        where the measure turned them off."""
+        if self._opened_by is None:
+            return
+        if self._probing:
+            torch.set_grad_enabled(True)
+            self._probing = False
+            self._times[False].append(ms)
+        else:
+            self._times[True].append(ms)
+        timed = self._times
+        if timed[True] and timed[False]:
+            self.facts.grad_call_ms = statistics.median(timed[True])
+            self.facts.no_grad_call_ms = statistics.median(timed[False])
+            self.facts.timed_calls = len(timed[True]) + len(timed[False])
+
+    def ended_without_backward(self) -> None:
+        """Training resumed with no backward in the pass: its calls may be measured without gradients."""
+        self._probe_ok = self._probe_ok or self._opened_by is not None
 
     def backward(self, span_open: bool) -> None:
         """A backward starts: where an eval-mode call with gradients on opened the span, that
         module trains in eval mode."""
         if span_open and self._opened_by is not None:
             self._trains_in_eval.add(self._opened_by)
+            self._probe_ok = False
         self._opened_by = None
 
     def loader(self, loader: Any, training: Any) -> None:
@@ -132,6 +164,8 @@ class TrainingSplit:
     def batch(self, iterator: Any, ms: float) -> None:
         """``iterator`` gave a batch after ``ms``: a training loader's ends evaluation where its wait began."""
         if self._seen.loader_batch(iterator):
+            if self._span.open:
+                self.watch.ended_without_backward()
             self._span.end(ms)
             self._since, self._waits_ms = None, 0.0
         else:
@@ -145,7 +179,10 @@ class TrainingSplit:
             self.watch.opened(module, grad_on=not grad_off)
             if self._span.begin(self._since):
                 self._acc[DATA] = max(0.0, self._acc[DATA] - self._waits_ms)
+                self.watch.facts.passes += 1
         else:
+            if self._span.open:
+                self.watch.ended_without_backward()
             self._span.end()
         self._since, self._waits_ms = None, 0.0
 

@@ -20,7 +20,8 @@ from torchboost.evidence.observed import StepRecord
 from torchboost.observe.record.cuda_phases import CudaPhases
 from torchboost.observe.record.sequential_stop import decided
 from torchboost.observe.record.evaluation import EvaluationSpan
-from torchboost.observe.record.phases import OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, WARMUP, StopObserving
+from torchboost.observe.record.phases import (FORWARD, OPTIMIZER, PHASE_MARKS, RECORDED, SLOW_CHECK_STEPS, WARMUP,
+                                              StopObserving)
 from torchboost.observe.record.recording_window import RecordingWindow
 from torchboost.observe.spec import ObserveSpec
 
@@ -79,6 +80,8 @@ class StepTiming:
             self.acc[phase] += ms
             if self.cuda is not None:
                 self.cuda.end(phase)
+        elif phase == FORWARD:
+            self.evaluation.watch.call_ended(ms)
 
     def closure_begin(self) -> None:
         """``optimizer.step``'s closure starts: it counts as one micro-step however often it runs."""
