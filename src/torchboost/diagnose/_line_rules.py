@@ -54,23 +54,32 @@ def _evidence(row: dict[str, Any], step_ms: float) -> dict[str, Any]:
 
 def host_tracker(facts: Facts, *, tracker_pct: float = 5.0) -> Finding | None:
     """An experiment tracker's calls (TensorBoard, wandb, MLflow...) take ``tracker_pct``
-    percent of the step or more: log every N steps. No switch: the logs are the user's."""
+    percent of the step or more, all its lines together: log every N steps. No switch:
+    the logs are the user's."""
     rows, step_ms = _rows(facts)
-    row = next((x for x in rows if x["callee"].startswith(TRACKERS) and x["pct"] >= tracker_pct), None)
-    if row is None:
+    calls = [x for x in rows if x["callee"].startswith(TRACKERS)]
+    if not calls:
         return None
-    name = row["name"]
-    speedup, formula = less_often(step_ms, row["ms"], LOG_EVERY)
+    name = calls[0]["name"]
+    same = [x for x in calls if x["name"] == name]  # one call of the tracker's, at each of its lines
+    ms, pct = sum(x["ms"] for x in same), sum(x["pct"] for x in same)
+    if pct < tracker_pct:
+        return None
+    lines = ", ".join(x["where"] for x in same[:4]) + (f" and {len(same) - 4} more" if len(same) > 4 else "")
+    via = f" (from {same[0]['via']})" if same[0]["via"] else ""
+    speedup, formula = less_often(step_ms, ms, LOG_EVERY)
     return Finding(
         id="host.tracker",
-        title=f"{row['where']} {name} takes {row['pct']:.0f}% of the step ({row['ms']:.1f} ms): log it every "
-              f"{LOG_EVERY} steps",
-        evidence={**_evidence(row, step_ms), "callee": row["callee"]},
+        title=f"{lines}{via} {name} takes {pct:.0f}% of the step ({ms:.1f} ms): log it every {LOG_EVERY} steps",
+        evidence={"line": same[0]["where"], "lines": [x["where"] for x in same], **({"from": same[0]["via"]}
+                  if same[0]["via"] else {}), "callee": same[0]["callee"], "line_ms_per_step": r(ms),
+                  "line_pct": r(pct, 1), "step_ms": r(step_ms)},
         advice=f"the tracker's calls are the script's: log every {LOG_EVERY} steps (histograms and images every "
                "few hundred), not every step",
-        advice_code=f"if step % {LOG_EVERY} == 0:  # at {row['where']}\n    {row['code']}",
+        advice_code=f"if step % {LOG_EVERY} == 0:  # at {same[0]['via'] or same[0]['where']}\n    {same[0]['code']}",
         expected_speedup=speedup,
-        formula=f"{formula}; P ms of {name} per step, called {LOG_EVERY}x less often (assumed)",
+        formula=f"{formula}; P ms of {name} per step at its {len(same)} line(s), called {LOG_EVERY}x less often "
+                "(assumed)",
         notes=["What the tracker records is the user's to choose; torchboost changes none of it. Histograms of "
                "every parameter and gradient are the dearest: each copies and bins the whole tensor."],
     )

@@ -257,7 +257,9 @@ def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak
     if python is not None and (host_pct < HOST_BOUND_PCT or python.step_pct >= host_pct):
         return "python", python.words(python_line(facts, python.phase))
     if host_pct >= HOST_BOUND_PCT:
-        return "host", f"{host_pct:.0f}% of the step is outside forward, backward, optimizer and data"
+        top = python_line(facts, "other")
+        at = f", most of it at {top}" if top else ""
+        return "host", f"{host_pct:.0f}% of the step is outside forward, backward, optimizer and data{at}"
     matmul_pct = _matmul_time_pct(facts)
     if matmul_pct is not None and matmul_pct < MATMUL_TIME_PCT:
         return "memory", f"the FLOP-carrying ops take {matmul_pct:.0f}% of the op time; the rest moves bytes"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torchboost.evidence.host_lines import without_comment
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import PYTHON_PHASE_PCT, collectives, python_shares
 from torchboost.evidence.steps import summarize
@@ -107,7 +108,7 @@ def python_line(facts: Facts, phase: str) -> str | None:
         return None
     top = max(lines, key=lambda entry: sum((_get(entry, "ms_by_step") or {}).values()))
     where = f"{str(_get(top, 'file')).rsplit('/', 1)[-1]}:{_get(top, 'line')}"
-    code = _get(top, "code")
+    code = without_comment(_get(top, "code") or "")
     return f"{where} (`{code}`)" if code else where
 
 

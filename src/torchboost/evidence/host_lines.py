@@ -1,6 +1,6 @@
 """The host's time named at the user's lines, as plain data.
 
-During the recorded steps a sampler reads the training thread's Python stack every few
+During the recorded steps a sampler reads the training thread's Python stack every 10
 milliseconds (:mod:`torchboost.observe.record.line_sampler`) and gives the time since its
 last look to the innermost frame of the user's own code (not the standard library, not an
 installed package, not torchboost): its ``file:line``, the source there, and the call it
@@ -14,6 +14,8 @@ uses (:func:`line_rows`).
 
 from __future__ import annotations
 
+import io
+import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -63,16 +65,27 @@ class HostLine:
 
     @property
     def name(self) -> str:
-        """The call in words: the callee's last two names, or the line's own text."""
+        """The call in words: the callee's last two names, or the line's own text (its
+        comment left out)."""
         if self.callee:
             return ".".join(self.callee.split(".")[-2:])
-        return self.code
+        return without_comment(self.code)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HostLine":
         """The line :func:`dataclasses.asdict` wrote (JSON turned the step indexes into strings)."""
         return cls(data["bucket"], data["file"], int(data["line"]), data.get("code", ""), data.get("callee", ""),
                    {int(k): float(v) for k, v in data.get("ms_by_step", {}).items()}, data.get("via", ""))
+
+
+def without_comment(code: str) -> str:
+    """One line of Python without its trailing comment (as it is when it does not tokenize)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return code
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    return code[:comment.start[1]].rstrip() if comment is not None else code
 
 
 def where(line: HostLine) -> str:

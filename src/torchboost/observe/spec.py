@@ -131,7 +131,7 @@ class ObserveSpec:
     """Profiler warm-up steps (recorded by the profiler, then discarded)."""
     profile_active: int = 2
     """Profiler steps kept in the op table and the trace; small keeps the trace small."""
-    line_sample_ms: float | None = 2.0
+    line_sample_ms: float | None = 10.0
     """Milliseconds between two looks of the line sampler at the training thread's stack
     during the recorded steps (:mod:`torchboost.observe.record.line_sampler`); None: the
     user's lines are not sampled (a tuning trial's figures stay the script's own)."""
