@@ -4,9 +4,11 @@ Two parts of torchboost reach into the script's DataLoaders, each through a
 :class:`LoaderPatch` made here:
 
 * the observer (:mod:`torchboost.observe.hooks.instrument`), with :func:`timed_iteration`:
-  ``DataLoader.__iter__`` tells which loader feeds the loop (once per epoch), and
+  ``DataLoader.__iter__`` tells which loader feeds the loop (once per epoch),
   ``_BaseDataLoaderIter.__next__`` times the wait for each batch (single- and
-  multi-process iterators both inherit it);
+  multi-process iterators both inherit it), and the dataset fetchers' ``fetch`` times
+  each batch's making, wall against CPU, where it is made
+  (:mod:`torchboost.reach.sample_clock`);
 * the no-code applier (:mod:`torchboost.nocode`), with :func:`rewritten_arguments`:
   ``DataLoader.__init__`` builds each loader with the configured arguments.
 
@@ -23,10 +25,13 @@ from typing import Any, Callable, Protocol
 
 import torch.utils.data.dataloader as _dl
 
+from torchboost.reach.sample_clock import FETCH_ATTRIBUTES, SampleClock
+
 __all__ = ["ITERATION_ATTRIBUTES", "INIT_ATTRIBUTES", "BatchObserver", "LoaderPatch", "rewritten_arguments",
            "timed_iteration"]
 
-ITERATION_ATTRIBUTES: tuple[tuple[type, str], ...] = ((_dl.DataLoader, "__iter__"), (_dl._BaseDataLoaderIter, "__next__"))
+ITERATION_ATTRIBUTES: tuple[tuple[type, str], ...] = ((_dl.DataLoader, "__iter__"), (_dl._BaseDataLoaderIter, "__next__"),
+                                                      *FETCH_ATTRIBUTES)
 """(class, attribute) pairs :func:`timed_iteration` replaces."""
 INIT_ATTRIBUTES: tuple[tuple[type, str], ...] = ((_dl.DataLoader, "__init__"),)
 """(class, attribute) pairs :func:`rewritten_arguments` replaces."""
@@ -83,13 +88,18 @@ class LoaderPatch:
         self._originals = []
 
 
-def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.perf_counter) -> LoaderPatch:
-    """A patch telling ``observer`` which loader iterates and how long each batch took."""
+def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.perf_counter,
+                    samples: SampleClock | None = None) -> LoaderPatch:
+    """A patch telling ``observer`` which loader iterates and how long each batch took, and
+    timing each batch's making into ``samples`` (a new :class:`SampleClock` when None)."""
+    samples = SampleClock() if samples is None else samples
 
     def wrap_iter(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def __iter__(loader: Any) -> Any:
+            samples.iterating(loader)  # before its workers start: they inherit their loader
             iterator = original(loader)
+            samples.made(loader, iterator)
             observer.loader_iter(loader, iterator)
             return iterator
 
@@ -102,6 +112,7 @@ def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.p
         @functools.wraps(original)
         def __next__(iterator: Any) -> Any:
             observer.data_begin()
+            samples.fetching(iterator)
             start = clock()
             if replay is None:
                 batch = original(iterator)
@@ -112,7 +123,7 @@ def timed_iteration(observer: BatchObserver, clock: Callable[[], float] = time.p
 
         return __next__
 
-    return LoaderPatch(dict(zip(ITERATION_ATTRIBUTES, (wrap_iter, wrap_next))))
+    return LoaderPatch(dict(zip(ITERATION_ATTRIBUTES, (wrap_iter, wrap_next, samples.timed, samples.timed))))
 
 
 def rewritten_arguments(rewrites: list[Callable[[dict[str, Any]], None]],

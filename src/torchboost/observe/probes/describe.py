@@ -14,7 +14,7 @@ import torch
 import torch.optim.optimizer as _optim
 
 from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
-from torchboost.reach import frames
+from torchboost.reach import frames, sample_clock
 from torchboost.techniques._model import has_conv2d
 from torchboost.techniques.loader.spawn_safety import spawn_refusal
 from torchboost.techniques.registry import ProbeContext, techniques
@@ -44,7 +44,7 @@ def describe_loader(loader: torch.utils.data.DataLoader) -> LoaderFacts:
     if batch_size is None:  # a custom batch_sampler carries the size
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
     iterable = isinstance(loader.dataset, torch.utils.data.IterableDataset)
-    return LoaderFacts(
+    facts = LoaderFacts(
         num_workers=int(loader.num_workers),
         pin_memory=bool(loader.pin_memory),
         persistent_workers=bool(loader.persistent_workers),
@@ -57,6 +57,10 @@ def describe_loader(loader: torch.utils.data.DataLoader) -> LoaderFacts:
             loader.dataset, loader.multiprocessing_context, collate_fn=loader.collate_fn,
             worker_init_fn=loader.worker_init_fn),
     )
+    clock = sample_clock.latest()
+    if clock is not None:  # its batches' times are read into these facts when they are written
+        clock.described(facts, loader)
+    return facts
 
 
 def describe_model(module: torch.nn.Module) -> ModelFacts:

@@ -14,6 +14,7 @@ far are kept by :class:`~torchboost.observe.record.facts_so_far.FactsSoFar`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -31,6 +32,7 @@ from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.record.stages import RunStages
 from torchboost.observe.record.step_timing import StepTiming
 from torchboost.observe.spec import ObserveSpec
+from torchboost.reach import sample_clock
 from torchboost.techniques.registry import ProbeContext
 
 __all__ = ["RecordedParts", "RunState", "build_facts", "planned_run", "probe_context", "uses_cuda"]
@@ -148,6 +150,13 @@ def _described(parts: RecordedParts, earlier: Facts | None, fresh: bool) -> tupl
     return model, optimizer, by_technique
 
 
+def _timed(loader: LoaderFacts | None) -> LoaderFacts | None:
+    """``loader`` with its batches' times so far (:mod:`torchboost.reach.sample_clock`)."""
+    clock = sample_clock.latest()
+    samples = clock.samples_of(loader) if loader is not None and clock is not None else {}
+    return dataclasses.replace(loader, samples=samples) if samples else loader
+
+
 def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None = None, *,
                 fresh: bool = False) -> Facts:
     """Everything ``parts`` have seen so far, as :class:`Facts` (converts pending losses: may sync).
@@ -164,7 +173,7 @@ def build_facts(parts: RecordedParts, uses_booster: bool, earlier: Facts | None 
     except Exception as exc:  # noqa: BLE001 - the observer never breaks the user's run
         parts.errors.append(f"observe_techniques: {type(exc).__name__}: {exc}")
     settings = seen.settings
-    loader = seen.main_loader()
+    loader = _timed(seen.main_loader())
     cuda = uses_cuda(model, seen.probe_started_cuda)
     micro = timing.micro_median() if run.step_source == "optimizer" else None
     planned_steps, planned_from = planned_run(loader, seen.trainer, spec.command, micro, seen.stated)

@@ -18,19 +18,22 @@ from dataclasses import dataclass
 
 from torchboost.config import Overlay
 from torchboost.evidence.observed import Facts
+from torchboost.evidence.rulekit import view
 from torchboost.evidence.steps import measured_steps, typical_steps
 from torchboost.techniques.loader.host_threads import CpuConfig
 from torchboost.techniques.loader.loader_settings import MAX_WORKERS, LoaderConfig
+from torchboost.techniques.loader.sample_split import off_cpu_workers
 from torchboost.techniques.loader.worker_ipc import available as sharing_available
 from torchboost.techniques.registry import TuneContext
 
-__all__ = ["TRIED_WORKERS", "LoaderTuning", "host_candidates", "host_floor", "loader_tune_context", "pin_candidates",
-           "prefetch_candidates", "sharing_candidates", "threads_alone", "workers_of"]
+__all__ = ["TRIED_WORKERS", "LoaderTuning", "host_candidates", "host_floor", "loader_tune_context", "past_the_cores",
+           "pin_candidates", "prefetch_candidates", "sharing_candidates", "threads_alone", "workers_of"]
 
 TRIED_WORKERS = MAX_WORKERS // 2
-"""The most loader workers the tuner tries: each count is screened with two thread counts
-and two hand-overs at most, and the bound of each (:func:`host_floor`) screens the likeliest
-first."""
+"""The most loader workers the tuner tries within the cores: each count is screened with two
+thread counts and two hand-overs at most, and the bound of each (:func:`host_floor`) screens
+the likeliest first. A loader the doctor timed waiting off the CPU is tried past them
+(:func:`past_the_cores`)."""
 
 
 def workers_of(settings: Overlay) -> int:
@@ -42,7 +45,8 @@ def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     """Fewer intra-op threads alone, then each worker count with threads = the cores left
     over and with all cores, each with torch's hand-over, then file_system's (with busy
     workers it measured 7-13% faster; torch's own first, as it leaves no shared-memory
-    file behind a killed run)."""
+    file behind a killed run); for a loader the doctor timed waiting off the CPU, worker
+    counts past the cores too (:func:`past_the_cores`), with all cores' threads."""
     # Workers and intra-op threads share the cores: on a 2-core box, 2 workers with
     # 2 threads gained nothing and 1 worker with 2 threads lost 50%, while 2 workers with
     # 1 thread gained 1.35x. Fewer threads alone is a candidate too: on a busy or small box,
@@ -52,13 +56,32 @@ def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     if not ctx.has_loader or loader.iterable_dataset or loader.workers_refused:
         return out
     file_system = Overlay.of(LoaderConfig, sharing_strategy="file_system")
+    sharings = [Overlay()] + ([file_system] if loader.file_system_sharing else [])
     for workers in range(1, min(TRIED_WORKERS, max(ctx.cpu_cores, 1)) + 1):
-        sharings = [Overlay()] + ([file_system] if loader.file_system_sharing else [])
         for threads in sorted({max(1, ctx.cpu_cores - workers), ctx.cpu_cores}):
             for sharing in sharings:
                 out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
                            | Overlay.of(CpuConfig, threads=threads) | sharing)
+    # Past the cores only where the doctor timed the samples waiting off the CPU: those
+    # workers wait rather than compute, so the training process keeps every core's thread.
+    for workers in past_the_cores(loader.off_cpu_workers, ctx.cpu_cores):
+        for sharing in sharings:
+            out.append(Overlay.of(LoaderConfig, num_workers=workers, persistent_workers=True)
+                       | Overlay.of(CpuConfig, threads=max(ctx.cpu_cores, 1)) | sharing)
     return out
+
+
+def past_the_cores(most: int, cores: int) -> list[int]:
+    """Worker counts for a loader that waits off the CPU, past those tried within the cores
+    (``min(TRIED_WORKERS, cores)``) up to ``most`` (the doctor's count): ``most`` itself and
+    the doubles of the cores below it. The search screens them lowest bound first: ``most``
+    first."""
+    cores, tried = max(cores, 1), min(TRIED_WORKERS, max(cores, 1))
+    counts, workers = {most}, 2 * cores
+    while workers < most:
+        counts.add(workers)
+        workers *= 2
+    return sorted(w for w in counts if w > tried)
 
 
 def threads_alone(change: Overlay) -> bool:
@@ -132,6 +155,11 @@ class LoaderTuning:
     None: not known."""
     dataless_threads: int = 0
     """The intra-op threads the doctor's run stepped with (0: not known)."""
+    off_cpu_workers: int = 0
+    """Workers the doctor counted for a loader whose samples it timed waiting off the CPU
+    (storage, a network): past the cores where that share allows
+    (:func:`~torchboost.techniques.loader.sample_split.off_cpu_workers`); 0: none (not
+    timed, or the samples compute)."""
 
 
 def loader_tune_context(facts: Facts) -> LoaderTuning:
@@ -140,7 +168,7 @@ def loader_tune_context(facts: Facts) -> LoaderTuning:
     batch's load time when the training process loaded it, the dataless step)."""
     seen = LoaderTuning(iterable_dataset=bool(facts.loader and facts.loader.iterable),
                         workers_refused=bool(facts.loader and facts.loader.workers_refused),
-                        file_system_sharing=sharing_available("file_system"))
+                        file_system_sharing=sharing_available("file_system"), off_cpu_workers=_off_cpu(facts))
     steps = typical_steps(measured_steps(facts)) if facts.steps else []
     if facts.loader is None or facts.loader.num_workers or not steps:
         return seen
@@ -150,3 +178,12 @@ def loader_tune_context(facts: Facts) -> LoaderTuning:
     dataless = statistics.median(replay) if replay else max(step - load, 0.0)
     return dataclasses.replace(seen, batch_load_ms=load, dataless_step_ms=dataless or None,
                                dataless_threads=int(facts.cpu_threads or 0))
+
+
+def _off_cpu(facts: Facts) -> int:
+    """The doctor's worker count for a loader that waits off the CPU; 0 where there is none."""
+    v = view(facts) if facts.steps else None
+    if v is None or v.step_ms <= 0:
+        return 0
+    off = off_cpu_workers(facts, cores=v.cores, step_ms=v.step_ms, data_ms=v.ms["data"])
+    return off.workers if off is not None else 0
