@@ -116,3 +116,17 @@ def test_a_marked_folder_whose_last_command_never_ended_is_taken_as_it_is(tmp_pa
         out_folder.claim(results)
     (results / out_folder.MARKER).write_text('{"entries": null}')  # as a killed command leaves it
     assert out_folder.claim(results) == results
+
+
+def test_a_file_made_deep_inside_a_marked_folder_after_torchboost_is_caught(tmp_path):
+    """The script's own run writes ``results/writes/samples/mine.txt`` into a folder torchboost
+    left: no top-level entry's time moves, and the next command would clear writes/. The
+    folder is refused. Twin: untouched, it is taken."""
+    results = out_folder.claim(tmp_path / "results")
+    with out_folder.in_use(results):
+        (results / "writes" / "samples").mkdir(parents=True)
+        (results / "writes" / "samples" / "run.txt").write_text("the run's")
+    assert out_folder.claim(results) == results
+    (results / "writes" / "samples" / "mine.txt").write_text("the user's")
+    with pytest.raises(UsageError, match="writes came or changed there"):
+        out_folder.claim(results)

@@ -15,8 +15,8 @@ for one of them. :func:`check` says the same without making anything, for the co
 that check all their input before the folder is made.
 
 A marked folder is torchboost's as it left it: the marker records every top-level entry
-(its kind, size and modification time) when a command ends (:func:`in_use`), and a later
-command refuses the folder if an entry came or changed since (``--out results`` given
+(its kind, size and modification time, and a folder's whole content) when a command ends
+(:func:`in_use`), and a later command refuses the folder if an entry came or changed since (``--out results`` given
 while empty, then the script's own run wrote ``results/report.json`` there). When the
 last command in it never ended (killed), what it left cannot be told from the user's:
 the folder is taken as it is.
@@ -25,10 +25,11 @@ the folder is taken as it is.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from torchboost.usage import UsageError
 
@@ -119,18 +120,20 @@ def in_use(folder: str | Path) -> Iterator[None]:
         _write_marker(folder, _top_level(folder))
 
 
-def _marker_text(entries: dict[str, list[int]] | None) -> str:
+def _marker_text(entries: dict[str, list[Any]] | None) -> str:
     return json.dumps({"note": _MARKER_NOTE, "entries": entries}, indent=1) + "\n"
 
 
-def _write_marker(folder: Path, entries: dict[str, list[int]] | None) -> None:
+def _write_marker(folder: Path, entries: dict[str, list[Any]] | None) -> None:
     with contextlib.suppress(OSError):
         (folder / MARKER).write_text(_marker_text(entries), encoding="utf-8")
 
 
-def _top_level(folder: Path) -> dict[str, list[int]]:
-    """Each top-level entry but the marker files: [is a folder, size, modification time in ns]."""
-    found = {}
+def _top_level(folder: Path) -> dict[str, list[Any]]:
+    """Each top-level entry but the marker files: [is a folder, size, modification time in
+    ns, and for a folder a digest of every entry inside it, at any depth: a file made deep in
+    ``writes/`` changes no top-level time]."""
+    found: dict[str, list[Any]] = {}
     with contextlib.suppress(OSError):
         for entry in os.scandir(folder):
             if entry.name in (MARKER, IGNORE_FILE):
@@ -138,8 +141,23 @@ def _top_level(folder: Path) -> dict[str, list[int]]:
             with contextlib.suppress(OSError):
                 st = entry.stat(follow_symlinks=False)
                 is_dir = entry.is_dir(follow_symlinks=False)
-                found[entry.name] = [int(is_dir), 0 if is_dir else st.st_size, st.st_mtime_ns]
+                found[entry.name] = [int(is_dir), 0 if is_dir else st.st_size, st.st_mtime_ns,
+                                     _digest(entry.path) if is_dir else ""]
     return found
+
+
+def _digest(folder: str) -> str:
+    """Every entry under ``folder``: its path, kind, size and modification time, hashed."""
+    listing = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                listing.update(f"{os.path.relpath(path, folder)}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\n"
+                               .encode("utf-8", "surrogateescape"))
+    return listing.hexdigest()
 
 
 def _check_unchanged(folder: Path, flag: str) -> None:

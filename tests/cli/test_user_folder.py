@@ -75,7 +75,7 @@ def test_doctor_leaves_the_users_folder_as_it_was_and_lists_the_writes(tmp_path)
     listed = {w["path"]: w for w in writes["kept_apart"]}
     assert listed["ckpt.pt"]["times"] >= 3 and listed["runs/metrics.csv"]["times"] >= 3
     assert any(p.startswith("runs/") and w["new"] for p, w in listed.items())  # the new runs/<time>/
-    assert "your files are as they were" in writes["line"] and "kept apart in" in proc.stderr
+    assert "your folders are as they were, and so is every file the run's Python changed elsewhere" in writes["line"] and "kept apart in" in proc.stderr
     kept = folder / "torchboost-doctor" / "writes"
     assert __import__("torch").load(kept / "ckpt.pt")["step"] >= 20  # the script's own checkpoint, kept apart
 
@@ -106,7 +106,7 @@ def test_tune_leaves_the_users_folder_as_it_was(tmp_path):
     # every run but one ended before its first step's save (on a loaded machine a capped run can)
     assert writes["runs"] - 1 <= listed["ckpt.pt"]["runs"] <= writes["runs"] and writes["runs"] >= 2
     assert "runs/…" in listed
-    assert writes["line"].endswith("your files are as they were")
+    assert writes["line"].endswith("your folders are as they were, and so is every file the run's Python changed elsewhere")
 
 
 def _doctor_into(folder: Path, log: Path) -> dict:

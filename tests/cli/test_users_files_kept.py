@@ -123,7 +123,7 @@ def test_a_doctor_run_leaves_the_temp_directory_and_databases_as_they_were(proje
     assert _hashes(proj, elsewhere) == before  # the checkpoint under the temp directory, both databases
     with sqlite3.connect(elsewhere / "tracker.db") as db:
         assert db.execute("select count(*) from metrics").fetchone() == (1,)
-    assert "tracker.db" in done.stderr and "your files are as they were" in done.stderr
+    assert "tracker.db" in done.stderr and "your folders are as they were, and so is every file the run's Python changed elsewhere" in done.stderr
     assert "by you" not in done.stderr
     kept = proj / "torchboost-doctor" / "writes" / "outside"
     assert torch.load(next(kept.rglob("ckpt.pt")))["step"] >= 5  # the script's own checkpoint, kept apart
@@ -176,7 +176,7 @@ def test_a_database_written_through_sqlite_is_put_back_and_its_twin_is_named(tmp
         db.close()
         results[twin] = (hashlib.sha256(db_path.read_bytes()).hexdigest() == before, writes)
     kept, writes = results[False]
-    assert kept and "your files are as they were" in writes.words()
+    assert kept and "your folders are as they were, and so is every file the run's Python changed elsewhere" in writes.words()
     lost, twin_writes = results[True]
     assert not lost and f"changed outside torchboost's sight: {tmp_path / 'run1' / 'tracker.db'}" in twin_writes.words()
 

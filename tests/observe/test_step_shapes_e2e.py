@@ -23,22 +23,23 @@ def _doctor(tmp_path: Path, *args: str) -> tuple[str, dict, dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("grad", [False, True])
-def test_an_evaluation_pass_is_outside_the_training_step(tmp_path, grad):
-    # 200 training batches, 30 evaluation batches after every 3rd step.
-    stdout, facts, report = _doctor(tmp_path, "--batches", "200", "--eval-every", "3",
-                                    *(["--eval-grad"] if grad else []))
+@pytest.mark.parametrize("flags", [[], ["--eval-grad"], ["--eval-grad", "--train-mode"]])
+def test_an_evaluation_pass_is_outside_the_training_step(tmp_path, flags):
+    # 200 training batches, 30 evaluation batches after every 3rd step: under no_grad, or in
+    # eval mode with gradients on (its calls then counted as building a graph for nothing).
+    stdout, facts, report = _doctor(tmp_path, "--batches", "200", "--eval-every", "3", *flags)
     # The training loader is the one whose batches reach backward, whichever gave more.
     assert facts["planned_steps"] == 200
     notes = " ".join(report["notes"])  # the terminal's notes, as written
     assert "the script would have run 200 (one epoch of the script's DataLoader)" in notes
-    if grad:  # twin: evaluated with gradients on, the pass is inside a step's forward
+    if "--train-mode" in flags:  # twin: gradients on, train mode: the pass is inside a step's forward
         assert report["evaluation"]["passes"] == 0 and "Evaluation (" not in notes
         return
     assert report["evaluation"]["passes"] >= 1 and report["evaluation"]["ms"] > 0
     assert any(step["eval_ms"] > 0 for step in facts["steps"])
-    assert "Evaluation (the model called with gradients off, until training resumed)" in notes
-    assert "Evaluation (" in stdout
+    assert "(the model called with gradients off, or in eval mode, until training resumed)" in notes
+    assert "Evaluation" in stdout
+    assert (facts["evaluation"]["grad_calls"] > 0) is ("--eval-grad" in flags)
 
 
 @pytest.mark.slow

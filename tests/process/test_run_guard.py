@@ -25,7 +25,7 @@ def test_every_run_is_summed_and_a_new_folder_per_run_is_one_entry(tmp_path):
     assert summed["runs"] == 3
     assert {p["path"]: (p["times"], p["runs"]) for p in summed["paths"]} == {"ckpt.pt": (9, 3), "runs/…": (9, 3)}
     assert summed["line"].startswith("your folders: in 3 runs the script wrote ckpt.pt (9 times in 3 runs)")
-    assert summed["line"].endswith("your files are as they were")
+    assert summed["line"].endswith("your folders are as they were, and so is every file the run's Python changed elsewhere")
 
 
 def test_a_new_folder_made_in_the_users_folder_itself_is_named(tmp_path):
@@ -128,7 +128,7 @@ def test_a_line_the_user_appends_to_their_script_meanwhile_stays(tmp_path, monke
 def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path, monkeypatch):
     """A shell's ``>> run.out`` makes a file no Python hook sees, in a project that lies in
     the temp directory (scratch space): it is the run's, moved into the writes folder, not
-    left behind under "your files are as they were". Twin: the report folder inside the
+    left behind under "your folders are as they were". Twin: the report folder inside the
     project is guarded too but for torchboost's own entries in it: the facts the run writes
     there stay, a file of another name is the script's, kept apart."""
     import tempfile
@@ -251,3 +251,51 @@ def test_an_entry_no_process_was_seen_making_is_kept_by_the_next_run(tmp_path, m
         assert bool(kept) is not twin
         if not twin:
             assert kept[0].parent == out / "writes.1" and kept[0].read_text() == "the user's, made during the run\n"
+
+
+def test_a_file_changed_after_the_killed_run_is_left_as_the_user_made_it(tmp_path, monkeypatch):
+    """torchboost killed mid-run, then the user trains again (a new ckpt.pt) before the next
+    doctor: that ckpt.pt is theirs, not the killed run's, and stays; the original from
+    before the killed run is kept beside the writes and named, and the writes are kept, not
+    cleared. Twin: a file left as the killed run wrote it goes back (the test above)."""
+    import time
+
+    from torchboost.process.guard.guard_spec import WriteGuardSpec
+    from torchboost.process.guard.run_guard import RunGuard
+    from torchboost.process.guard.write_guard import WriteGuard
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "ckpt.pt").write_bytes(b"step 100")
+    (project / "notes.txt").write_text("v1")
+    monkeypatch.chdir(project)
+    first = RunGuard(project / "torchboost-doctor", project / "train.py")
+    with WriteGuard(WriteGuardSpec.from_dict(first.spec())):
+        (project / "ckpt.pt").write_bytes(b"the killed run's step 40")
+        (project / "notes.txt").write_text("the killed run's notes")
+    # torchboost is killed here; later the user trains again and saves:
+    (project / "ckpt.pt").write_bytes(b"the user's step 200")
+    later = time.time_ns() + 10 * 10**9
+    os.utime(project / "ckpt.pt", ns=(later, later))
+    second = RunGuard(project / "torchboost-doctor", project / "train.py")
+    second.settle()
+    assert (project / "ckpt.pt").read_bytes() == b"the user's step 200"
+    assert (project / "notes.txt").read_text() == "v1"  # the twin: as the killed run left it, put back
+    kept = list((project / "torchboost-doctor").rglob("originals/**/ckpt.pt"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b"step 100"
+    assert "changed after the run torchboost was killed in" in second.note
+
+
+def test_entries_no_process_was_seen_making_are_summed_apart_from_the_scripts_writes(tmp_path):
+    """tune's summed line names the files the user made while it ran as made outside
+    torchboost's sight, never as the script's; the twin, the script's own, is said written."""
+    ledger = tmp_path / "writes.jsonl"
+    run = {"writes_dir": "w", "restored": [], "note": None, "not_restored": [],
+           "kept_apart": [{"path": "user_new_3.py", "times": 0, "moved_to": "x", "new": True, "entries": 1,
+                           "seen": False},
+                          {"path": "ckpt.pt", "times": 2, "moved_to": "y", "new": False, "entries": 1, "seen": True}]}
+    ledger.write_text(json.dumps(run) + "\n")
+    summed = summed_writes(ledger)
+    assert summed["made"] == ["user_new_3.py"] and [p["path"] for p in summed["paths"]] == ["ckpt.pt"]
+    assert "made outside torchboost's sight: user_new_3.py" in summed["line"]
+    assert "the script wrote ckpt.pt" in summed["line"] and "wrote user_new_3" not in summed["line"]

@@ -85,6 +85,19 @@ def _run(project: Path, *, guard: bool, trial: str = "writes") -> UserWrites:
     return settle(snapshot, journal, out / trial)
 
 
+def _run_patched(project: Path, patch: str) -> UserWrites:
+    """:func:`_run` guarded, ``patch`` (lines of Python) run in the script's process before its
+    guard installs: a twin's guard with one of its parts taken out."""
+    global _BOOT
+    saved = _BOOT
+    if patch:
+        _BOOT = _BOOT.replace("WriteGuard(WriteGuardSpec", f"{patch}\n    WriteGuard(WriteGuardSpec")
+    try:
+        return _run(project, guard=True)
+    finally:
+        _BOOT = saved
+
+
 CHECKPOINTING = """
     import torch
     for step in range(10, 40, 10):
@@ -103,7 +116,7 @@ def test_a_checkpointing_script_leaves_the_users_checkpoint(tmp_path):
     assert torch.load(writes.kept_apart[0].moved_to)["step"] == 30  # the script's last checkpoint, kept apart
     assert writes.restored == ["ckpt.pt"] and writes.not_restored == []
     assert writes.words() == (f"the script wrote ckpt.pt 3 times: kept apart in {OUT}/writes/; "
-                              "your files are as they were")
+                              "your folders are as they were, and so is every file the run's Python changed elsewhere")
 
 
 def test_twin_without_the_guard_the_checkpoint_is_lost_and_said(tmp_path):
@@ -156,7 +169,7 @@ def test_a_logging_script_leaves_the_folder_as_it_was(tmp_path):
     restored = {"config.json", "old.log", "data", "data/train.bin", "runs/old/events.txt", "notes.txt"}
     assert restored <= set(writes.restored)
     assert writes.not_restored == []
-    assert writes.words().endswith("your files are as they were")
+    assert writes.words().endswith("your folders are as they were, and so is every file the run's Python changed elsewhere")
 
 
 def test_twin_without_the_guard_the_logging_script_leaves_its_marks(tmp_path):
@@ -280,13 +293,13 @@ def test_a_hard_linked_file_changed_in_place_is_put_back_under_every_name(tmp_pa
         os.link(project / "data" / "train.bin", store)
         before = store.read_bytes()
         if twin:
-            shared = user_files._shared_inode
-            user_files._shared_inode = lambda path: False
+            shared = user_files._changed_in_place
+            user_files._changed_in_place = lambda path, line: False
         try:
             _run(project, guard=True)
         finally:
             if twin:
-                user_files._shared_inode = shared
+                user_files._changed_in_place = shared
         assert (project / "data" / "train.bin").read_bytes() == before
         assert (store.read_bytes() == before) is not twin
         assert os.path.samefile(store, project / "data" / "train.bin") is not twin
@@ -305,3 +318,62 @@ def test_a_name_that_is_not_utf8_is_shown_printable_and_kept_apart_as_named(tmp_
     (writes.words() + json.dumps(writes.to_dict(), ensure_ascii=False)).encode("utf-8")
     with pytest.raises(UnicodeEncodeError):
         os.fsdecode(b"caf\xe9.txt").encode("utf-8")
+
+
+def test_a_users_file_renamed_onto_another_puts_both_back(tmp_path):
+    """``os.replace("config.json", "notes.txt")``: both are the user's. Each goes back with its
+    own bytes: the rename's source is not written over by the destination's restore (both
+    names held one inode a moment). Twin: the old in-place rule (any name with another link)
+    writes the destination's bytes into the source."""
+    from torchboost.process.guard import user_files
+
+    for twin in (False, True):
+        project = _project(tmp_path / str(twin), """
+            import os
+            os.replace("config.json", "notes.txt")
+        """)
+        before = {name: (project / name).read_bytes() for name in ("config.json", "notes.txt")}
+        if twin:
+            changed = user_files._changed_in_place
+            user_files._changed_in_place = lambda path, line: os.path.lexists(path) and os.lstat(path).st_nlink > 1
+        try:
+            _run(project, guard=True)
+        finally:
+            if twin:
+                user_files._changed_in_place = changed
+        after = {name: (project / name).read_bytes() for name in ("config.json", "notes.txt")}
+        assert (after == before) is not twin
+
+
+def test_a_write_through_a_new_hard_link_leaves_the_users_file_as_it_was(tmp_path):
+    """``os.link("ckpt.pt", "best.pt")`` then ``torch.save(..., "best.pt")``: torch.save
+    rewrites the inode both names share. The user's checkpoint is back; best.pt, the run's,
+    is moved out. Twin: without the original kept at the link, the checkpoint is lost."""
+    for twin in (False, True):
+        project = _project(tmp_path / str(twin), """
+            import os, torch
+            os.link("ckpt.pt", "best.pt")
+            with open("best.pt", "r+b") as fh:  # in place, through the new name
+                fh.write(b"the run's bytes")
+        """)
+        before = (project / "ckpt.pt").read_bytes()
+        # The twin: the guard in the script's process keeps nothing at the link.
+        _run_patched(project, "WriteGuard._keep_linked = lambda *a: None" if twin else "")
+        assert ((project / "ckpt.pt").read_bytes() == before) is not twin
+        assert not (project / "best.pt").exists()
+
+
+def test_a_file_another_process_touched_before_the_script_wrote_it_is_still_kept(tmp_path):
+    """A ``touch`` in a subprocess moves the file's ctime to now, by which the guard took it
+    for the run's: it keeps the original by the file's birth time. Twin: with no birth time
+    (a filesystem that keeps none), the ctime rule keeps nothing, and the notes are lost."""
+    for twin in (False, True):
+        project = _project(tmp_path / str(twin), """
+            import subprocess
+            subprocess.run(["touch", "notes.txt"], check=True)
+            open("notes.txt", "w").write("the run's")
+        """)
+        before = (project / "notes.txt").read_bytes()
+        _run_patched(project, "from torchboost.process.guard import guard_keeper\n"
+                              "    guard_keeper.birth_ns = lambda path: None" if twin else "")
+        assert ((project / "notes.txt").read_bytes() == before) is not twin

@@ -2,7 +2,8 @@
 
 ``--eval-every N``: every N steps an evaluation pass over 30 batches of a second loader,
 ``model.eval()`` under ``torch.no_grad()`` (``--eval-grad``: the same pass with gradients
-on, which no observer can tell from training). ``--accum K``: backward on every batch,
+on; with ``--train-mode`` too, no ``model.eval()`` either, which no observer can tell from
+training). ``--accum K``: backward on every batch,
 ``optimizer.step()`` on every K-th. The training loader has 512 batches: one epoch.
 """
 
@@ -15,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 parser = argparse.ArgumentParser()
 parser.add_argument("--eval-every", type=int, default=0)
 parser.add_argument("--eval-grad", action="store_true")
+parser.add_argument("--train-mode", action="store_true")
 parser.add_argument("--accum", type=int, default=1)
 parser.add_argument("--batches", type=int, default=512)
 args = parser.parse_args()
@@ -27,7 +29,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
 
 
 def evaluate() -> float:
-    model.eval()
+    model.train(args.train_mode)
     total = 0.0
     with torch.set_grad_enabled(args.eval_grad):
         for x, y in held_out:

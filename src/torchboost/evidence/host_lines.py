@@ -24,7 +24,7 @@ __all__ = ["HostLine", "LINE_SHARE_PCT", "line_rows", "where"]
 LINE_SHARE_PCT = 5.0
 """A line is shown under its phase when it takes at least this share of the step."""
 LOOP_CALLS = ("torch.nn.modules.module.Module._", "torch._tensor.Tensor.backward", "torch.autograd.",
-              "torch.optim.", "torch.utils.data.dataloader.")
+              "torch.optim.", "torch.utils.data.dataloader.", "torch.amp.grad_scaler.", "torch.cuda.amp.")
 """The calls through which the loop enters a phase (a module's call, ``backward``, an
 optimizer's step, a DataLoader's next batch): a line making one of them says no more than
 its phase does, and the time the sampler finds there outside the phase's own timer is the

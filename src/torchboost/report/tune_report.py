@@ -106,7 +106,7 @@ is baseline step time / this step time (above 1 is faster)::
                        change: the text is what it would hold; null toml: the baseline failed)
     writes             {line, runs, paths: [{path, times, runs}], not_restored: [{path, why}]} | null
                        what the script wrote in your folders over every run, moved out of
-                       them, and whether your files are as they were
+                       them, and whether your folders are as they were
     unverified         {path, measured: [str], command: [str], expected_s: float | null} | null
                        the search's pick the end-to-end check could not confirm for lack of
                        time, written to torchboost.unverified.toml (torchboost.toml left as it

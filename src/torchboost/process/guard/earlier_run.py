@@ -7,7 +7,9 @@ same report folder starts by clearing it, but never blindly:
 * a journal still there was never settled: torchboost itself was killed (SIGKILL, the
   OOM killer) before it could put the user's files back. It is settled now, from what it
   holds (the originals the guard kept, the small files copied before the run), and what
-  went back is said (:func:`recover`);
+  went back is said (:func:`recover`); a file changed since that run ended (the user ran
+  the script again, edited it) is left as it is, its original kept beside the writes and
+  named; the writes folder is then kept, not cleared;
 * a writes folder holding an entry the run was not seen making (:data:`UNSEEN`: a file
   the user created in the folder while the run went on, one a writer outside Python
   made) is kept, renamed ``writes.1``, ``writes.2``, ...: it may be the user's own, and
@@ -85,14 +87,56 @@ def recover(writes_dir: Path, journal_dir: Path) -> UserWrites | None:
     back, and what the run was seen making is moved into the writes folder."""
     if not journal_dir.is_dir():
         return None
+    ended_ns = _last_written_ns(journal_dir)
     insured, entries = _read_insured(journal_dir)
     lines = read_journal(journal_dir)
     held = read_held(journal_dir) | {int(line.get("inode", 0)) for line in lines if line["op"] == HELD}
-    write_insured_lines(journal_dir, insured_lines(insured, entries, held))
+    changed = _changed_since(lines, ended_ns, writes_dir / _ORIGINALS)  # first: their words win
+    rest = {path: copy for path, copy in insured.items() if path not in changed}
+    write_insured_lines(journal_dir, list(changed.values()) + insured_lines(rest, entries, held))
     snapshot = FolderSnapshot((), (), 1, entries, note="an earlier run, never settled")
     writes = settle(snapshot, journal_dir, writes_dir)
     shutil.rmtree(journal_dir, ignore_errors=True)
+    if writes_dir.is_dir() and any(writes_dir.iterdir()):
+        (writes_dir / UNSEEN).write_text("what a run torchboost was killed in left\n", encoding="utf-8")
     return writes
+
+
+_ORIGINALS = "originals"
+"""Where a recovery keeps the originals it does not put back."""
+_SLACK_NS = 2_000_000_000
+
+
+def _last_written_ns(journal_dir: Path) -> int:
+    """When the killed run last journaled anything: about when it ended."""
+    times = [p.stat().st_mtime_ns for p in journal_dir.rglob("*") if p.is_file()]
+    return max(times, default=0)
+
+
+def _changed_since(lines: list[dict], ended_ns: int, originals: Path) -> dict[str, str]:
+    """The kept originals of files changed after the killed run ended (the user ran the
+    script, edited a file): not put back over that change. Each original is moved to
+    ``originals`` (its journal line then names no copy, and settling skips it) and the file
+    is named, with where its original is: path -> its journal line."""
+    named: dict[str, str] = {}
+    seen: set[str] = set()
+    for line in lines:
+        path, copy = line["path"], line.get("copy")
+        if line["op"] != KEPT or line.get("kind") != "file" or path in seen or not copy or not os.path.lexists(copy):
+            continue
+        seen.add(path)
+        try:
+            if os.lstat(path).st_mtime_ns <= ended_ns + _SLACK_NS:
+                continue
+        except OSError:
+            continue
+        dest = originals / path.lstrip(os.sep)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(copy, dest)
+        named[path] = json.dumps({"pid": 0, "op": UNPROTECTED, "path": path,
+                                  "why": f"changed after the run torchboost was killed in: left as it is, its original "
+                                         f"from before that run kept at {dest}"})
+    return named
 
 
 def write_unseen(writes_dir: Path, writes: UserWrites) -> None:

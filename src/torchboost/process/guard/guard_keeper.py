@@ -7,8 +7,9 @@ guard's wrappers switched off for the calling thread, so its own renames, links 
 go straight to the OS.
 
 Whose is a path: one this process created or already kept is the run's; otherwise a file
-whose inode changed (``st_ctime_ns``) at or after the run started was made by another
-process of the run (a DataLoader worker, a torchrun rank); an older one is the user's. A
+born (:func:`~.birth_time.birth_ns`; where the filesystem keeps no birth time, whose inode
+changed, ``st_ctime_ns``) at or after the run started was made by another process of the
+run (a DataLoader worker, a torchrun rank); an older one is the user's. A
 folder's ctime changes with every entry added, so a folder of the user's places is taken
 to be the user's unless this process made it, and the parent's snapshot has the last word;
 in the temp directory and the caches (scratch) only files are kept, and a folder a user's
@@ -24,6 +25,7 @@ import stat
 import threading
 from typing import Any
 
+from torchboost.process.guard.birth_time import birth_ns
 from torchboost.process.guard.guard_spec import (COPIES_DIR, CREATED, EXEMPT, HELD, KEPT, TIMES, UNPROTECTED, USERS,
                                                  WROTE, WriteGuardSpec, journal_path, written_files)
 
@@ -107,7 +109,7 @@ class Keeper:
             except OSError as exc:
                 self.record(UNPROTECTED, path, why=f"no copy kept: {exc.strerror or exc}")
                 return None
-            self.record(KEPT, path, copy=copy, kind="file")
+            self.record(KEPT, path, copy=copy, kind="file", how=how, inode=st.st_ino)
             return copy if how == MOVE else None
 
     def undo_move(self, path: str, copy: str) -> None:
@@ -133,7 +135,10 @@ class Keeper:
     def _users(self, path: str, st: os.stat_result) -> bool:
         if path in self._kept or path in self._created:
             return False
-        return stat.S_ISDIR(st.st_mode) or st.st_ctime_ns < self._started_ns or path in self._timed
+        if stat.S_ISDIR(st.st_mode) or path in self._timed:
+            return True
+        born = birth_ns(path)  # another process's touch or chmod moves the ctime, never this
+        return (born if born is not None else st.st_ctime_ns) < self._started_ns
 
     def _keep_tree(self, top: str) -> None:
         """Link every user's file under ``top`` and journal its folders (the user's places
@@ -149,7 +154,8 @@ class Keeper:
         self._seq += 1
         folder = os.path.join(self._dir, COPIES_DIR)
         os.makedirs(folder, exist_ok=True)
-        return os.path.join(folder, f"{os.getpid()}-{self._seq}-{os.path.basename(path)}")
+        # The name's head only: a name near the filesystem's 255-byte limit must still fit.
+        return os.path.join(folder, f"{os.getpid()}-{self._seq}-{os.path.basename(path)[:64]}")
 
     # -- after a change -----------------------------------------------------------------------
     def created(self, path: str, kind: str = USERS) -> None:

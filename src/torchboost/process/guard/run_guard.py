@@ -45,7 +45,7 @@ from torchboost.process.guard.folder_snapshot import FolderSnapshot, under
 from torchboost.process.guard.earlier_run import (clear, insured_lines, recover, save_insured, write_insured_lines,
                                                   write_unseen)
 from torchboost.process.guard.held_files import HeldFile, HeldFiles, journal_held, out_of_sight
-from torchboost.process.guard.user_files import OUT_OF_SIGHT, NotRestored, UserWrites, settle
+from torchboost.process.guard.user_files import AS_THEY_WERE, OUT_OF_SIGHT, NotRestored, UserWrites, settle
 
 __all__ = ["INSURED_BYTES", "INSURED_FILE_BYTES", "WRITES_DIR", "RunGuard", "own_output_files", "summed_writes"]
 
@@ -191,7 +191,8 @@ GREW = OUT_OF_SIGHT
 def summed_writes(ledger: Path) -> dict[str, Any] | None:
     """What many runs' scripts wrote in the user's folders, summed from a ledger
     (:attr:`RunGuard.ledger`): ``{"line", "runs", "paths": [{"path", "times", "runs"}],
-    "not_restored": [{"path", "why"}]}``; None when no run was guarded."""
+    "made": [paths no process of a run was seen making], "not_restored": [{"path", "why"}]}``;
+    None when no run was guarded."""
     try:
         runs = [json.loads(line) for line in Path(ledger).read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, ValueError):
@@ -199,8 +200,12 @@ def summed_writes(ledger: Path) -> dict[str, Any] | None:
     if not runs:
         return None
     paths: dict[str, dict[str, Any]] = {}
+    made: list[str] = []
     for run in runs:
         for written in run["kept_apart"]:
+            if not written.get("seen", True):  # the user's, maybe: named apart, never said the script's
+                made.append(written["path"])
+                continue
             # A new folder per run (runs/<time>/) is one entry, named by where they were made;
             # one made in the user's folder itself (out/, the same each run) by its own name.
             new_folder = written["new"] and written["entries"] > 1
@@ -209,26 +214,34 @@ def summed_writes(ledger: Path) -> dict[str, Any] | None:
             entry["times"] += written["times"]
             entry["runs"] += 1
     bad = list({n["path"]: n for run in runs for n in run["not_restored"]}.values())
-    return {"line": _summed_line(len(runs), list(paths.values()), bad, runs[-1]["writes_dir"]), "runs": len(runs),
-            "paths": list(paths.values()), "not_restored": bad}
+    line = _summed_line(len(runs), list(paths.values()), list(dict.fromkeys(made)), bad, runs[-1]["writes_dir"])
+    return {"line": line, "runs": len(runs), "paths": list(paths.values()), "made": list(dict.fromkeys(made)),
+            "not_restored": bad}
 
 
-def _summed_line(runs: int, paths: list[dict[str, Any]], bad: list[dict[str, Any]], last_dir: str) -> str:
-    if not paths and not bad:
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _summed_line(runs: int, paths: list[dict[str, Any]], made: list[str], bad: list[dict[str, Any]],
+                 last_dir: str) -> str:
+    if not paths and not made and not bad:
         return f"your folders: the script wrote nothing there in {runs} runs"
     said = [f"your folders: in {runs} runs"]
     if paths:
         named = [f"{p['path']} ({p['times']} times in {p['runs']} runs)" if p["times"] else p["path"] for p in paths[:3]]
         more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
         said.append(f" the script wrote {', '.join(named)}{more}; each run's writes were moved out of them (the last "
-                    f"run's are in {last_dir.rstrip(os.sep)}{os.sep}, an entry no process was seen making kept in "
-                    "writes.N beside it)")
+                    f"run's are in {last_dir.rstrip(os.sep)}{os.sep})")
+    if made:
+        said.append(f"{';' if paths else ''} made outside torchboost's sight: {_listed(made)} (moved out with the "
+                    f"writes, which later runs keep as writes.N beside {last_dir.rstrip(os.sep)}{os.sep})")
     if not bad:
-        return "".join(said) + "; your files are as they were"
+        return "".join(said) + f"; {AS_THEY_WERE}"
     unseen = [n["path"] for n in bad if n["why"] == OUT_OF_SIGHT]
     other = [f"{n['path']} ({n['why']})" for n in bad if n["why"] != OUT_OF_SIGHT]
     if unseen:
-        said.append(f"; {OUT_OF_SIGHT}: {', '.join(unseen[:3])}" + (f" and {len(unseen) - 3} more" if len(unseen) > 3 else ""))
+        said.append(f"; {OUT_OF_SIGHT}: {_listed(unseen)}")
     if other:
         said.append("; NOT restored: " + ", ".join(other[:3]))
     return "".join(said)

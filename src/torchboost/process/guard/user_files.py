@@ -29,10 +29,10 @@ from typing import Any
 from torchboost.process.guard.guard_spec import COPIES_DIR, CREATED, KEPT, TIMES, UNPROTECTED, WROTE, read_journal, \
     settled_journals
 from torchboost.process.guard.folder_snapshot import SKIPPED_NAMES, FolderSnapshot, entry_of, under
-from torchboost.process.guard.user_writes import (OUT_OF_SIGHT, REMOVED_OUT_OF_SIGHT, NotRestored, UserWrites,
-                                                  WrittenPath)
+from torchboost.process.guard.user_writes import (AS_THEY_WERE, OUT_OF_SIGHT, REMOVED_OUT_OF_SIGHT, NotRestored,
+                                                  UserWrites, WrittenPath)
 
-__all__ = ["FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle", "OUT_OF_SIGHT",
+__all__ = ["AS_THEY_WERE", "FolderSnapshot", "WrittenPath", "NotRestored", "UserWrites", "settle", "OUT_OF_SIGHT",
            "REMOVED_OUT_OF_SIGHT"]
 
 # -- settling ---------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def _restore_originals(snapshot: FolderSnapshot, journal: _Journal, mover: _Move
         if not _is_original(path, is_dir, snapshot, journal):
             continue
         try:
-            done = _restore_dir(path, snapshot, mover) if is_dir else _restore_file(path, line["copy"], mover)
+            done = _restore_dir(path, snapshot, mover) if is_dir else _restore_file(path, line, mover)
         except OSError as exc:
             kept = "" if is_dir else f"; the original is at {mover.move(line['copy'])}"
             mover.failed.append(NotRestored(snapshot.shown(path), f"could not be put back: {exc.strerror}{kept}"))
@@ -201,11 +201,12 @@ def _is_original(path: str, is_dir: bool, snapshot: FolderSnapshot, journal: _Jo
     return not is_dir or path not in journal.created
 
 
-def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
+def _restore_file(path: str, line: dict[str, Any], mover: _Mover) -> bool:
+    copy = line["copy"]
     if _unchanged(path, copy):  # kept before a change that never came (a database only read)
         os.unlink(copy)
         return False
-    if _shared_inode(path):  # changed in place under a name that has others: they must see the original too
+    if _changed_in_place(path, line):  # under a name that has others: they must see the original too
         _restore_in_place(path, copy, mover)
         return True
     if os.path.lexists(path):
@@ -221,14 +222,19 @@ def _restore_file(path: str, copy: str, mover: _Mover) -> bool:
     return True
 
 
-def _shared_inode(path: str) -> bool:
-    """Whether ``path`` is a regular file with other hard links (a data set linked into the
-    project from a store): replacing its inode would leave them the script's version."""
+def _changed_in_place(path: str, line: dict[str, Any]) -> bool:
+    """Whether ``path`` still holds the original's own inode, which the run changed in place
+    (kept by a copy: an append, ``r+``), and other hard links share it (a data set linked
+    into the project from a store): replacing its inode would leave them the script's
+    version. An inode that came back under this name by the restore of another (the script
+    renamed one user's file onto another) is not this one."""
+    if line.get("how", "copy") != "copy":
+        return False
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_ino == line.get("inode", st.st_ino)
 
 
 def _restore_in_place(path: str, copy: str, mover: _Mover) -> None:

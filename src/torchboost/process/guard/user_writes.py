@@ -14,13 +14,17 @@ from typing import Any
 
 from torchboost.process.guard.folder_snapshot import printable
 
-__all__ = ["WrittenPath", "NotRestored", "UserWrites", "OUT_OF_SIGHT", "REMOVED_OUT_OF_SIGHT"]
+__all__ = ["AS_THEY_WERE", "WrittenPath", "NotRestored", "UserWrites", "OUT_OF_SIGHT", "REMOVED_OUT_OF_SIGHT"]
 
 OUT_OF_SIGHT = "changed outside torchboost's sight"
 """Why a user's file changed by a writer the guard could not see (a shell's redirection, a
 C library's own writer) is not put back: never said to be the user's doing."""
 REMOVED_OUT_OF_SIGHT = "removed outside torchboost's sight"
 """Why a user's file removed past the guard is not put back."""
+AS_THEY_WERE = "your folders are as they were, and so is every file the run's Python changed elsewhere"
+"""What settling says when nothing is left changed: exactly what it looked at (the user's
+folders, compared whole; elsewhere, the files Python's calls changed, put back); a program
+outside Python writing outside the user's folders is not seen."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class UserWrites:
             head += (f"made outside torchboost's sight: {_listed(unseen)} (moved into "
                      f"{self.writes_dir.rstrip(os.sep)}{os.sep}, which later runs keep); ")
         if not self.not_restored:
-            return head + "your files are as they were"
+            return head + AS_THEY_WERE
         unseen = [n.path for n in self.not_restored if n.why == OUT_OF_SIGHT]
         bad = [n for n in self.not_restored if n.why != OUT_OF_SIGHT]
         said = [f"{OUT_OF_SIGHT}: {_listed(unseen)}"] if unseen else []

@@ -328,8 +328,10 @@ class WriteGuard:
 
     def _link(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(self._local, "busy", False):  # the source's ctime moves: it stays the user's
-                self._call_quietly(self._keep_times, src, kwargs.get("src_dir_fd"), kwargs.get("follow_symlinks", True))
+            # A new name for a user's file: a write through it changes the user's file, so
+            # the original is kept now, whole, before either name is written.
+            if not getattr(self._local, "busy", False):
+                self._call_quietly(self._keep_linked, src, kwargs.get("src_dir_fd"), kwargs.get("follow_symlinks", True))
             return self.change(lambda: original(src, dst, *args, **kwargs), dst, None,
                                dir_fd=kwargs.get("dst_dir_fd"), follow=False, counts=False)
 
@@ -341,6 +343,11 @@ class WriteGuard:
                                follow=False, counts=False)
 
         return symlink
+
+    def _keep_linked(self, raw: Any, dir_fd: int | None, follow: bool) -> None:
+        path = _resolve(raw, dir_fd, follow)
+        if path is not None and self._keeper.guarded(path) and os.path.lexists(path):
+            self._keeper.before_change(path, COPY)
 
     def _keep_times(self, raw: Any, dir_fd: int | None, follow: bool) -> None:
         path = _resolve(raw, dir_fd, follow)
