@@ -268,3 +268,18 @@ def test_twin_without_the_aliases_of_open_a_tar_archive_goes_unseen(folder, monk
 
     monkeypatch.setattr(writers, "open_aliases", lambda original, wrapper: [])
     assert not _keeps(folder, lambda path: tarfile.open(path, "w").close())
+
+
+def test_a_shared_memory_map_of_a_users_file_keeps_it_first_and_a_private_one_does_not(folder):
+    """``torch.from_file(path, shared=True)``: the tensor's writes reach the file through the
+    map, past every call: the original is kept before. The twin, a private map (shared=False),
+    only reads the file and keeps nothing."""
+    (folder / "mapped.bin").write_bytes(bytes(64))
+    time.sleep(0.02)
+    for shared, kept in ((True, [("kept", "mapped.bin")]), (False, [])):
+        with _guard(folder) as guard:
+            tensor = torch.from_file(str(folder / "mapped.bin"), shared=shared, size=16, dtype=torch.float32)
+            tensor.fill_(1.0)
+            del tensor
+        assert [op for op in _ops(guard) if op[0] == "kept"] == kept
+        shutil.rmtree(guard.spec.journal_dir, ignore_errors=True)

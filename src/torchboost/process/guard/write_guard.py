@@ -301,6 +301,15 @@ class WriteGuard:
 
         return utime
 
+    def _from_file(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def from_file(filename: Any, shared: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if not shared:  # a private map: the file is only read
+                return original(filename, shared, *args, **kwargs)
+            # A shared map: the tensor's writes reach the file past every call: kept whole now.
+            return self.change(lambda: original(filename, shared, *args, **kwargs), filename, COPY, hold=True)
+
+        return from_file
+
     def _sqlite(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
             path = writers.sqlite_file(database, kwargs.get("uri", args[6] if len(args) > 6 else False))

@@ -32,7 +32,8 @@ What is wrapped, and why each:
   function), ``torch.jit.save`` and a ScriptModule's ``save``, ``torch.export.save``,
   the profiler's ``export_chrome_trace``, and ``safetensors.torch.save_file`` /
   ``safetensors.numpy.save_file``: given a path, C++ and Rust write the file
-  themselves, past ``open``;
+  themselves, past ``open``; ``torch.from_file(path, shared=True)``, a tensor whose
+  writes go to the file through a memory map;
 * ``sqlite3.connect`` (an experiment tracker's database): SQLite writes through its own C
   calls, so the database and its journal files are kept whole before the connection.
 
@@ -90,6 +91,7 @@ def torch_savers(guard: Any, saver: Callable[[int, str], Callable[[Any], Any]]) 
              (torch.jit, "save", saver(1, "f")), (RecursiveScriptModule, "save", saver(1, "f")),
              (_defining(torch.profiler.profile, "export_chrome_trace"), "export_chrome_trace", saver(1, "path")),
              (_defining(autograd_profiler.profile, "export_chrome_trace"), "export_chrome_trace", saver(1, "path"))]
+    found.append((torch, "from_file", guard._from_file))
     if hasattr(torch, "export") and hasattr(torch.export, "save"):
         found.append((torch.export, "save", saver(1, "f")))
     for name in _OPTIONAL_SAVERS:
