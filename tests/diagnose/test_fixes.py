@@ -94,8 +94,6 @@ TRIGGERS = {
     "gpu.pageable_copies": lambda: _gpu(h2d_pageable_count=8, h2d_pageable_bytes=8 << 20, memcpy_ms=10.0),
     "gpu.small_kernels": lambda: _gpu(small_kernel_pct=70.0),
     "gpu.collectives": lambda: _gpu(collective_ms=30.0, collective_overlap_pct=20.0),
-    "host.tracker": lambda: _lines("writer.add_histogram(name, p, step)",
-                                   "torch.utils.tensorboard.writer.SummaryWriter.add_histogram"),
     "host.sync": lambda: _lines("total += loss.item()", device="cuda"),
     "host.line": lambda: _lines("acc = slow_metric(out, y)", "metrics.slow_metric"),
     "evaluation.often": _evaluating,

@@ -45,7 +45,7 @@ def _plain(fused: bool, n: int = 4) -> torch.Tensor:
 
 
 def test_the_switches_are_declared_by_their_techniques():
-    assert {t.name for t in techniques() if t.quick_probe} == {"fp32_math", "precision", "optimizer", "cpu", "debug", "gc"}
+    assert {t.name for t in techniques() if t.quick_probe} == {"fp32_math", "precision", "optimizer", "cpu", "debug", "gc", "trackers"}
 
 
 def test_the_fused_switch_steps_as_plain_pytorchs_fused_adamw():

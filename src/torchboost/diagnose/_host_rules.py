@@ -14,7 +14,7 @@ import statistics
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.host_side import HostFacts
 from torchboost.evidence.observed import Facts
-from torchboost.evidence.rulekit import r, view
+from torchboost.evidence.rulekit import less_often, r, view
 
 __all__ = ["CHECKPOINT_LESS_OFTEN", "OUTPUT_LESS_OFTEN", "host_checkpoint", "host_output"]
 
@@ -22,14 +22,6 @@ CHECKPOINT_LESS_OFTEN = 4
 """The estimate's assumption: checkpoints written this many times less often."""
 OUTPUT_LESS_OFTEN = 10
 """The estimate's assumption: printing and logging this many times less often."""
-
-
-def _amdahl_less_often(step_ms: float, part_ms: float, factor: int) -> tuple[float, str]:
-    """Step-time ratio when ``part_ms`` of ``step_ms`` runs ``factor`` times less often, and its formula."""
-    saved = part_ms * (1.0 - 1.0 / factor)
-    speedup = step_ms / (step_ms - saved)
-    return speedup, (f"T / (T - P x (1 - 1/{factor})) = {step_ms:.2f} / ({step_ms:.2f} - {part_ms:.2f} x "
-                     f"{1.0 - 1.0 / factor:.2f}) = {speedup:.3f}")
 
 
 def host_checkpoint(facts: Facts, *, checkpoint_write_pct: float = 10.0) -> Finding | None:
@@ -42,7 +34,7 @@ def host_checkpoint(facts: Facts, *, checkpoint_write_pct: float = 10.0) -> Find
     host = facts.host or HostFacts()
     every, written = host.checkpoint_every(), host.checkpoint_bytes_median()
     share = 100.0 * part / v.step_ms
-    speedup, formula = _amdahl_less_often(v.step_ms, part, CHECKPOINT_LESS_OFTEN)
+    speedup, formula = less_often(v.step_ms, part, CHECKPOINT_LESS_OFTEN)
     cadence = f" every {every} steps" if every else ""
     later = every * CHECKPOINT_LESS_OFTEN if every else 100
     evidence = {"checkpoint_ms_per_step": r(part), "checkpoint_pct": r(share, 1), "step_ms": r(v.step_ms)}
@@ -84,7 +76,7 @@ def host_output(facts: Facts, *, output_pct: float = 5.0) -> Finding | None:
     host = facts.host or HostFacts()
     recorded = len(facts.steps)
     share = 100.0 * part / v.step_ms
-    speedup, formula = _amdahl_less_often(v.step_ms, part, OUTPUT_LESS_OFTEN)
+    speedup, formula = less_often(v.step_ms, part, OUTPUT_LESS_OFTEN)
     evidence = {"output_ms_per_step": r(part), "output_pct": r(share, 1), "step_ms": r(v.step_ms)}
     if host.output_calls and recorded:
         evidence["output_calls_per_step"] = r(host.output_calls / recorded, 1)

@@ -6,7 +6,7 @@ fix in the script's words: garbage collection called in the loop (a technique of
 :mod:`torchboost.techniques.gc_calls`: a quick probe measures it, ``[gc] every`` applies
 it), an experiment tracker's calls
 (:func:`host_tracker`: TensorBoard, wandb, MLflow; the user's logs are theirs, so no
-switch), a host-device sync on the GPU (:func:`host_sync`: ``.item()``, ``.cpu()``,
+setting, but a quick probe of :mod:`torchboost.techniques.trackers` measures them), a host-device sync on the GPU (:func:`host_sync`: ``.item()``, ``.cpu()``,
 ``torch.cuda.synchronize()``, ``torch.cuda.empty_cache()``). Any other line of the step's
 own code that takes a large share is named with its cost (:func:`host_line`). Each reads
 the rows of the time outside the loop's phases ("other"); registered in
@@ -20,25 +20,14 @@ from typing import Any
 
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
-from torchboost.evidence.rulekit import r, view
+from torchboost.evidence.rulekit import less_often, r, view
 from torchboost.evidence.steps import line_view
 from torchboost.techniques.gc_calls import host_gc
+from torchboost.techniques.trackers import LOG_EVERY, host_tracker
 
-__all__ = ["LOG_EVERY", "TRACKERS", "host_line", "host_sync", "host_tracker", "less_often"]
+__all__ = ["LOG_EVERY", "host_line", "host_sync"]
 
-LOG_EVERY = 10
-"""How many times less often the tracker and line fixes assume the call runs."""
-TRACKERS = ("torch.utils.tensorboard", "tensorboardX", "wandb", "mlflow", "aim", "clearml", "comet_ml", "neptune")
-"""Modules of experiment trackers, by their import names."""
 _SYNC = re.compile(r"\.item\s*\(|\.cpu\s*\(|\.tolist\s*\(|cuda\.synchronize\s*\(|cuda\.empty_cache\s*\(")
-
-
-def less_often(step_ms: float, part_ms: float, factor: int) -> tuple[float, str]:
-    """Step-time ratio when ``part_ms`` of ``step_ms`` runs ``factor`` times less often, and its formula."""
-    saved = part_ms * (1.0 - 1.0 / factor)
-    speedup = step_ms / max(step_ms - saved, 1e-9)
-    return speedup, (f"T / (T - P x (1 - 1/{factor})) = {step_ms:.2f} / ({step_ms:.2f} - {part_ms:.2f} x "
-                     f"{1.0 - 1.0 / factor:.2f}) = {speedup:.3f}")
 
 
 def _rows(facts: Facts, bucket: str = "other") -> tuple[list[dict[str, Any]], float]:
@@ -50,39 +39,6 @@ def _rows(facts: Facts, bucket: str = "other") -> tuple[list[dict[str, Any]], fl
 def _evidence(row: dict[str, Any], step_ms: float) -> dict[str, Any]:
     return {"line": f"{row['where']}", "code": row["code"], **({"from": row["via"]} if row["via"] else {}),
             "line_ms_per_step": r(row["ms"]), "line_pct": r(row["pct"], 1), "step_ms": r(step_ms)}
-
-
-def host_tracker(facts: Facts, *, tracker_pct: float = 5.0) -> Finding | None:
-    """An experiment tracker's calls (TensorBoard, wandb, MLflow...) take ``tracker_pct``
-    percent of the step or more, all its lines together: log every N steps. No switch:
-    the logs are the user's."""
-    rows, step_ms = _rows(facts)
-    calls = [x for x in rows if x["callee"].startswith(TRACKERS)]
-    if not calls:
-        return None
-    name = calls[0]["name"]
-    same = [x for x in calls if x["name"] == name]  # one call of the tracker's, at each of its lines
-    ms, pct = sum(x["ms"] for x in same), sum(x["pct"] for x in same)
-    if pct < tracker_pct:
-        return None
-    lines = ", ".join(x["where"] for x in same[:4]) + (f" and {len(same) - 4} more" if len(same) > 4 else "")
-    via = f" (from {same[0]['via']})" if same[0]["via"] else ""
-    speedup, formula = less_often(step_ms, ms, LOG_EVERY)
-    return Finding(
-        id="host.tracker",
-        title=f"{lines}{via} {name} takes {pct:.0f}% of the step ({ms:.1f} ms): log it every {LOG_EVERY} steps",
-        evidence={"line": same[0]["where"], "lines": [x["where"] for x in same], **({"from": same[0]["via"]}
-                  if same[0]["via"] else {}), "callee": same[0]["callee"], "line_ms_per_step": r(ms),
-                  "line_pct": r(pct, 1), "step_ms": r(step_ms)},
-        advice=f"the tracker's calls are the script's: log every {LOG_EVERY} steps (histograms and images every "
-               "few hundred), not every step",
-        advice_code=f"if step % {LOG_EVERY} == 0:  # at {same[0]['via'] or same[0]['where']}\n    {same[0]['code']}",
-        expected_speedup=speedup,
-        formula=f"{formula}; P ms of {name} per step at its {len(same)} line(s), called {LOG_EVERY}x less often "
-                "(assumed)",
-        notes=["What the tracker records is the user's to choose; torchboost changes none of it. Histograms of "
-               "every parameter and gradient are the dearest: each copies and bins the whole tensor."],
-    )
 
 
 def host_sync(facts: Facts, *, sync_pct: float = 5.0) -> Finding | None:
@@ -115,8 +71,9 @@ def host_sync(facts: Facts, *, sync_pct: float = 5.0) -> Finding | None:
 def host_line(facts: Facts, *, line_pct: float = 10.0) -> Finding | None:
     """Any other line of the script's own that takes ``line_pct`` percent of the step or
     more outside the loop's phases: named with its cost."""
-    known = [host_gc, host_tracker, host_sync]
-    taken = {f.evidence.get("line") for f in (rule(facts) for rule in known) if f is not None}
+    known = [host_gc, host_tracker, host_sync]  # the culprits named by their own findings
+    taken = {line for f in (rule(facts) for rule in known) if f is not None
+             for line in f.evidence.get("lines", [f.evidence.get("line")])}
     rows, step_ms = _rows(facts)
     row = next((x for x in rows if x["pct"] >= line_pct and x["where"] not in taken), None)
     if row is None:

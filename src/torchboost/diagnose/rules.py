@@ -18,7 +18,7 @@ from typing import Any, Callable
 from torchboost.diagnose._gpu_rules import gpu_collectives, gpu_idle, gpu_pageable_copies, gpu_small_kernels, gpu_syncs
 from torchboost.diagnose._host_rules import host_checkpoint, host_output
 from torchboost.diagnose._eval_rules import evaluation_batch, evaluation_grad, evaluation_often
-from torchboost.diagnose._line_rules import host_line, host_sync, host_tracker
+from torchboost.diagnose._line_rules import host_line, host_sync
 from torchboost.diagnose._input_rules import loss_nonfinite, memory_headroom, sync_host_device
 from torchboost.diagnose.data_bound import cap_by_replay
 from torchboost.diagnose.measured import ranked, with_measured
@@ -37,7 +37,6 @@ _OWN: dict[str, Rule] = {
     "sync.host_device": sync_host_device,
     "host.checkpoint": host_checkpoint,
     "host.output": host_output,
-    "host.tracker": host_tracker,
     "host.sync": host_sync,
     "host.line": host_line,
     "evaluation.often": evaluation_often,

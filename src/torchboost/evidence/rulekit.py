@@ -193,3 +193,13 @@ def measured_faster(facts: Facts, finding_id: str) -> bool:
 def r(value: float, digits: int = 3) -> float:
     """Round for evidence and reports (keeps JSON readable)."""
     return round(float(value), digits)
+
+
+def less_often(step_ms: float, part_ms: float, factor: int) -> tuple[float, str]:
+    """Step-time ratio when ``part_ms`` of ``step_ms`` runs ``factor`` times less often, and its
+    formula (Amdahl's law for the script's own periodic work: a checkpoint, a print, a
+    tracker's call, a collection)."""
+    saved = part_ms * (1.0 - 1.0 / factor)
+    speedup = step_ms / max(step_ms - saved, 1e-9)
+    return speedup, (f"T / (T - P x (1 - 1/{factor})) = {step_ms:.2f} / ({step_ms:.2f} - {part_ms:.2f} x "
+                     f"{1.0 - 1.0 / factor:.2f}) = {speedup:.3f}")

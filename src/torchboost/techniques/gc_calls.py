@@ -27,7 +27,7 @@ from torchboost.evidence.findings import Finding
 from torchboost.evidence.host_lines import HostLine
 from torchboost.evidence.observed import Facts, StepRecord
 from torchboost.evidence.host_side import HostFacts
-from torchboost.evidence.rulekit import r
+from torchboost.evidence.rulekit import less_often, r
 from torchboost.evidence.steps import line_view
 from torchboost.techniques.registry import (
     FrameworkSpelling, Lever, NoCode, Parity, Preparation, ProbeContext, QuickSwitch, ResolveContext, Resolution, Rule,
@@ -103,8 +103,7 @@ def host_gc(facts: Facts, *, gc_pct: float = 5.0) -> Finding | None:
     row, step_ms = _gc_row(facts)
     if row is None or row["pct"] < gc_pct:
         return None
-    saved = row["ms"] * (1.0 - 1.0 / GC_EVERY)
-    speedup = step_ms / max(step_ms - saved, 1e-9)
+    speedup, formula = less_often(step_ms, row["ms"], GC_EVERY)
     return Finding(
         id="host.gc",
         title=f"{row['where']} gc.collect() takes {row['pct']:.0f}% of the step ({row['ms']:.1f} ms): collect "
@@ -118,8 +117,7 @@ def host_gc(facts: Facts, *, gc_pct: float = 5.0) -> Finding | None:
                      "# or, once after set-up (datasets, caches built): what exists now is never walked again\n"
                      "gc.freeze()"),
         expected_speedup=speedup,
-        formula=(f"T / (T - P x (1 - 1/{GC_EVERY})) = {step_ms:.2f} / ({step_ms:.2f} - {row['ms']:.2f} x "
-                 f"{1 - 1 / GC_EVERY:.2f}) = {speedup:.3f}; P ms of gc.collect() per step, {GC_EVERY}x less often"),
+        formula=f"{formula}; P ms of gc.collect() per step, {GC_EVERY}x less often",
         notes=["A full collection walks every live Python object: its cost grows with what the script keeps "
                "(a cache of samples, a list of losses), not with the model.",
                "Collecting less often changes no result of the training: the same tensors, the same losses."],
