@@ -127,12 +127,14 @@ def test_a_line_the_user_appends_to_their_script_meanwhile_stays(tmp_path, monke
 
 def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path, monkeypatch):
     """A shell's ``>> run.out`` makes a file no Python hook sees, in a project that lies in
-    the temp directory (scratch space): it is the run's, moved into the writes folder, not
-    left behind under "your folders are as they were". Twin: the report folder inside the
-    project is guarded too but for torchboost's own entries in it: the facts the run writes
-    there stay, a file of another name is the script's, kept apart."""
+    the temp directory (scratch space): held open by the run's process, it is the run's,
+    moved into the writes folder, not left behind under "your folders are as they were".
+    The report folder inside the project is guarded too but for torchboost's own entries in
+    it: the facts the run writes there stay, a file of another name is the script's, kept
+    apart. Twin: a file no process of the run held is the user's, left where it is."""
     import tempfile
 
+    from torchboost.process.guard.guard_spec import note_held
     from torchboost.process.guard.run_guard import RunGuard
 
     user = tmp_path / "project"
@@ -141,15 +143,20 @@ def test_a_project_inside_the_temp_directory_is_guarded_like_any_other(tmp_path,
     monkeypatch.chdir(user)
     out = user / "torchboost-doctor"
     guard = RunGuard(out, None, own=("facts*.json",))
-    (user / "run.out").write_text("profiler_start\n")  # no guard in this process: as a shell writes it
+    with open(user / "run.out", "w") as redirect, open(out / "report.json", "w") as report:
+        note_held(guard.journal_dir, 4242)  # a shell's redirection, held open by the run's process
+        redirect.write("profiler_start\n")
+        report.write("{}")
     (out / "facts.json").write_text("{}")
-    (out / "report.json").write_text("{}")
+    (user / "notes.md").write_text("the user's, written meanwhile")  # the twin: no process of the run held it
     writes = guard.settle()
     assert not (user / "run.out").exists()
-    assert any(w.path == "run.out" and w.new for w in writes.kept_apart)
+    assert any(w.path == "run.out" and w.new and w.seen for w in writes.kept_apart)
     assert (out / "facts.json").exists() and not any("facts.json" in w.path for w in writes.kept_apart)
     assert not (out / "report.json").exists()
     assert any(w.path == "torchboost-doctor/report.json" and w.new for w in writes.kept_apart)
+    assert (user / "notes.md").read_text() == "the user's, written meanwhile"
+    assert any(w.path == "notes.md" and not w.seen and w.moved_to is None for w in writes.kept_apart)
 
 
 def _guarded_run(tmp_path, monkeypatch, out_rel: str, action, *, own: bool = True):
@@ -224,34 +231,28 @@ def test_a_run_never_settled_is_settled_by_the_next_one_in_its_folder(tmp_path, 
             assert "ended before it put your files back" in second.note and "ckpt.pt" in second.note
 
 
-def test_an_entry_no_process_was_seen_making_is_kept_by_the_next_run(tmp_path, monkeypatch):
-    """A file the user creates in the folder while a tune runs is moved out with the run's
-    writes, as its maker is unknown, and named so; the next run keeps that writes folder
-    (writes.1) instead of clearing it. Twin: cleared as it was, the user's file is gone."""
-    from torchboost.process.guard import run_guard as module
+def test_an_entry_no_process_of_the_run_made_is_left_where_it_is_and_named(tmp_path, monkeypatch):
+    """A file the user (or another program) creates in the folder while a tune runs is no
+    write of the run's: it stays where it was made, named, where it was moved out before
+    (and the next trial then deleted it). Twin: the run's own new file is moved out."""
     from torchboost.process.guard.guard_spec import WriteGuardSpec
     from torchboost.process.guard.run_guard import RunGuard
     from torchboost.process.guard.write_guard import WriteGuard
 
-    for twin in (False, True):
-        project = tmp_path / str(twin) / "project"
-        project.mkdir(parents=True)
-        monkeypatch.chdir(project)
-        out = project / "torchboost-tune"
-        first = RunGuard(out, project / "train.py")
-        (project / "my_notes.py").write_text("the user's, made during the run\n")  # no process of the run made it
-        with WriteGuard(WriteGuardSpec.from_dict(first.spec())):
-            (project / "run.log").write_text("the run's\n")
-        writes = first.settle()
-        assert "made outside torchboost's sight: my_notes.py" in writes.words()
-        if twin:
-            monkeypatch.setattr(module, "clear", lambda writes_dir: shutil.rmtree(writes_dir, ignore_errors=True))
-        RunGuard(out, project / "train.py").settle()
-        kept = list(out.rglob("my_notes.py"))
-        assert bool(kept) is not twin
-        if not twin:
-            assert kept[0].parent == out / "writes.1" and kept[0].read_text() == "the user's, made during the run\n"
-
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    out = project / "torchboost-tune"
+    first = RunGuard(out, project / "train.py")
+    (project / "my_notes.py").write_text("the user's, made during the run\n")  # no process of the run made it
+    with WriteGuard(WriteGuardSpec.from_dict(first.spec())):
+        (project / "run.log").write_text("the run's\n")
+    writes = first.settle()
+    assert (project / "my_notes.py").read_text() == "the user's, made during the run\n"
+    assert "made outside torchboost's sight, left where it is: my_notes.py" in writes.words()
+    assert not (project / "run.log").exists() and (out / "writes" / "run.log").read_text() == "the run's\n"
+    RunGuard(out, project / "train.py").settle()  # the next trial clears the run's writes, not the user's file
+    assert (project / "my_notes.py").exists() and not (out / "writes").exists()
 
 def test_a_file_changed_after_the_killed_run_is_left_as_the_user_made_it(tmp_path, monkeypatch):
     """torchboost killed mid-run, then the user trains again (a new ckpt.pt) before the next
@@ -297,5 +298,5 @@ def test_entries_no_process_was_seen_making_are_summed_apart_from_the_scripts_wr
     ledger.write_text(json.dumps(run) + "\n")
     summed = summed_writes(ledger)
     assert summed["made"] == ["user_new_3.py"] and [p["path"] for p in summed["paths"]] == ["ckpt.pt"]
-    assert "made outside torchboost's sight: user_new_3.py" in summed["line"]
+    assert "made outside torchboost's sight, left where it is: user_new_3.py" in summed["line"]
     assert "the script wrote ckpt.pt" in summed["line"] and "wrote user_new_3" not in summed["line"]

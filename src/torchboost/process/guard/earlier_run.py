@@ -10,10 +10,9 @@ same report folder starts by clearing it, but never blindly:
   went back is said (:func:`recover`); a file changed since that run ended (the user ran
   the script again, edited it) is left as it is, its original kept beside the writes and
   named; the writes folder is then kept, not cleared;
-* a writes folder holding an entry the run was not seen making (:data:`UNSEEN`: a file
-  the user created in the folder while the run went on, one a writer outside Python
-  made) is kept, renamed ``writes.1``, ``writes.2``, ...: it may be the user's own, and
-  is never deleted (:func:`clear`).
+* a writes folder a recovery left (:data:`KEEP`) is kept, renamed ``writes.1``,
+  ``writes.2``, ...: what it holds may matter to the user, and is never deleted
+  (:func:`clear`); any other is the earlier run's own, and is cleared.
 
 The insured copies' rule (:func:`insured_lines`) is here too, shared by a run's settling
 and by a recovery.
@@ -32,15 +31,15 @@ from torchboost.process.guard.folder_snapshot import Entry, FolderSnapshot, entr
 from torchboost.process.guard.guard_spec import HELD, KEPT, UNPROTECTED, read_held, read_journal
 from torchboost.process.guard.user_files import OUT_OF_SIGHT, UserWrites, settle
 
-__all__ = ["INSURED_LIST", "INSURED_JOURNAL", "UNSEEN", "clear", "insured_lines", "recover", "save_insured",
-           "write_unseen"]
+__all__ = ["INSURED_LIST", "INSURED_JOURNAL", "KEEP", "clear", "insured_lines", "recover", "save_insured"]
 
 INSURED_LIST = "insured.json"
 """In the journal folder: each insured file's copy and its entry before the run."""
 INSURED_JOURNAL = "insured.jsonl"
 """In the journal folder: the insured files' lines, read after every process's own."""
-UNSEEN = ".unseen"
-"""In a writes folder: the entries kept apart that no process of the run was seen making."""
+KEEP = ".keep"
+"""In a writes folder: keep it (what a run torchboost was killed in left: the script's
+versions of files put back, originals not put back over the user's later changes)."""
 
 
 def save_insured(journal_dir: Path, insured: dict[str, str], entries: dict[str, Entry]) -> None:
@@ -98,7 +97,7 @@ def recover(writes_dir: Path, journal_dir: Path) -> UserWrites | None:
     writes = settle(snapshot, journal_dir, writes_dir)
     shutil.rmtree(journal_dir, ignore_errors=True)
     if writes_dir.is_dir() and any(writes_dir.iterdir()):
-        (writes_dir / UNSEEN).write_text("what a run torchboost was killed in left\n", encoding="utf-8")
+        (writes_dir / KEEP).write_text("what a run torchboost was killed in left\n", encoding="utf-8")
     return writes
 
 
@@ -139,19 +138,12 @@ def _changed_since(lines: list[dict], ended_ns: int, originals: Path) -> dict[st
     return named
 
 
-def write_unseen(writes_dir: Path, writes: UserWrites) -> None:
-    """Mark ``writes_dir`` as holding entries no process of the run was seen making."""
-    unseen = [w.path for w in writes.kept_apart if not w.seen]
-    if unseen and writes_dir.is_dir():
-        (writes_dir / UNSEEN).write_text("\n".join(unseen) + "\n", encoding="utf-8")
-
-
 def clear(writes_dir: Path) -> Path | None:
-    """Clear an earlier run's writes folder, or, when it holds entries no process of that
-    run was seen making, keep it under the next free ``writes.N``; where it was kept."""
+    """Clear an earlier run's writes folder, or, when it is to be kept (:data:`KEEP`), keep it
+    under the next free ``writes.N``; where it was kept."""
     if not writes_dir.exists():
         return None
-    if not (writes_dir / UNSEEN).exists():
+    if not (writes_dir / KEEP).exists():
         shutil.rmtree(writes_dir, ignore_errors=True)
         return None
     n = 1

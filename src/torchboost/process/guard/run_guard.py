@@ -42,8 +42,7 @@ from torchboost.process.guard.guard_keeper import Keeper
 from torchboost.process.guard.guard_spec import (CREATED, KEPT, OwnEntries, WriteGuardSpec, read_held,
                                                  read_journal, scratch_folders)
 from torchboost.process.guard.folder_snapshot import FolderSnapshot, under
-from torchboost.process.guard.earlier_run import (clear, insured_lines, recover, save_insured, write_insured_lines,
-                                                  write_unseen)
+from torchboost.process.guard.earlier_run import clear, insured_lines, recover, save_insured, write_insured_lines
 from torchboost.process.guard.held_files import HeldFile, HeldFiles, journal_held, out_of_sight
 from torchboost.process.guard.user_files import AS_THEY_WERE, OUT_OF_SIGHT, NotRestored, UserWrites, settle
 
@@ -140,9 +139,8 @@ class RunGuard:
         inodes = read_held(self.journal_dir) | {h.inode for h in held.values()}
         write_insured_lines(self.journal_dir, insured_lines(self.insured, self.snapshot.entries, inodes))
         seen = {line["path"] for line in lines if line["op"] in (KEPT, CREATED)}
-        writes = settle(self.snapshot, self.journal_dir, self.writes_dir)
+        writes = settle(self.snapshot, self.journal_dir, self.writes_dir, inodes)
         writes = self._name_out_of_sight(writes, held, seen)
-        write_unseen(self.writes_dir, writes)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
         if self.writes_dir.is_dir() and not any(self.writes_dir.iterdir()):
             self.writes_dir.rmdir()
@@ -234,8 +232,7 @@ def _summed_line(runs: int, paths: list[dict[str, Any]], made: list[str], bad: l
         said.append(f" the script wrote {', '.join(named)}{more}; each run's writes were moved out of them (the last "
                     f"run's are in {last_dir.rstrip(os.sep)}{os.sep})")
     if made:
-        said.append(f"{';' if paths else ''} made outside torchboost's sight: {_listed(made)} (moved out with the "
-                    f"writes, which later runs keep as writes.N beside {last_dir.rstrip(os.sep)}{os.sep})")
+        said.append(f"{';' if paths else ''} made outside torchboost's sight, left where it is: {_listed(made)}")
     if not bad:
         return "".join(said) + f"; {AS_THEY_WERE}"
     unseen = [n["path"] for n in bad if n["why"] == OUT_OF_SIGHT]

@@ -37,12 +37,15 @@ __all__ = ["AS_THEY_WERE", "FolderSnapshot", "WrittenPath", "NotRestored", "User
 
 # -- settling ---------------------------------------------------------------------------------
 
-def settle(snapshot: FolderSnapshot, journal_dir: str | Path, writes_dir: str | Path) -> UserWrites:
+def settle(snapshot: FolderSnapshot, journal_dir: str | Path, writes_dir: str | Path,
+           held: set[int] = frozenset()) -> UserWrites:  # type: ignore[assignment]
     """Put the user's folders back as ``snapshot`` found them, the run's writes moved into
-    ``writes_dir``; call once the whole process tree has ended."""
+    ``writes_dir``; call once the whole process tree has ended. ``held``: inodes of the
+    files the run's processes held open for writing (a new file among them is the run's,
+    made past Python: a wrapper's ``> run.out``)."""
     journal = _Journal.read(str(journal_dir))
     writes = os.path.realpath(writes_dir)
-    mover = _Mover(snapshot, writes, journal)
+    mover = _Mover(snapshot, writes, journal, held)
     restored = _restore_originals(snapshot, journal, mover)
     skip = {writes, os.path.realpath(journal_dir)}
     if snapshot.complete:
@@ -105,8 +108,8 @@ class _Journal:
 class _Mover:
     """Moves the run's entries into the writes folder, mirroring where they were."""
 
-    def __init__(self, snapshot: FolderSnapshot, writes: str, journal: _Journal) -> None:
-        self.snapshot, self.writes, self.journal = snapshot, writes, journal
+    def __init__(self, snapshot: FolderSnapshot, writes: str, journal: _Journal, held: set[int]) -> None:
+        self.snapshot, self.writes, self.journal, self.held = snapshot, writes, journal, held
         self.kept_apart: list[WrittenPath] = []
         self.failed: list[NotRestored] = []
         self._moved: list[str] = []
@@ -139,16 +142,30 @@ class _Mover:
         self.kept_apart.append(WrittenPath(self.snapshot.shown(path), self.journal.writes_under(path), dest, False))
 
     def move_new(self, path: str) -> None:
-        """An entry the run made: moved whole, or removed when it holds only empty folders
-        that a process of the run was seen making."""
+        """A new entry: the run's (a process of it was seen making it, or held it open for
+        writing) moved whole, or removed when it holds only empty folders; any other left
+        where it is and named: another program made it meanwhile, or the user, and moving
+        it would change what is theirs."""
         entries, files = _count(path)
         shown, times = self.snapshot.shown(path), self.journal.writes_under(path)
-        seen = any(under(path, made) or under(made, path) for made in self.journal.created)
-        if seen and files == 0 and entries > 0 and _remove_empty(path):
+        if not self._runs(path):
+            self.kept_apart.append(WrittenPath(shown, times, None, True, entries, False))
+            self._moved.append(path)
+            return
+        if files == 0 and entries > 0 and _remove_empty(path):
             self.kept_apart.append(WrittenPath(shown, times, None, True, entries))
             self._moved.append(path)
             return
-        self.kept_apart.append(WrittenPath(shown, times, self.move(path), True, entries, seen))
+        self.kept_apart.append(WrittenPath(shown, times, self.move(path), True, entries))
+
+    def _runs(self, path: str) -> bool:
+        """A process of the run made ``path`` (or something in it), or held it open for writing."""
+        if any(under(path, made) or under(made, path) for made in self.journal.created):
+            return True
+        try:
+            return os.lstat(path).st_ino in self.held
+        except OSError:
+            return False
 
 
 def _restore_originals(snapshot: FolderSnapshot, journal: _Journal, mover: _Mover) -> list[str]:

@@ -42,8 +42,8 @@ class WrittenPath:
     entries: int = 1
     """Entries it holds, itself included (a folder moved whole)."""
     seen: bool = True
-    """A process of the run was seen making it (False: new, but made past Python's calls or
-    by someone else, the user creating a file meanwhile: kept, never cleared by a later run)."""
+    """A process of the run was seen making it, or holding it open (False: new, but made by
+    another program, or by the user meanwhile: left where it is, and named)."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,7 @@ class UserWrites:
             listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
             head = f"the script wrote {listed}: kept apart in {self.writes_dir.rstrip(os.sep)}{os.sep}; "
         if unseen:
-            head += (f"made outside torchboost's sight: {_listed(unseen)} (moved into "
-                     f"{self.writes_dir.rstrip(os.sep)}{os.sep}, which later runs keep); ")
+            head += f"made outside torchboost's sight, left where it is: {_listed(unseen)}; "
         if not self.not_restored:
             return head + AS_THEY_WERE
         unseen = [n.path for n in self.not_restored if n.why == OUT_OF_SIGHT]
