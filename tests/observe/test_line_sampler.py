@@ -94,6 +94,41 @@ def test_dropped_steps_and_paused_sampling_keep_nothing():
     assert all(set(line.ms_by_step) <= {1} and sum(line.ms_by_step.values()) < 10 for line in sampler.lines())
 
 
+def _train_step(sampler: LineSampler | None, i: int, evaluate_inside: bool) -> LineSampler:
+    """A step function the loop calls: the step's boundary (the sampler's start, its
+    close) is reached in here, as an ``optimizer.step()`` would be."""
+    if evaluate_inside:
+        _spin(20)  # EVALUATED IN THE STEP
+    if sampler is None:
+        return LineSampler(lambda: "other", interval_ms=2.0).start()
+    sampler.close_step(i, kept=True, next_recorded=True)
+    return sampler
+
+
+def _loop_calling_a_step_function(evaluate_inside: bool) -> list[HostLine]:
+    sampler = None
+    for i in range(8):
+        sampler = _train_step(sampler, i, evaluate_inside)
+        if not evaluate_inside:
+            _spin(20)  # THE LOOP'S EVALUATION CALL
+    sampler.stop()
+    return sampler.lines()
+
+
+@pytest.mark.parametrize("evaluate_inside, marker", [(False, "THE LOOP'S EVALUATION CALL"),
+                                                      (True, "EVALUATED IN THE STEP")])
+def test_a_line_reached_from_the_loop_names_the_loops_line_where_the_step_is_a_function(evaluate_inside, marker):
+    """A loop that calls ``train_step()`` each step and an evaluation beside it: the
+    evaluation's time is named with the loop's line that called it, not left without one
+    because the step's boundary is inside ``train_step``. Twin: the same wait called from
+    inside the step function names the step function's line."""
+    rows = line_rows(_loop_calling_a_step_function(evaluate_inside), list(range(1, 8)), 20.0, share_pct=0.0)
+    top = rows[0]
+    where = _loop_calling_a_step_function if not evaluate_inside else _train_step
+    assert top["line"] == _line_of(_step_spinning_here, "THE LINE")
+    assert top["via"] == f"test_line_sampler.py:{_line_of(where, marker)}"
+
+
 SCRIPT = """\
 import time, torch
 model = torch.nn.Linear(8, 1)

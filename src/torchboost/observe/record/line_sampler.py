@@ -84,7 +84,7 @@ class LineSampler:
         self._recording = threading.Event()
         self._thread: threading.Thread | None = None
         self._target: int | None = None
-        self._loop: object | None = None
+        self._loop: tuple[object, ...] = ()
         self.samples = 0
         """Looks that found the training thread in a phase, over the kept steps."""
         self._step_samples = 0
@@ -92,9 +92,10 @@ class LineSampler:
     def start(self, thread_id: int | None = None) -> "LineSampler":
         """Start sampling ``thread_id`` (the calling thread: the one that trains). Called from
         the training loop (a step's boundary), the innermost frame of the user's code now is
-        the loop's: a sample deeper in the user's code says which of the loop's lines led there."""
+        the loop's (with the user's frames around it: a loop that calls ``train_step()`` each
+        step): a sample deeper in the user's code says which of the loop's lines led there."""
         self._target = threading.get_ident() if thread_id is None else thread_id
-        self._loop = _loop_code(sys._getframe(1)) if thread_id is None else None
+        self._loop = _loop_codes(sys._getframe(1)) if thread_id is None else ()
         self._recording.set()
         self._thread = threading.Thread(target=self._run, name="torchboost-line-sampler", daemon=True)
         self._thread.start()
@@ -162,17 +163,18 @@ class LineSampler:
             del frame
 
 
-def _key(bucket: str, frame: object, loop: object | None) -> Key | None:
+def _key(bucket: str, frame: object, loop: tuple[object, ...]) -> Key | None:
     """The sample's key: the innermost frame of the user's code, what it was calling (the
     outermost frame inside it that is not torchboost's own wrapper), and, when that frame is
-    not the loop's (``loop``: its code), the loop's line that led there."""
+    not the loop's (``loop``: the codes of the user's frames at a step's boundary), the
+    loop's line that led there."""
     callee_frame = None
     depth = 0
     while frame is not None and depth < _MAX_DEPTH:
         code = frame.f_code  # type: ignore[attr-defined]
         user = users_file(code.co_filename)
         if user is not None:
-            via = _via(frame, loop) if code is not loop else ""
+            via = _via(frame, loop) if code not in loop else ""
             return bucket, user, frame.f_lineno or 0, _name(callee_frame), via  # type: ignore[attr-defined]
         if not code.co_filename.startswith(_TORCHBOOST):
             callee_frame = frame
@@ -181,27 +183,30 @@ def _key(bucket: str, frame: object, loop: object | None) -> Key | None:
     return None
 
 
-def _via(frame: object, loop: object | None) -> str:
-    """``train.py:12``: the loop's line (the frame whose code is ``loop``) the user's
-    ``frame`` was called from, outward; "" when the loop is not on the stack."""
+def _via(frame: object, loop: tuple[object, ...]) -> str:
+    """``train.py:12``: the loop's line (the innermost frame whose code is one of ``loop``)
+    the user's ``frame`` was called from, outward; "" when the loop is not on the stack."""
     depth = 0
-    while loop is not None and frame is not None and depth < _MAX_DEPTH:
-        if frame.f_code is loop:  # type: ignore[attr-defined]
+    while loop and frame is not None and depth < _MAX_DEPTH:
+        if frame.f_code in loop:  # type: ignore[attr-defined]
             return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"  # type: ignore[attr-defined]
         frame = frame.f_back  # type: ignore[attr-defined]
         depth += 1
     return ""
 
 
-def _loop_code(frame: object | None) -> object | None:
-    """The code of the innermost frame of the user's own from ``frame`` outward."""
+def _loop_codes(frame: object | None) -> tuple[object, ...]:
+    """The codes of the user's own frames from ``frame`` outward, innermost first: the
+    function a step's boundary is reached in (``train_step``) and those that call it (the
+    loop in ``main``)."""
+    codes: list[object] = []
     depth = 0
     while frame is not None and depth < _MAX_DEPTH:
         if users_file(frame.f_code.co_filename) is not None:  # type: ignore[attr-defined]
-            return frame.f_code  # type: ignore[attr-defined]
+            codes.append(frame.f_code)  # type: ignore[attr-defined]
         frame = frame.f_back  # type: ignore[attr-defined]
         depth += 1
-    return None
+    return tuple(codes)
 
 
 def _name(frame: object | None) -> str:
