@@ -131,3 +131,24 @@ def test_twin_the_cpu_block_would_replace_it():
     cpu = (ROOT / "README.md").read_text(encoding="utf-8").replace("On a GPU machine", "x").replace(
         "On a fresh machine without a GPU", "On a GPU machine")
     assert any("torch==" in line for line in _gpu_block(cpu))
+
+
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+
+def _torch_installs_without_cpu_index(text: str) -> list[str]:
+    """Lines that install a pinned torch build with no word of where its CPU build comes from:
+    on Linux the public index's ``torch==X`` is the multi-GB CUDA build."""
+    lines = [line for line in text.splitlines() if re.search(r"pip install (--quiet )?torch==", line)]
+    return [line for line in lines if CPU_INDEX not in line]
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/index.md", ".ci/run"])
+def test_the_cpu_install_lines_name_pytorchs_cpu_index(path):
+    text = (ROOT / path).read_text()
+    assert re.search(r"pip install (--quiet )?torch==", text), f"{path} lost its install line"
+    assert _torch_installs_without_cpu_index(text) == []
+
+
+def test_twin_a_bare_torch_pin_is_caught():
+    assert _torch_installs_without_cpu_index("pip install torch==2.13.0 && pip install -e .") != []
