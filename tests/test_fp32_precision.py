@@ -6,6 +6,7 @@ and settable; the gpu-marked test runs the same on a real CUDA matmul."""
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,10 @@ def test_tf32_on_then_restored_leaves_both_apis_as_they_were(torch_switches, scr
     before = read_both_apis()
     saved = switches.set_tf32(True)
     assert switches.read_switches(switches.CUDA_SWITCHES) == dict.fromkeys(switches.CUDA_SWITCHES, "tf32")
+    assert not switches.older_readers_refuse()  # what torch.compile reads for a GPU
     saved.restore()
+    if script == "new api":  # a state the older readers refused is not put back: they read the switches
+        before.update({"matmul_precision": "high", "cuda.matmul.allow_tf32": True})
     assert read_both_apis() == before
 
 
@@ -59,10 +63,54 @@ def test_twin_a_restore_that_forgets_a_switch_leaves_it_changed(torch_switches):
 
 
 @new_api
-def test_no_write_of_the_older_flags_where_the_new_switches_exist(legacy_writes):
-    switches.set_tf32(True).restore()
+def test_no_write_of_the_older_flags_where_the_new_switches_alone_agree_with_them(legacy_writes):
+    switches.set_tf32(False).restore()
     switches.set_switches({"cuda.matmul": "ieee", "mkldnn.matmul": "none"}).restore()
     assert legacy_writes == []
+
+
+@new_api
+def test_tf32_on_is_told_to_the_older_flags_torch_compile_reads(legacy_writes):
+    switches.set_tf32(True).restore()
+    assert legacy_writes[0] == "torch.backends.cuda.matmul.allow_tf32 = True"
+    assert not any("cudnn" in write for write in legacy_writes)  # cuDNN's switches set together: no need
+
+
+def _reads_what_inductor_reads(gm, example_inputs):
+    """A compiler backend that reads cuBLAS's TF32 state as Inductor does for a GPU (its
+    autotune cache keys on the matmul precision, its kernel choice reads allow_tf32)."""
+    torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32
+    return gm.forward
+
+
+def _compiled_after(tf32_on) -> object:
+    from torchboost.techniques.compile.safe_compile import apply_compile
+
+    torch._dynamo.reset()  # a frame compiled by an earlier test would not reach the backend again
+    tf32_on()
+    model = torch.nn.Linear(4, 4)
+    stats = apply_compile(model, mode="default", scope="model", _backend=_reads_what_inductor_reads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fall-back's warning: the stats say it
+        model(torch.ones(2, 4))
+    return stats
+
+
+@new_api
+def test_tf32_on_through_the_precision_lever_then_compile_does_not_fall_back(torch_switches):
+    from torchboost.techniques.precision.precision_policy import Tf32Precision
+
+    precision = Tf32Precision("cuda")
+    stats = _compiled_after(precision.setup)
+    assert switches.tf32_state().matmul and not stats.fell_back and stats.error is None
+    precision.teardown()
+
+
+@new_api
+def test_twin_tf32_on_through_the_matmul_switch_alone_then_compile_falls_back(torch_switches):
+    stats = _compiled_after(script_used_the_new_api)
+    assert stats.fell_back and "legacy and new APIs" in str(stats.error)
 
 
 def test_twin_the_spy_sees_a_write_of_the_older_flags(legacy_writes):
@@ -99,7 +147,8 @@ def test_an_older_torch_has_no_cpu_switch_to_set(older_torch):
 @new_api
 def test_the_spelling_follows_the_api_this_torch_has(monkeypatch):
     assert switches.spelling({"cuda.matmul": "tf32", "cudnn.conv": "tf32"}) == (
-        'torch.backends.cuda.matmul.fp32_precision = "tf32"', 'torch.backends.cudnn.conv.fp32_precision = "tf32"')
+        "torch.backends.cuda.matmul.allow_tf32 = True", 'torch.backends.cudnn.conv.fp32_precision = "tf32"')
+    assert switches.spelling({"cuda.matmul": "ieee"}) == ('torch.backends.cuda.matmul.fp32_precision = "ieee"',)
     OlderTorch(monkeypatch)
     assert switches.spelling({"cuda.matmul": "tf32", "cudnn.conv": "tf32", "cudnn.rnn": "tf32"}) == (
         "torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True")

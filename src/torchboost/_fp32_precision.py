@@ -14,9 +14,13 @@ It keeps the older flags beside them (``torch.backends.cuda.matmul.allow_tf32``,
 ``torch.backends.cudnn.allow_tf32``, ``torch.set_float32_matmul_precision``), and reading an
 older flag raises once the new switches say something it cannot (the matmul switch set to
 "tf32" alone, cuDNN's conv and RNN switches set apart): "you have used mix of the legacy
-and new APIs". So torchboost reads and writes the per-library switches where torch has
-them, and the older flags only on a torch without them, never both; :class:`Saved` puts
-back exactly the values it read.
+and new APIs". torch's own compiler still reads the older flags (Inductor's autotune cache
+and kernel choice, 2.9 to at least 2.13: pytorch issues 166387, 189955), so TF32 set through
+the matmul switch alone makes ``torch.compile`` on a GPU raise. So torchboost writes the
+per-library switches where torch has them, the older flags only on a torch without them,
+and where a write leaves a state torch's older readers refuse, cuBLAS's older flag too,
+which says the same thing (asked of torch after the write, not of a version table);
+:class:`Saved` puts back the values it read.
 
 Every reader and writer of these switches in torchboost goes through this module.
 """
@@ -28,8 +32,8 @@ from typing import Any, Mapping
 
 import torch
 
-__all__ = ["CUDA_SWITCHES", "CPU_SWITCHES", "Saved", "Tf32State", "has_switch", "holder", "read_switches",
-           "set_switches", "set_tf32", "spelling", "tf32_state"]
+__all__ = ["CUDA_SWITCHES", "CPU_SWITCHES", "Saved", "Tf32State", "has_switch", "holder", "legacy_matmul_precision",
+           "older_readers_refuse", "read_switches", "set_switches", "set_tf32", "spelling", "tf32_state"]
 
 CUDA_SWITCHES = ("cuda.matmul", "cudnn.conv", "cudnn.rnn")
 """The switches TF32 turns on for a CUDA run: cuBLAS, cuDNN's convolutions and its RNNs
@@ -73,20 +77,24 @@ class Saved:
     switches: tuple[tuple[str, str], ...] = ()
     """(name, value) of each per-library switch written, as read before."""
     legacy: tuple[tuple[str, Any], ...] = ()
-    """On a torch without the per-library switches: ("matmul_precision", "highest") and
-    ("cudnn_allow_tf32", True), the older flags written, as read before."""
+    """The older flags written, as read before: ("matmul_precision", "highest") and
+    ("cudnn_allow_tf32", True) on a torch without the per-library switches; the matmul
+    precision alone where a write of the switches had to be told to the older readers too."""
 
     def restore(self) -> None:
-        """Put every switch written back to its value before (the last write first)."""
-        for name, value in reversed(self.switches):
-            found = holder(name)
-            if found is not None:
-                found.fp32_precision = value
+        """Put every switch written back to its value before: the older flags first (their
+        setters write the per-library switches too), then the switches, the last write first.
+        A state the older readers refused before (the script set the matmul switch alone) is
+        not put back: the older flags are left saying what the switches say."""
         for name, value in reversed(self.legacy):
             if name == _LEGACY_MATMUL:
                 torch.set_float32_matmul_precision(value)
             else:
                 torch.backends.cudnn.allow_tf32 = value
+        for name, value in reversed(self.switches):
+            found = holder(name)
+            if found is not None:
+                found.fp32_precision = value
 
 
 def _legacy_write(values: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
@@ -103,14 +111,18 @@ def _legacy_write(values: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
     return tuple(saved)
 
 
-def set_switches(values: Mapping[str, str]) -> Saved:
+def set_switches(values: Mapping[str, str], *, for_compile: bool = True) -> Saved:
     """Set each switch of ``values`` ({"cuda.matmul": "tf32"}) and return what was there.
 
     Through the per-library switches where torch has them; only where it has none of
     CUDA's, through the older flags (a value of "tf32" allows TF32, any other forbids it).
     A switch this torch has no way to set (oneDNN's before 2.9) is left alone.
+    ``for_compile``: where the matmul switch alone leaves a state torch's older readers
+    refuse (:func:`older_readers_refuse`), tell cuBLAS's older flag too, as torch.compile
+    reads it; False for a write no compile sees (a timed matmul), put back exactly.
     """
     saved: list[tuple[str, str]] = []
+    matmul_before = legacy_matmul_precision()
     for name, value in values.items():
         found = holder(name)
         if found is not None:
@@ -119,14 +131,49 @@ def set_switches(values: Mapping[str, str]) -> Saved:
     cuda = {name: value for name, value in values.items() if name in CUDA_SWITCHES}
     if cuda and not any(has_switch(name) for name in CUDA_SWITCHES):
         return Saved(tuple(saved), _legacy_write(cuda))
+    if for_compile and "cuda.matmul" in cuda and has_switch("cuda.matmul") and older_readers_refuse():
+        return _also_told(tuple(saved), matmul_before, cuda["cuda.matmul"])
     return Saved(tuple(saved))
 
 
-def set_tf32(on: bool = True, *, matmul: bool = True, cudnn: bool = True) -> Saved:
+def legacy_matmul_precision() -> str | None:
+    """``torch.get_float32_matmul_precision()``, None where torch refuses to read it (the
+    per-library switches say something it cannot)."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        return None
+
+
+def older_readers_refuse() -> bool:
+    """Whether torch's older readers of cuBLAS's TF32 state raise on the switches as they are
+    ("mix of the legacy and new APIs"): Inductor reads them when it compiles for a GPU."""
+    try:
+        torch.get_float32_matmul_precision()
+        torch.backends.cuda.matmul.allow_tf32
+    except RuntimeError:
+        return True
+    return False
+
+
+def _also_told(saved: tuple[tuple[str, str], ...], matmul_before: str | None, value: str) -> Saved:
+    # cuBLAS's older flag writes the older matmul precision and the matmul switch together,
+    # so both APIs say the same. Putting the precision back writes oneDNN's matmul switch
+    # too: it is kept, to be put back after.
+    torch.backends.cuda.matmul.allow_tf32 = value == "tf32"
+    if matmul_before is None:
+        return Saved(saved)
+    kept = tuple((name, found) for name, found in read_switches(("mkldnn.matmul",)).items()
+                 if name not in dict(saved))
+    return Saved(kept + saved, ((_LEGACY_MATMUL, matmul_before),))
+
+
+def set_tf32(on: bool = True, *, matmul: bool = True, cudnn: bool = True, for_compile: bool = True) -> Saved:
     """Allow TF32 (``on``) or forbid it ("ieee") in CUDA's fp32 matmuls (``matmul``) and
-    cuDNN's convolutions and RNNs (``cudnn``); returns what was there."""
+    cuDNN's convolutions and RNNs (``cudnn``); returns what was there. ``for_compile``: as
+    :func:`set_switches` has it."""
     names = (("cuda.matmul",) if matmul else ()) + (("cudnn.conv", "cudnn.rnn") if cudnn else ())
-    return set_switches({name: "tf32" if on else "ieee" for name in names})
+    return set_switches({name: "tf32" if on else "ieee" for name in names}, for_compile=for_compile)
 
 
 @dataclass(frozen=True)
@@ -159,10 +206,14 @@ _LEGACY_SPELLING = {"cuda.matmul": "torch.backends.cuda.matmul.allow_tf32 = {fla
 
 def spelling(values: Mapping[str, str]) -> tuple[str, ...]:
     """The plain-PyTorch lines that set ``values`` on this torch: the per-library switches
-    where it has them, else the older flags (TF32 or not)."""
+    where it has them, else the older flags (TF32 or not). TF32 in cuBLAS is spelled with the
+    older flag on every torch: it sets the matmul switch too, and the switch alone makes
+    ``torch.compile`` raise on a GPU (see the module's docstring)."""
     lines = []
     for name, value in values.items():
-        if has_switch(name):
+        if name == "cuda.matmul" and value == "tf32":
+            lines.append(_LEGACY_SPELLING[name].format(flag=True))
+        elif has_switch(name):
             lines.append(f'torch.backends.{name}.fp32_precision = "{value}"')
         elif name in _LEGACY_SPELLING:
             lines.append(_LEGACY_SPELLING[name].format(flag=value == "tf32"))

@@ -197,7 +197,7 @@ def test_the_tf32_rule_fires_on_fp32_matmuls_without_tf32_with_amdahl_on_the_mea
     assert finding.expected_speedup == pytest.approx(1 / (1 - 0.8 * 0.75 + 0.8 * 0.75 / 8.0))
     assert "m = 0.75" in finding.formula and "s = 8.00: the TF32/fp32 matmul peak ratio" in finding.formula
     assert finding.evidence["tf32_peak_ratio"] == 8.0
-    assert 'torch.backends.cuda.matmul.fp32_precision = "tf32"' in fix_torch(finding) or not HAS_NEW_API
+    assert "torch.backends.cuda.matmul.allow_tf32 = True" in fix_torch(finding)  # the flag torch.compile reads
 
 
 def test_without_a_measured_peak_ratio_the_gain_is_assumed_and_says_so():
@@ -246,7 +246,7 @@ def test_the_tf32_switch_at_torch_s_defaults_turns_tf32_on_and_puts_both_apis_ba
     switch.on()
     assert _fp32_precision.tf32_state().matmul
     switch.off()
-    assert read_both_apis() == before and legacy_writes == []
+    assert read_both_apis() == before and legacy_writes[0] == "torch.backends.cuda.matmul.allow_tf32 = True"
 
 
 def test_twin_no_tf32_switch_when_the_script_allowed_it_or_before_ampere(ampere, monkeypatch):

@@ -70,7 +70,7 @@ def _matmul_rate(dtype: str, size: int, device: str, sync: Callable[[], None]) -
     b = torch.randn(size, size, generator=g, device=device).to(_TORCH_DTYPES[dtype])
     # fp32 means fp32 on the GPU too: cuBLAS's TF32 is allowed for "tf32" alone (the switch
     # touches CUDA's matmuls only, so a CPU's rates are the same), and put back after.
-    saved = _fp32_precision.set_tf32(dtype == "tf32", cudnn=False)
+    saved = _fp32_precision.set_tf32(dtype == "tf32", cudnn=False, for_compile=False)  # no compile sees it
     try:
         seconds, cores = _best_seconds(lambda: torch.mm(a, b), sync)
     finally:
