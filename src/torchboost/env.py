@@ -252,7 +252,7 @@ def measure_cpu_bf16_speedup(size: int = 512, repeats: int = 7) -> float:
     advertise bf16 instructions that its matmul kernels do not use. Interleaved, each side's
     fastest run: another process's burst slows some runs of either side, not the fastest of
     one (timed one side after the other, a burst over the bf16 runs read 0.18x on a CPU whose
-    bf16 is faster, and tune skipped bf16 as hopeless). Takes ~0.1 s; measured once per process.
+    bf16 is faster, and tune skipped bf16 as hopeless). Takes about 0.1 s; run once per process.
     """
     g = torch.Generator().manual_seed(0)  # never the user's global random stream
     a = torch.randn(size, size, generator=g)

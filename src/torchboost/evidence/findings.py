@@ -142,8 +142,8 @@ class Finding:
     def rank_speedup(self) -> float:
         """What the finding is ranked by: the measured ratio where its pairs agree, else the
         estimate, at most the best of its pairs where it was measured: pairs from x0.98 to
-        x1.08 measured no gain either way, and an estimate of x1.92 ranked above a switch
-        measured at x1.69 would put first what the doctor saw gain nothing."""
+        x1.08 show no gain either way, and an estimate of x1.92 ranked above a switch whose
+        pairs agree on x1.69 would put first what the doctor saw gain nothing."""
         measured = self.measured
         if measured is None:
             return self.expected_speedup

@@ -24,7 +24,7 @@ def pairs_agree(ratios: Sequence[float], median: float | None = None) -> bool:
     """Every pair's ratio on the same side of 1 as their median (``median`` when given, as
     for the smallest and largest pair alone): the pairs measured one way. Pairs that
     disagree (another process slowed some steps many times over: ratios of 0.007, 0.02,
-    100.7 and 0.035) measured nothing either way, nor did a median of exactly 1. Either way
+    100.7 and 0.035) tell nothing either way, nor did a median of exactly 1. Either way
     round (plain over switched, switched over plain): the doctor's quick probes
     (:attr:`~torchboost.evidence.findings.Measured.agree`) and tune's bursts
     (:func:`burst_verdict`) decide by this one rule. True for no pairs: none disagrees."""

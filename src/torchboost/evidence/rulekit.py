@@ -181,8 +181,8 @@ def cuda_conv_compute_share(facts: Facts, compute_pct: float) -> float | None:
 def measured_faster(facts: Facts, finding_id: str) -> bool:
     """The doctor's quick probe of ``finding_id``'s fix measured it faster than plain steps in
     every pair: a rule whose share threshold its noisy estimate missed still fires, since its
-    gain was measured, not guessed (another process slowing the compute can shrink a phase's
-    share below a threshold while the fix measured x1.4)."""
+    gain was measured in this run, not guessed (another process slowing the compute can shrink
+    a phase's share below a threshold while every pair of the probe still finds the fix faster)."""
     for probe in facts.quick_probes:
         if probe.finding_id == finding_id and probe.ratio is not None:
             pairs = probe.pair_ratios

@@ -342,7 +342,7 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
 
 
 def _example() -> Facts:
-    """A CPU step, forward and backward 80% of it in fp32, where bf16 math measured 2x."""
+    """A CPU step, forward and backward 80% of it in fp32, whose facts give bf16 math 2x."""
     steps = [StepRecord(i, 100.0, 5.0, 40.0, 40.0, 5.0) for i in range(10)]
     return Facts(env={"device": "cpu", "cpu_cores": 8, "cpu_bf16": True}, steps=steps,
                  techniques={"fp32_math": Fp32MathFacts(cpu_precision="none", bf32_speedup=2.0)})
@@ -350,7 +350,7 @@ def _example() -> Facts:
 
 def _tf32_example() -> Facts:
     """A CUDA step on an Ampere GPU, forward and backward 80% of it in fp32 with TF32 off, its
-    matmuls 75% of the GPU's op time, where the limits probe measured TF32 at 8x fp32."""
+    matmuls 75% of the GPU's op time, whose limits give TF32 8x fp32's peak."""
     steps = [StepRecord(i, 100.0, 5.0, 40.0, 40.0, 5.0) for i in range(10)]
     ops = [{"name": "aten::mm", "self_cpu_ms": 2.0, "self_device_ms": 60.0, "calls": 6},
            {"name": "aten::add_", "self_cpu_ms": 1.0, "self_device_ms": 20.0, "calls": 12}]

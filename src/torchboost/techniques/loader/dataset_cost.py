@@ -3,8 +3,9 @@
 Loader workers pay for themselves only when loading is slow: each batch then crosses a
 process boundary (pickling, a queue) and, on a CPU box, every worker takes a core from
 the compute. When a batch loads in well under a millisecond (in-memory tensors, token
-windows), workers only add that overhead: measured here, 2 workers made a host-bound MLP
-0.36x and a byte-level GPT 0.56x as fast as the same loop with none.
+windows), workers only add that overhead: in one run on a 2-core machine (not recorded in
+``benchmarks/``), 2 workers made a host-bound MLP 0.36x and a byte-level GPT 0.56x as fast as
+the same loop with none.
 """
 
 from __future__ import annotations

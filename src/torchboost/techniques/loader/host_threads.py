@@ -1,11 +1,13 @@
 """Host CPU threads: how many intra-op threads torch may use next to the loader's workers.
 
 On a small CPU box the DataLoader's worker processes and torch's intra-op threads run on
-the same cores. Measured on a 2-core machine with a loader-bound CPU script (about 60% of
-each step waiting for data), per step: 0 workers/2 threads 84 ms; 2 workers/2 threads
+the same cores. One run on a 2-core machine with a loader-bound CPU script (about 60% of
+each step waiting for data) took, per step: 0 workers/2 threads 84 ms; 2 workers/2 threads
 88 ms; 1 worker/2 threads 127 ms; 2 workers/1 thread 62 ms (1.35x faster than the
-default). Oversubscribing the cores costs more than the workers bring, so ``auto`` gives
-the workers their cores and leaves the rest to intra-op threads (:func:`auto_threads`).
+default); ``benchmarks/loader_threads.py`` runs the grid again (``benchmarks/RESULTS.md``,
+"Loader workers x intra-op threads on 2 cores"). Oversubscribing the cores costs more than
+the workers bring, so ``auto`` gives the workers their cores and leaves the rest to
+intra-op threads (:func:`auto_threads`).
 
 Each worker process already runs with one intra-op thread (DataLoader sets that), so only
 the main process's count is ours to choose.
@@ -77,7 +79,8 @@ def auto_threads(
     if device_type == "cpu":
         why = (
             f"CPU training: {workers} loader workers take {min(workers, share)} of {share} cores, "
-            f"intra-op threads get the rest (oversubscribed cores measured 1.4x slower)"
+            f"intra-op threads get the rest (threads sharing cores with workers slow the step; "
+            "benchmarks/loader_threads.py records by how much, not measured here)"
         )
     else:
         why = (

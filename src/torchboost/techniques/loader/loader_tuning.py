@@ -44,9 +44,10 @@ def workers_of(settings: Overlay) -> int:
 def host_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     """Fewer intra-op threads alone, then each worker count with threads = the cores left
     over and with all cores, each with torch's hand-over, then file_system's (with busy
-    workers it measured 7-13% faster; torch's own first, as it leaves no shared-memory
-    file behind a killed run); for a loader the doctor timed waiting off the CPU, worker
-    counts past the cores too (:func:`past_the_cores`), with all cores' threads."""
+    workers 7-13% faster a step in ``benchmarks/RESULTS.md``, "Worker batch hand-over";
+    torch's own first, as it leaves no shared-memory file behind a killed run); for a loader
+    the doctor timed waiting off the CPU, worker counts past the cores too
+    (:func:`past_the_cores`), with all cores' threads."""
     # Workers and intra-op threads share the cores: on a 2-core box, 2 workers with
     # 2 threads gained nothing and 1 worker with 2 threads lost 50%, while 2 workers with
     # 1 thread gained 1.35x. Fewer threads alone is a candidate too: on a busy or small box,
@@ -121,7 +122,8 @@ def sharing_candidates(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
     """file_system hand-over, once workers are kept without it."""
     # With busy CPU workers, torch's default hand-over (a file descriptor fetched over a
     # socket from a worker thread that needs the worker's GIL) stalls the training loop;
-    # on 2 cores file_system measured 7-13% faster per step with 2 workers.
+    # on 2 cores file_system was 7-13% faster per step with 2 workers (benchmarks/worker_ipc.py,
+    # recorded in benchmarks/RESULTS.md, "Worker batch hand-over").
     if not workers_of(incumbent) or not ctx.own(LoaderTuning).file_system_sharing:
         return []
     if incumbent.value(LoaderConfig, "sharing_strategy") == "file_system":  # kept with the workers
