@@ -7,10 +7,13 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch.torch_version import TorchVersion
 
 from torchboost.techniques.optimizer import (
+    FUSED_DEVICES,
     apply_optimizer_implementation,
     current_implementation,
+    fused_kernel_on,
     resolve_optimizer,
 )
 
@@ -168,3 +171,63 @@ def test_user_subclasses_and_unsupported_setups_stay_default():
     complex_param = torch.optim.Adam([nn.Parameter(torch.zeros(3, dtype=torch.complex64))])
     choice, reason = resolve_optimizer("auto", complex_param, device=CPU)
     assert choice == "default" and "complex" in reason
+
+
+class _RefusingAdagrad(torch.optim.Adagrad):
+    """Adagrad as torch before 2.12 has it on CUDA, standing in on the CPU: ``fused=True`` is
+    accepted when built and refused in the first ``step()``, the script's own."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if any(group["fused"] for group in self.param_groups):
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of "
+                               "supported devices: ['cuda'] but torch.float32 and cpu")
+        return super().step(closure)
+
+
+def test_a_fused_step_torch_refuses_on_the_device_is_never_chosen(monkeypatch):
+    monkeypatch.setitem(FUSED_DEVICES, _RefusingAdagrad, frozenset({"cpu", "cuda"}))
+    refusing = _RefusingAdagrad(make_model().parameters())
+    assert not fused_kernel_on(_RefusingAdagrad, "cpu")
+    choice, reason = resolve_optimizer("auto", refusing, device=CPU)
+    assert choice == "default" and "no fused kernel on cpu" in reason
+    with pytest.raises(ValueError, match="no fused kernel on cpu"):
+        apply_optimizer_implementation(refusing, "fused")
+    refusing.step()  # untouched: its own for-loop step still runs
+
+
+def test_twin_the_table_alone_would_have_chosen_it_and_its_step_raised(monkeypatch):
+    monkeypatch.setitem(FUSED_DEVICES, _RefusingAdagrad, frozenset({"cpu", "cuda"}))
+    assert "cpu" in FUSED_DEVICES[_RefusingAdagrad]  # what the table says
+    model = make_model()
+    model(torch.ones(2, 6)).sum().backward()
+    built = _RefusingAdagrad(model.parameters(), fused=True)  # accepted when built
+    with pytest.raises(RuntimeError, match="supported devices"):
+        built.step()
+    assert fused_kernel_on(torch.optim.Adagrad, "cpu")  # torch's own Adagrad steps fused here
+
+
+class _OlderAdagrad(torch.optim.Adagrad):
+    """Adagrad's step as torch before 2.12 writes it: its fused check leaves CUDA out."""
+
+    def _init_group(self, group, *args):
+        from torch.optim.optimizer import _device_dtype_check_for_fused
+
+        for p in group["params"]:
+            if group["fused"]:
+                _device_dtype_check_for_fused(p, cuda_unsupported=True)
+        return super()._init_group(group, *args)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="reads torch's declaration where no GPU is here to ask")
+def test_without_the_device_here_torch_s_declaration_is_read_cuda_left_out_where_the_step_refuses_it(monkeypatch):
+    monkeypatch.setitem(FUSED_DEVICES, _OlderAdagrad, frozenset({"cpu", "cuda"}))
+    assert not fused_kernel_on(_OlderAdagrad, "cuda")
+    choice, reason = resolve_optimizer("auto", _OlderAdagrad(make_model().parameters()), device=CUDA)
+    assert choice != "fused" and "no fused kernel on cuda" in reason
+    assert fused_kernel_on(_OlderAdagrad, "cpu")  # the CPU's kernel it has
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="reads torch's declaration where no GPU is here to ask")
+def test_twin_torch_s_own_adagrad_steps_fused_on_cuda_from_2_12():
+    assert fused_kernel_on(torch.optim.Adagrad, "cuda") == (TorchVersion(torch.__version__) >= "2.12")

@@ -8,6 +8,7 @@ from torch import nn
 
 from torchboost import _fp32_precision
 from torchboost.techniques import fp32_math, optimizer as optimizer_technique, precision
+from torchboost.techniques.optimizer import optimizer_impl
 from torchboost.techniques.registry import ProbeContext, techniques
 
 
@@ -195,6 +196,7 @@ def _stepped_on_a_device(monkeypatch) -> tuple[torch.optim.Optimizer, nn.Paramet
     fused nor capturable is set. The device is "meta" standing in for a GPU (this machine
     has none): fused kernels are allowed there for the test's sake."""
     monkeypatch.setitem(optimizer_technique.FUSED_DEVICES, torch.optim.Adam, frozenset({"cpu", "cuda", "meta"}))
+    monkeypatch.setattr(optimizer_impl, "_torch_steps_fused", lambda cls, device_type: True)  # torch refuses meta
     param = nn.Parameter(torch.zeros(4, device="meta"))
     opt = torch.optim.Adam([param], lr=0.1)
     opt.state[param] = {"step": torch.tensor(3.0), "exp_avg": torch.zeros_like(param),

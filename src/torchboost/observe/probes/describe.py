@@ -11,12 +11,12 @@ import sys
 from typing import Any
 
 import torch
-import torch.optim.optimizer as _optim
 
 from torchboost.evidence.observed import LoaderFacts, ModelFacts, OptimizerFacts
 from torchboost.reach import frames, sample_clock
 from torchboost.techniques._model import has_conv2d
 from torchboost.techniques.loader.spawn_safety import spawn_refusal
+from torchboost.techniques.optimizer import FUSED_DEVICES, fused_kernel_on
 from torchboost.techniques.registry import ProbeContext, techniques
 
 __all__ = [
@@ -118,12 +118,13 @@ def describe_optimizer(optimizer: torch.optim.Optimizer, device: str = "cpu") ->
         accepts_fused = "fused" in inspect.signature(type(optimizer).__init__).parameters
     except (TypeError, ValueError):
         accepts_fused = False
-    supported = getattr(_optim, "_get_fused_kernels_supported_devices", lambda: ["cuda"])
+    # A subclass of torch's own (the script's tweak of AdamW) steps with its base's kernels.
+    base = next((cls for cls in type(optimizer).__mro__ if cls in FUSED_DEVICES), None)
     return OptimizerFacts(
         class_name=type(optimizer).__name__,
         foreach=merged.get("foreach"),
         fused=merged.get("fused"),
-        supports_fused=accepts_fused and device.split(":")[0] in supported(),
+        supports_fused=accepts_fused and base is not None and fused_kernel_on(base, device.split(":")[0]),
     )
 
 

@@ -15,7 +15,7 @@ from torchboost.config import Overlay
 from torchboost.techniques.optimizer.optimizer_diagnosis import optimizer_fused, quick_switch
 from torchboost.techniques.optimizer.optimizer_impl import (
     FOREACH_OPTIMIZERS, FUSED_DEVICES, IMPLEMENTATIONS, apply_optimizer_implementation, current_implementation,
-    resolve_optimizer, switch_implementation_in_place,
+    fused_kernel_on, resolve_optimizer, switch_implementation_in_place,
 )
 from torchboost.techniques.optimizer.optimizer_settings import OptimizerConfig
 from torchboost.techniques.registry import (
@@ -30,6 +30,7 @@ __all__ = [
     "apply_optimizer_implementation",
     "switch_implementation_in_place",
     "current_implementation",
+    "fused_kernel_on",
     "resolve_optimizer",
     "optimizer_fused",
     "quick_switch",

@@ -10,7 +10,7 @@ from torchboost.config import Overlay
 from torchboost.evidence.findings import Finding
 from torchboost.evidence.observed import Facts
 from torchboost.evidence.rulekit import amdahl, measured_faster, r, view
-from torchboost.techniques.optimizer.optimizer_impl import FUSED_DEVICES, _blocker, _flags, current_implementation
+from torchboost.techniques.optimizer.optimizer_impl import _blocker, _flags, current_implementation, fused_kernel_on
 from torchboost.techniques.optimizer.optimizer_settings import OptimizerConfig
 from torchboost.techniques.registry import ProbeContext, QuickSwitch
 
@@ -90,7 +90,7 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
     if optimizer is None or current_implementation(optimizer) == "fused":
         return None
     devices = {p.device.type for g in optimizer.param_groups for p in g["params"]}
-    if not devices or not devices <= FUSED_DEVICES.get(type(optimizer), frozenset()) or _blocker(optimizer):
+    if not devices or not all(fused_kernel_on(type(optimizer), d) for d in devices) or _blocker(optimizer):
         return None
     flags = _flags(optimizer, "fused")
     groups = [*optimizer.param_groups]

@@ -4,7 +4,9 @@ torch's built-in optimizers have up to three implementations of the same update:
 per-parameter for-loop ("default" here, torch's choice on CPU), "foreach" (one kernel
 launch per group of tensors; fast on CUDA, a plain loop on CPU) and "fused" (the whole
 update in one kernel per device and dtype; Adam, AdamW, SGD and Adagrad, on CPU and
-CUDA in torch 2.13). They compute the same update up to float rounding.
+CUDA in torch 2.13, Adagrad's on CUDA only from 2.12). They compute the same update up to
+float rounding. Whether a class's fused step runs on a device is asked of torch
+(:func:`fused_kernel_on`), not of a table.
 
 :func:`resolve_optimizer` picks one; :func:`apply_optimizer_implementation` rebuilds the
 optimizer with it, keeping its parameter groups, per-group hyperparameters and state.
@@ -13,6 +15,7 @@ optimizer with it, keeping its parameter groups, per-group hyperparameters and s
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from typing import Any
 
@@ -24,6 +27,7 @@ __all__ = [
     "IMPLEMENTATIONS",
     "apply_optimizer_implementation",
     "current_implementation",
+    "fused_kernel_on",
     "resolve_optimizer",
     "switch_implementation_in_place",
 ]
@@ -38,8 +42,52 @@ FUSED_DEVICES: dict[type, frozenset[str]] = {
     _O.SGD: frozenset({"cpu", "cuda"}),
     _O.Adagrad: frozenset({"cpu", "cuda"}),
 }
-"""Optimizer classes with a ``fused=`` implementation, and the device types we use it on
-(torch 2.13 also has some on mps/xpu; not chosen here until measured)."""
+"""Optimizer classes with a ``fused=`` implementation, and the device types we consider it
+on (torch 2.13 also has some on mps/xpu; not chosen here until measured); whether torch
+runs it there is :func:`fused_kernel_on`'s to say."""
+
+
+def fused_kernel_on(cls: type, device_type: str) -> bool:
+    """Whether torch steps ``cls`` (one of :data:`FUSED_DEVICES`) with ``fused=True`` on
+    ``device_type``: asked of torch, once per class and device type. Where the device is
+    here, a fused step of a one-element parameter on it is tried (torch before 2.12
+    accepts Adagrad's ``fused=True`` on CUDA and refuses it in the first ``step()``, the
+    script's own); elsewhere, what torch declares: its fused devices, less CUDA where the
+    class's step refuses it (``cuda_unsupported=True``)."""
+    return device_type in FUSED_DEVICES.get(cls, ()) and _torch_steps_fused(cls, device_type)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_steps_fused(cls: type, device_type: str) -> bool:
+    if not _device_here(device_type):
+        return _declared_fused(cls, device_type)
+    param = torch.zeros(1, device=device_type, requires_grad=True)
+    param.grad = torch.zeros_like(param)
+    try:
+        cls([param], lr=0.0, fused=True).step()
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return False
+    return True
+
+
+def _device_here(device_type: str) -> bool:
+    if device_type == "cpu":
+        return True
+    backend = torch.cuda if device_type == "cuda" else getattr(torch.backends, device_type, None)
+    return bool(backend is not None and getattr(backend, "is_available", lambda: False)())
+
+
+def _declared_fused(cls: type, device_type: str) -> bool:
+    from torch.optim import optimizer as _optimizer
+
+    declared = getattr(_optimizer, "_get_fused_kernels_supported_devices", lambda: ["cuda"])()
+    if device_type not in declared:
+        return False
+    try:
+        step = "".join(inspect.getsource(getattr(cls, name)) for name in ("_init_group", "step") if hasattr(cls, name))
+    except (OSError, TypeError):
+        return True
+    return device_type != "cuda" or "cuda_unsupported=True" not in step
 
 FOREACH_OPTIMIZERS: frozenset[type] = frozenset(
     getattr(_O, name)
@@ -81,7 +129,7 @@ def _blocker(optimizer: torch.optim.Optimizer) -> str:
 def _available(optimizer: torch.optim.Optimizer, device_type: str) -> tuple[str, ...]:
     cls = type(optimizer)
     out = []
-    if device_type in FUSED_DEVICES.get(cls, ()):
+    if fused_kernel_on(cls, device_type):
         out.append("fused")
     if cls in FOREACH_OPTIMIZERS:
         out.append("foreach")
@@ -158,13 +206,17 @@ def switch_implementation_in_place(optimizer: torch.optim.Optimizer, implementat
     blocker = _blocker(optimizer)
     if blocker:
         raise ValueError(f"cannot use {implementation}: {blocker}")
-    devices = {p.device.type for g in optimizer.param_groups for p in g["params"]}
-    if implementation == "fused" and not devices <= FUSED_DEVICES[type(optimizer)]:
-        raise ValueError(f"{type(optimizer).__name__} has no fused kernel on {', '.join(sorted(devices))}")
+    _check_fused_devices(optimizer, implementation)
     for group in optimizer.param_groups:
         group.update(flags)
     optimizer.defaults.update(flags)
     return True
+
+
+def _check_fused_devices(optimizer: torch.optim.Optimizer, implementation: str) -> None:
+    devices = {p.device.type for g in optimizer.param_groups for p in g["params"]}
+    if implementation == "fused" and not all(fused_kernel_on(type(optimizer), device) for device in devices):
+        raise ValueError(f"{type(optimizer).__name__} has no fused kernel on {', '.join(sorted(devices))}")
 
 
 def apply_optimizer_implementation(
@@ -183,6 +235,7 @@ def apply_optimizer_implementation(
         return optimizer
     cls = type(optimizer)
     flags = _flags(optimizer, implementation)
+    _check_fused_devices(optimizer, implementation)  # a constructor takes fused=True where its step refuses it
     init_names = set(inspect.signature(cls.__init__).parameters)
     defaults = {k: v for k, v in optimizer.defaults.items() if k in init_names}
     defaults.update(flags)
