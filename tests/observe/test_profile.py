@@ -189,3 +189,79 @@ def test_a_real_window_gives_each_marked_phase_its_ops(tmp_path):
 def test_difference_of_intervals():
     assert difference([(0, 10), (20, 30)], [(2, 3), (5, 22), (29, 40)]) == [(0, 2), (3, 5), (22, 29)]
     assert difference([(0, 10)], []) == [(0, 10)] and difference([], [(0, 1)]) == []
+
+
+_HTA_DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "hta"
+_ON_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _launchers(events: list[dict]) -> dict[int, str]:
+    """The innermost host op (or record_function range) around each CUDA runtime call, by
+    the call's correlation id: the op torch's profiler gives the launched kernel's time to."""
+    found: dict[int, str] = {}
+    host = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")]
+    for tid in {e.get("tid") for e in host}:
+        stack: list[dict] = []
+        for e in sorted((e for e in host if e.get("tid") == tid), key=lambda e: (e["ts"], -e["dur"])):
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if e["cat"] == "cuda_runtime":
+                if stack and "correlation" in e.get("args", {}):
+                    found[e["args"]["correlation"]] = stack[-1]["name"]
+            else:
+                stack.append(e)
+    return found
+
+
+def _key_averages(trace: dict) -> list[SimpleNamespace]:
+    """``prof.key_averages()`` of a recorded Kineto trace, as torch builds it: each op of the
+    host (and each record_function range) a CPU row whose self device time is the kernels it
+    launched itself; each kernel, copy and memset a CUDA row of its own."""
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    launchers = _launchers(events)
+    rows: dict[tuple[str, object], SimpleNamespace] = {}
+
+    def row(name: str, device_type) -> SimpleNamespace:
+        return rows.setdefault((name, device_type), SimpleNamespace(
+            key=name, count=0, self_cpu_time_total=0.0, self_device_time_total=0.0, device_type=device_type))
+
+    for e in events:
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            found = row(e["name"], torch.autograd.DeviceType.CPU)
+            found.count += 1
+            found.self_cpu_time_total += float(e["dur"])  # self or not: the device time is what is held here
+        elif e.get("cat") in _ON_DEVICE:
+            kernel = row(e["name"], torch.autograd.DeviceType.CUDA)
+            kernel.count += 1
+            kernel.self_device_time_total += float(e["dur"])
+            launcher = launchers.get(e.get("args", {}).get("correlation"))
+            if launcher is not None:
+                row(launcher, torch.autograd.DeviceType.CPU).self_device_time_total += float(e["dur"])
+    return list(rows.values())
+
+
+def _hta_device_ms(trace: dict) -> float:
+    """HTA's GPU time of a trace: its kernels', copies' and memsets' durations, each once
+    (the total of ``get_gpu_kernel_breakdown``'s computation, communication and memory)."""
+    return sum(float(e["dur"]) for e in trace["traceEvents"] if e.get("cat") in _ON_DEVICE) / 1000.0
+
+
+@pytest.mark.parametrize("name", ["alexnet_a100.json.gz", "control.json.gz", "negative_queue_rank0.json.gz"])
+def test_the_op_table_counts_each_gpu_microsecond_once_as_hta_does(name):
+    from torchboost.diagnose.trace_file import load_traces
+    from torchboost.observe.probes.profile import summarize_events
+
+    _, trace = load_traces(_HTA_DATA / name)[0]
+    table = summarize_events(_key_averages(trace), steps=1, top=10**6).top_ops
+    assert sum(op["self_device_ms"] for op in table) == pytest.approx(_hta_device_ms(trace), rel=1e-6)
+    assert all(op["name"] not in {e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"}
+               for op in table)  # no kernel row beside the op that launched it
+
+
+@pytest.mark.parametrize("name", ["alexnet_a100.json.gz", "control.json.gz"])
+def test_twin_the_rows_as_torch_gives_them_count_the_launched_kernels_twice(name):
+    from torchboost.diagnose.trace_file import load_traces
+
+    _, trace = load_traces(_HTA_DATA / name)[0]
+    every_row_ms = sum(r.self_device_time_total for r in _key_averages(trace)) / 1000.0
+    assert every_row_ms > 1.9 * _hta_device_ms(trace)

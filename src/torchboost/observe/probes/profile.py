@@ -23,7 +23,8 @@ from torchboost._intervals import covered, difference, overlap, union
 from torchboost.evidence.observed import ProfileFacts
 from torchboost.diagnose.gpu import gpu_facts
 
-__all__ = ["ProfileWindow", "Quiet", "SYNC_OPS", "collective_time", "phase_times", "step_syncs", "summarize_events"]
+__all__ = ["ProfileWindow", "Quiet", "SYNC_OPS", "UNLAUNCHED", "collective_time", "phase_times", "step_syncs",
+           "summarize_events"]
 
 Quiet = Callable[[], ContextManager[Any]]
 """Where the profiler's own output goes: a context that each call of the profiler runs in."""
@@ -269,12 +270,23 @@ def step_syncs(spans: list[tuple[str, int, float, float]]) -> dict[str, int] | N
     return counted
 
 
-def summarize_events(averages: Any, *, steps: int, syncs: dict[str, int] | None = None) -> ProfileFacts:
+UNLAUNCHED = "GPU work no op launched"
+"""The op table's row for device time no op of the host launched (kernels with no op named)."""
+
+
+def summarize_events(averages: Any, *, steps: int, syncs: dict[str, int] | None = None,
+                     top: int = _TOP_OPS) -> ProfileFacts:
     """Op table and sync counts from ``prof.key_averages()`` over ``steps`` active steps;
     ``syncs``: the sync events counted within the steps (:func:`step_syncs`), else every one
-    of ``averages``."""
+    of ``averages``; ``top``: the rows kept, by time.
+
+    A GPU's time is counted once: a kernel's time is in the self device time of the op that
+    launched it, and the kernel's own row beside it (device type CUDA, and the GPU-side
+    ranges of record_function) is left out; device time no op accounts for is one row,
+    :data:`UNLAUNCHED`."""
     rows = []
     counts: dict[str, int] = {}
+    on_device_us = 0.0
     for event in averages:
         name = event.key
         if name in SYNC_OPS:
@@ -284,18 +296,25 @@ def summarize_events(averages: Any, *, steps: int, syncs: dict[str, int] | None 
         device_us = getattr(event, "self_device_time_total", None)
         if device_us is None:
             device_us = getattr(event, "self_cuda_time_total", 0.0)
+        if getattr(event, "device_type", DeviceType.CPU) != DeviceType.CPU:
+            if not getattr(event, "is_user_annotation", False):
+                on_device_us += float(device_us or 0.0)
+            continue  # the kernel's time is its launching op's
         rows.append({
             "name": name,
             "self_cpu_ms": float(event.self_cpu_time_total) / 1000.0,
             "self_device_ms": float(device_us or 0.0) / 1000.0,
             "calls": int(event.count),
         })
+    unlaunched_ms = (on_device_us / 1000.0) - sum(row["self_device_ms"] for row in rows)
+    if unlaunched_ms > 1e-3:
+        rows.append({"name": UNLAUNCHED, "self_cpu_ms": 0.0, "self_device_ms": unlaunched_ms, "calls": 0})
     rows.sort(key=lambda r: max(r["self_cpu_ms"], r["self_device_ms"]), reverse=True)
     syncs = counts if syncs is None else syncs
     counted = sum(syncs.get(name, 0) for name in _COUNTED_SYNCS)
     return ProfileFacts(
         steps=steps,
-        top_ops=rows[:_TOP_OPS],
+        top_ops=rows[:top],
         sync_count_per_step=counted / steps if steps else 0.0,
         sync_ops=syncs,
     )
