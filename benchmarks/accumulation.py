@@ -15,8 +15,11 @@ Accumulation trades speed for memory: fewer samples per kernel, same gradient.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -60,6 +63,12 @@ class _Setup:
                 self.optimizer.zero_grad()
 
 
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # host-device sync: timing needs the kernels done
@@ -98,19 +107,23 @@ def run(device: torch.device, batch: int, ks: list[int], rounds: int, steps: int
     for s in setups.values():
         _time(s, 2, device)  # warm-up: allocator, kernels
     times: dict[int, list[float]] = {k: [] for k in ks}
-    for _ in range(rounds):
-        for k in ks:  # interleaved
+    for round_ in range(rounds):
+        for k in ks if round_ % 2 == 0 else ks[::-1]:  # interleaved, the order alternating
             times[k].append(_time(setups[k], steps, device))
     base = ks[0]
     what = "CUDA peak allocated" if device.type == "cuda" else "saved activations"
     table = Table(title=f"accumulation on {device.type}: batch {batch}, {steps} steps x {rounds} rounds")
-    for col in ("variant", "samples/s (median)", f"speed vs K={base} (median)", f"{what} (MiB)"):
+    for col in ("variant", "samples/s (median)", f"speed vs K={base}: median of rounds (range)",
+                "ratio of the medians", f"{what} (MiB)"):
         table.add_column(col, justify="right")
     for k in ks:
         ratios = [b / t for b, t in zip(times[base], times[k])]
         throughput = batch * steps / statistics.median(times[k])
+        of_medians = statistics.median(times[base]) / statistics.median(times[k])
         peak = _peak_bytes(setups[k], device) / 2**20
-        table.add_row(f"K={k} x {batch // k}", f"{throughput:,.0f}", f"{statistics.median(ratios):.2f}", f"{peak:.1f}")
+        table.add_row(f"K={k} x {batch // k}", f"{throughput:,.0f}",
+                      f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})", f"{of_medians:.2f}",
+                      f"{peak:.1f}")
     return table
 
 
@@ -124,9 +137,12 @@ def main() -> None:
     if any(args.batch % k for k in args.ks):
         parser.error(f"--batch {args.batch} must divide by every K in {args.ks}")
     console = Console()
+    console.print(f"CPU: {platform.processor() or platform.machine()} {_cpu_model()}, torch {torch.__version__}, "
+                  f"{torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}")
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     for device in devices:
         console.print(run(device, args.batch, args.ks, args.rounds, args.steps))
+    console.print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

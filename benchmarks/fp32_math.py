@@ -14,6 +14,7 @@ median of the per-pair ratios, and the doctor's own estimate for comparison come
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -57,8 +58,9 @@ def _set(mode: str) -> None:
     torch.backends.mkldnn.conv.fp32_precision = mode
 
 
-def measure(shape: dict, steps: int) -> tuple[float, float, float]:
-    """(fp32 ms, bf16-math ms, median ratio) over ``steps`` interleaved pairs after 2 warm-up pairs."""
+def measure(shape: dict, steps: int) -> tuple[float, float, list[float]]:
+    """(fp32 ms, bf16-math ms, each pair's ratio) over ``steps`` interleaved pairs, the order
+    alternating, after 2 warm-up pairs."""
     torch.manual_seed(0)
     model = _model(**shape)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
@@ -76,10 +78,16 @@ def measure(shape: dict, steps: int) -> tuple[float, float, float]:
 
     for _ in range(2):
         step("none"), step("bf16")
-    pairs = [(step("none"), step("bf16")) for _ in range(steps)]
+    pairs = []
+    for i in range(steps):
+        if i % 2 == 0:
+            pairs.append((step("none"), step("bf16")))
+        else:
+            bf16 = step("bf16")
+            pairs.append((step("none"), bf16))
     _set("none")
     return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
-            statistics.median(a / b for a, b in pairs))
+            [a / b for a, b in pairs])
 
 
 def _cpu() -> str:
@@ -98,12 +106,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--shapes", default="small,shakespeare_char,shakespeare_char_nodrop")
     args = parser.parse_args()
-    print(f"CPU: {_cpu()}; torch {torch.__version__}")
-    print("| shape | fp32 ms/step | bf16 math ms/step | ratio (median of pairs) |")
-    print("|---|---:|---:|---:|")
+    print(f"CPU: {_cpu()}; torch {torch.__version__}; load {os.getloadavg()[0]:.1f}")
+    print("| shape | fp32 ms/step | bf16 math ms/step | ratio: median of pairs (range) | ratio of the medians |")
+    print("|---|---:|---:|---:|---:|")
     for name in args.shapes.split(","):
-        fp32, bf32, ratio = measure(SHAPES[name], args.steps)
-        print(f"| {name} | {fp32:.1f} | {bf32:.1f} | {ratio:.2f}x |", flush=True)
+        fp32, bf32, ratios = measure(SHAPES[name], args.steps)
+        print(f"| {name} | {fp32:.1f} | {bf32:.1f} | {statistics.median(ratios):.2f}x ({min(ratios):.2f}-"
+              f"{max(ratios):.2f}) | {fp32 / bf32:.2f}x |", flush=True)
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
