@@ -1,115 +1,198 @@
 #!/usr/bin/env bash
-# The GPU machine's checks, in two stages meant to run back to back:
+# The GPU machine's run: one command, two independent stages, the results in three files.
 #
-#   bash benchmarks/gpu.sh --smoke OUT/smoke && bash benchmarks/gpu.sh OUT/full
+#   bash benchmarks/gpu.sh OUT                # the set-up, the smoke stage, then the full stage
+#   bash benchmarks/gpu.sh --only full OUT    # one stage again (smoke or full), the rest of OUT kept
 #
-# --smoke (under a minute): every CUDA path on a tiny model, one pass/fail line each (the
-#   imports, the tests marked gpu, the doctor end to end); benchmarks/gpu_smoke.py says how.
-# full (under 8 minutes on an H200): the bf16 GEMM ceiling; GPT-2 124M tokens/s and MFU naive,
-#   by hand and tuned at a batch that fills the card (benchmarks/gpu_bench.py); torchboost
-#   doctor and tune --budget 150 on benchmarks/scripts/char_gpt.py; the doctor's GPU shares
-#   against HolisticTraceAnalysis's on the doctor's own trace (benchmarks/gpu_vs_hta.py). Each
-#   part runs under its own time limit, all of them within the stage's; a part that fails or
-#   runs out of time is said, and the next one still runs. Tables are printed; results.json,
-#   results.md and each part's log go into OUT.
+# smoke (at most SMOKE_S): every CUDA path on a tiny model, one pass/fail line each (the imports,
+#   the tests marked gpu, the doctor end to end); benchmarks/gpu_smoke.py says how.
+# full (at most FULL_S): the GEMM ceilings (bf16, fp16, TF32, fp32); torchboost tune on GPT-2
+#   124M (python -m torchboost.workloads.gpt --size gpt2), its budget what the stage leaves;
+#   GPT-2 124M naive, then with tune's pick, the loader inside the timed step
+#   (benchmarks/gpu_bench.py); the GPU shares of tune's diagnosis against HolisticTraceAnalysis
+#   (benchmarks/gpu_vs_hta.py). Each part runs under its own time limit, cut to what is left of
+#   the stage's; a part that fails or runs out of time is said, and the next one still runs.
+#
+# A failed stage (or install) does not stop the next: the full stage runs after a failed smoke.
+# After each part and each stage, benchmarks/gpu_results.py gathers everything into OUT:
+# results.md (the tables), results.json (the same as data) and logs.tar.gz (every log, report
+# and trace), each replaced whole, so a run cut short keeps what it measured. Nothing else is
+# written into OUT, none into the tree (no bytecode, no pytest cache); the work is done in a
+# temporary folder, removed at the end.
 #
 # Needs no network and nothing installed beyond torch (2.11 or later) and the machine's usual
 # packages: torchboost runs from src/ (on PYTHONPATH; `python3 -m torchboost`), and what the
 # machine lacks (tomli-w; HolisticTraceAnalysis and plotly for the HTA check) is installed
 # from benchmarks/wheels with pip --no-index into a temporary folder, also on PYTHONPATH, so
-# the doctor's and tune's child processes find both. Every file goes into OUT, none into the
-# tree (no bytecode, no pytest cache). Without a CUDA GPU it says so on its last line and
-# exits 0. Exit status: 2 bad usage, 1 the install or a check failed, 0 otherwise.
+# the doctor's and tune's child processes find both. Without a CUDA GPU the smoke stage ends
+# "no CUDA GPU: N checks skipped" and the full stage says it measured nothing.
+# Exit status: 2 bad usage; 1 a stage failed (or OUT could not be written); 0 otherwise.
 set -uo pipefail
 
-usage() { echo "usage: bash benchmarks/gpu.sh [--smoke] OUTDIR" >&2; exit 2; }
-smoke=0
-if [[ "${1:-}" == "--smoke" ]]; then smoke=1; shift; fi
+# Seconds. One command on the GPU machine runs at most 10 minutes and a session has 15, start-up
+# included: the whole run in 7 leaves room for a rerun of either stage (--only).
+TOTAL_S=420
+SETUP_S=30    # the install, the CUDA check, gathering the results after each stage
+SMOKE_S=90
+FULL_S=300
+GATHER_S=20   # the most one gathering of the results takes
+GPT_BATCH=16  # GPT-2 124M's sequences a step, the same in tune's trials and in the naive/tuned runs
+
+usage() { echo "usage: bash benchmarks/gpu.sh [--only smoke|full] OUTDIR" >&2; exit 2; }
+stages="smoke full"
+if [[ "${1:-}" == "--only" ]]; then
+    [[ "${2:-}" == smoke || "${2:-}" == full ]] || usage
+    stages=$2; shift 2
+fi
 [[ $# -eq 1 && "$1" != -* ]] || usage
 mkdir -p "$1" || exit 1
-out="$(cd "$1" && pwd)"  # absolute: the parts run in OUT/work
+out="$(cd "$1" && pwd)"  # absolute: the parts run in folders of their own
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 1
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+bench="$repo/benchmarks"
 
-install() {  # the wheels into a fresh temporary folder, which goes first on PYTHONPATH after src/
-    shopt -s nullglob
-    local wheels=("$repo"/benchmarks/wheels/*.whl)
-    shopt -u nullglob
-    if (( ${#wheels[@]} == 0 )); then
-        echo "install: FAILED: no wheels in benchmarks/wheels (tomli-w, HolisticTraceAnalysis, plotly)"
-        exit 1
-    fi
-    site="$(mktemp -d "${TMPDIR:-/tmp}/torchboost-gpu-site.XXXXXX")" || exit 1
-    trap 'rm -rf "$site"' EXIT
-    # --no-deps: HTA's requirements name jupyterlab, pydot and pytest, which its analyses never
-    # import; what they do import (pandas, numpy, networkx; plotly's narwhals) the smoke checks.
-    if ! python3 -m pip install --no-index --no-deps --no-compile --disable-pip-version-check --quiet \
-            --target "$site" "${wheels[@]}" >"$out/install.log" 2>&1; then
-        echo "install: FAILED: pip could not install benchmarks/wheels/*.whl (install.log):"
-        tail -n 5 "$out/install.log"
-        exit 1
-    fi
-    export PYTHONPATH="$repo/src:$site${PYTHONPATH:+:$PYTHONPATH}"
-    echo "install: ok: torchboost from src/, $(cd "$repo/benchmarks/wheels" && ls -- *.whl | tr '\n' ' ')"
+work="$(mktemp -d "${TMPDIR:-/tmp}/torchboost-gpu.XXXXXX")" || exit 1
+site="$work.site"
+trap 'rm -rf "$work" "$site"' EXIT
+# A rerun (--only) into an earlier run's OUT: its logs come back, the stage run again replaces its own
+if [[ -f "$out/logs.tar.gz" ]]; then
+    tar -xzf "$out/logs.tar.gz" -C "$work" 2>/dev/null || echo "gpu.sh: $out/logs.tar.gz does not unpack; starting afresh"
+fi
+printf 'total\t%s\nsetup\t%s\nsmoke\t%s\nfull\t%s\n' "$TOTAL_S" "$SETUP_S" "$SMOKE_S" "$FULL_S" >"$work/plan.tsv"
+echo "plan: set-up $SETUP_S s, smoke $SMOKE_S s, full $FULL_S s: at most $TOTAL_S s; running: $stages"
+
+record() {  # record FILE NAME STATUS CODE SECONDS LIMIT: one row of stages.tsv or parts.tsv, an earlier one replaced in place
+    local file=$1 row
+    row="$(printf '%s\t%s\t%s\t%s\t%s' "$2" "$3" "$4" "$5" "$6")"
+    touch "$file"
+    awk -F '\t' -v name="$2" -v row="$row" '$1 == name { print row; done = 1; next } { print }
+        END { if (!done) print row }' "$file" >"$file.new" && mv "$file.new" "$file"
 }
 
-if (( smoke )); then
-    install
-    python3 benchmarks/gpu_smoke.py "$out"
-    exit $?
-fi
+gather() {  # results.md, results.json and logs.tar.gz into OUT, from what the work folder holds now
+    timeout --kill-after=5 "$GATHER_S" python3 "$bench/gpu_results.py" "$work" "$out" \
+        || echo "gpu.sh: the results could not be gathered into $out (exit status $?)"
+}
 
-if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' 2>"$out/cuda-check.log"; then
-    echo "no CUDA GPU: the full stage measures on one, and torch here sees none" \
-         "($(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -n 1)); nothing was measured"
-    exit 0
-fi
+install() {  # the wheels into a fresh temporary folder, which goes first on PYTHONPATH after src/
+    # Without a GPU only tomli-w: HTA and plotly (16,000 files) serve the full stage's check alone
+    shopt -s nullglob
+    local wheels=("$bench"/wheels/tomli_w-*.whl)
+    [[ -n "$gpu" ]] && wheels=("$bench"/wheels/*.whl)
+    shopt -u nullglob
+    export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
+    if (( ${#wheels[@]} == 0 )); then
+        echo "install: FAILED: no wheels in benchmarks/wheels (tomli-w, HolisticTraceAnalysis, plotly); going on without"
+        return
+    fi
+    # --no-deps: HTA's requirements name jupyterlab, pydot and pytest, which its analyses never
+    # import; what they do import (pandas, numpy, networkx; plotly's narwhals) the smoke checks.
+    if ! timeout 60 python3 -m pip install --no-index --no-deps --no-compile --disable-pip-version-check --quiet \
+            --target "$site" "${wheels[@]}" >"$work/install.log" 2>&1; then
+        echo "install: FAILED: pip could not install benchmarks/wheels/*.whl (install.log); going on without:"
+        tail -n 5 "$work/install.log"
+        return
+    fi
+    export PYTHONPATH="$repo/src:$site${PYTHONPATH#"$repo/src"}"
+    echo "install: ok: torchboost from src/, $(for w in "${wheels[@]}"; do printf '%s ' "${w##*/}"; done)"
+}
+
+mapfile -t found < <(timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)
+print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>"$work/cuda-check.log")
+torch_words="${found[0]:-torch does not import (cuda-check.log)}" gpu="${found[1]:-}"
+printf 'device\t%s\ntorch\t%s\n' "${gpu:-no CUDA GPU}" "$torch_words" >"$work/machine.tsv"
 install
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv >"$out/nvidia-smi.csv" 2>&1 || true
-python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name(0))'
+echo "$torch_words; ${gpu:-no CUDA GPU}"
+record "$work/stages.tsv" setup ok 0 "$SECONDS" "$SETUP_S"
 
-STAGE_S=470      # the whole full stage, seconds: the parts' limits are cut to what is left of it
-deadline=$((SECONDS + STAGE_S))
-: >"$out/parts.tsv"
-# The parts' working directory: an empty folder of its own, as the doctor and tune watch the one
-# they are started in for what the script writes, and the parts' logs grow in OUT.
-mkdir -p "$out/work"
-part() {  # part NAME LIMIT_S COMMAND...: run in OUT/work under its limit, log to OUT/NAME.log, say how it ended
+run_smoke() {
+    rm -rf "$work/smoke" && mkdir -p "$work/smoke"
+    echo "== smoke (at most $SMOKE_S s)"
+    local start=$SECONDS status=ok
+    # the checks' own limit leaves the stage's last seconds for smoke.json
+    timeout --kill-after=5 "$SMOKE_S" python3 "$bench/gpu_smoke.py" --limit $((SMOKE_S - 8)) "$work/smoke" 2>&1 \
+        | tee "$work/smoke/smoke.log"
+    local code=${PIPESTATUS[0]}
+    if (( code == 124 || code == 137 )); then status="timed out"; elif (( code )); then status=failed; fi
+    record "$work/stages.tsv" smoke "$status" "$code" $((SECONDS - start)) "$SMOKE_S"
+    echo "== smoke: $status (exit status $code, $((SECONDS - start)) s)"
+    gather
+    [[ $status == ok ]]
+}
+
+part() {  # part NAME LIMIT_S COMMAND...: run in full/run under its limit, log to full/NAME.log, say how it ended
           # (PART_OK="0 3" part ...: the exit statuses that are not a failure; default 0)
     local name=$1 limit=$2; shift 2
-    local left=$((deadline - SECONDS - 10))  # 10 s kept for the summary
+    local left=$((deadline - SECONDS))
     (( limit > left )) && limit=$left
     if (( limit < 20 )); then
-        echo "== $name: NOT RUN: the stage's $STAGE_S s are spent"
-        printf '%s\tnot run\t\t0\t0\n' "$name" >>"$out/parts.tsv"
+        echo "== $name: NOT RUN: the full stage's time is spent"
+        record "$work/full/parts.tsv" "$name" "not run" "" 0 0
+        failed_parts+=" $name"
         return
     fi
     echo "== $name (at most $limit s)"
     local start=$SECONDS
-    (cd "$out/work" && timeout --kill-after=20 "$limit" "$@") 2>&1 | tee "$out/$name.log"
-    local code=${PIPESTATUS[0]} took=$((SECONDS - start)) status=ok
+    (cd "$work/full/run" && timeout --kill-after=10 "$limit" "$@") 2>&1 | tee "$work/full/$name.log"
+    local code=${PIPESTATUS[0]} status=ok
     if (( code == 124 || code == 137 )); then status="timed out"; elif [[ " ${PART_OK:-0} " != *" $code "* ]]; then
         status=failed; fi
-    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$code" "$took" "$limit" >>"$out/parts.tsv"
-    echo "== $name: $status (exit status $code, $took s; log $name.log)"
+    [[ $status == ok ]] || failed_parts+=" $name"
+    record "$work/full/parts.tsv" "$name" "$status" "$code" $((SECONDS - start)) "$limit"
+    echo "== $name: $status (exit status $code, $((SECONDS - start)) s; log $name.log)"
+    gather
 }
 
-bench="$repo/benchmarks"
-part gemm 60 python3 "$bench/gpu_bench.py" gemm --out "$out"
-part gpt 200 python3 "$bench/gpu_bench.py" gpt --out "$out"
-part doctor 120 python3 -m torchboost doctor --out "$out/doctor" -- python3 "$bench/scripts/char_gpt.py"
-part hta 60 python3 "$bench/gpu_vs_hta.py" "$out"
-# tune last, its budget cut to fit what is left: it ends within --budget x 1.5 (search, then its check)
-left=$((deadline - SECONDS - 40))
-budget=$(( left * 2 / 3 < 150 ? left * 2 / 3 : 150 ))
-if (( budget < 40 )); then
-    budget=0  # too short to search: the part is then not run
-elif (( budget < 150 )); then
-    echo "tune: --budget $budget, not 150: that is what the stage has left"
+run_full() {
+    rm -rf "$work/full" && mkdir -p "$work/full/run" "$work/full/tuned"
+    local start=$SECONDS limit=$FULL_S
+    local left=$((TOTAL_S - SECONDS - GATHER_S))
+    (( limit > left )) && limit=$left
+    echo "== full (at most $limit s)"
+    if [[ -z "$gpu" ]]; then
+        echo "no CUDA GPU: the full stage measures on one, and torch here sees none ($torch_words); nothing was measured"
+        record "$work/stages.tsv" full "no gpu" 0 $((SECONDS - start)) "$FULL_S"
+        echo "== full: no gpu ($((SECONDS - start)) s)"
+        gather
+        return 0
+    fi
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv >"$work/full/nvidia-smi.csv" 2>&1
+    deadline=$((SECONDS + limit - 10))  # 10 s of the stage kept for a part's kill and the last gathering
+    failed_parts=""
+    part gemm 40 python3 "$bench/gpu_bench.py" gemm --out "$work/full"
+    # tune next, its budget what the stage leaves after the GPT-2 runs and HTA: it ends within
+    # --budget x 1.5 (diagnosis and search, then its end-to-end check); the script is told a
+    # real run's length, so that compile's seconds are weighed against 5000 steps
+    local budget=$(( (deadline - SECONDS - 105 - 15) * 2 / 3 ))
+    (( budget > 100 )) && budget=100
+    if (( budget < 40 )); then
+        record "$work/full/parts.tsv" tune "not run" "" 0 0
+        echo "== tune: NOT RUN: $budget s of budget is too short to search"
+        failed_parts+=" tune"
+    else
+        # exit 3: no proven win; 4: faster, not verified end to end within the budget (torchboost tune --help)
+        PART_OK="0 3 4" part tune $((budget * 3 / 2 + 15)) python3 -m torchboost tune --budget "$budget" \
+            --run-steps 5000 --out "$work/full/tune" --config "$work/full/tuned/torchboost.toml" \
+            -- python3 -m torchboost.workloads.gpt --size gpt2 --batch-size "$GPT_BATCH" --steps 5000
+    fi
+    part gpt 85 python3 "$bench/gpu_bench.py" gpt --batch "$GPT_BATCH" --out "$work/full" --tuned "$work/full/tuned"
+    part hta 20 python3 "$bench/gpu_vs_hta.py" "$work/full"
+    local status=ok code=0
+    [[ -n $failed_parts ]] && { status="failed:$failed_parts"; code=1; }
+    record "$work/stages.tsv" full "$status" "$code" $((SECONDS - start)) "$limit"
+    echo "== full: $status ($((SECONDS - start)) s)"
+    gather
+    return $code
+}
+
+failed=""
+for stage in $stages; do
+    "run_$stage" || failed+=" $stage"
+done
+echo "results: $out/results.md, results.json, logs.tar.gz ($SECONDS s in all)"
+if [[ -n $failed ]]; then
+    echo "gpu.sh: failed:$failed"
+    exit 1
 fi
-# tune exits 3 when it proves no change faster (torchboost tune --help): a result, not a failure
-PART_OK="0 3" part tune $(( budget ? 240 : 0 )) python3 -m torchboost tune --budget "$budget" --out "$out/tune" \
-    --config "$out/tune/torchboost.toml" -- python3 "$bench/scripts/char_gpt.py"
-echo
-python3 "$bench/gpu_bench.py" summary "$out"
+exit 0

@@ -1,22 +1,26 @@
 """The GPU machine's smoke stage: each CUDA path on a tiny model, one pass/fail line each.
 
-    python benchmarks/gpu_smoke.py OUT      # benchmarks/gpu.sh --smoke OUT runs it after its install
+    python benchmarks/gpu_smoke.py [--limit SECONDS] OUT   # benchmarks/gpu.sh runs it after its install
 
 1. Imports: every module torchboost and the two stages need, a line each with its version or
    its error. The full stage's HTA check alone needs pandas, plotly and hta: where there is no
    GPU (the full stage then measures nothing) a failure of theirs is a ``warn`` line, not a
    failed check.
-2. The tests marked ``gpu`` across tests/ (``python -m pytest -m gpu``; tests/conftest.py
-   skips them where torch sees no CUDA GPU): a line each, read from OUT/gpu-tests.xml, a
-   failure's with the first line of its error; pytest's own output is in OUT/gpu-tests.log.
+2. The tests marked ``gpu`` (``python -m pytest -m gpu`` over the test files that mark one,
+   so that collection does not import the whole suite; on a GPU in 4 processes where
+   pytest-xdist is there; tests/conftest.py skips them where torch sees no CUDA GPU): a line
+   each, read from OUT/gpu-tests.xml, a failure's with the first line of its error;
+   pytest's own output is in OUT/gpu-tests.log.
 3. ``python -m torchboost doctor`` end to end on benchmarks/scripts/char_gpt.py shrunk to a
    tiny model, on CUDA: its report in OUT/doctor-tiny; it passes when the doctor exits 0
    having measured steps of a model on CUDA and found GPU kernels in its trace.
 
-Every check is also in OUT/smoke.json. The last line, with a GPU: ``smoke: P passed, F
-failed`` (exit status 1 when F > 0). Without one: ``no CUDA GPU: N checks skipped`` (N: the
-gpu tests collected and the doctor check), exit status 0, unless an import failed.
-Each child process runs under its own time limit, its whole process group ended past it.
+2 and 3 run at the same time, each until what is left of ``--limit`` (default
+:data:`LIMIT_S`), its whole process group ended past it. Every check is in OUT/smoke.json,
+written after the imports and again at the end. The last line, with a GPU: ``smoke: P
+passed, F failed`` (exit status 1 when F > 0). Without one: ``no CUDA GPU: N checks
+skipped`` (N: the gpu tests collected and the doctor check), exit status 0, unless an
+import failed.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,8 +45,12 @@ TINY = ["--n_layer", "2", "--n_head", "2", "--n_embd", "64", "--block_size", "64
         "--max_iters", "500", "--eval_interval", "0", "--chars", "100000"]
 """char_gpt.py shrunk so that the doctor's run takes seconds (about 0.1M parameters)."""
 
-TESTS_S, DOCTOR_S = 120, 90
-"""Time limits of the gpu tests and of the doctor's run, seconds."""
+LIMIT_S = 85
+"""The whole smoke's time, seconds (gpu.sh gives it its stage's limit less a margin)."""
+WRITE_S = 3
+"""Kept of the limit for the summary and smoke.json, seconds."""
+GPU_WORKERS = 4
+"""pytest-xdist processes for the gpu tests on a GPU (one process where xdist is absent)."""
 
 REQUIRED = ("torch", "numpy", "rich", "psutil", "tomli_w", "jinja2", "matplotlib", "pytest", "torchboost",
             "torchboost.cli")
@@ -92,13 +103,13 @@ def _version(name: str, module: object) -> str:
 
 def run_limited(argv: list[str], limit_s: float, log: Path, cwd: Path) -> int:
     """Run ``argv`` in ``cwd``, its output into ``log``; its exit status, or 124 when it ran
-    past ``limit_s`` (its process group is then sent SIGTERM, and SIGKILL 15 s later)."""
+    past ``limit_s`` (its process group is then sent SIGTERM, and SIGKILL 5 s later)."""
     with log.open("w", encoding="utf-8") as out:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             return proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
-            for sig, grace_s in ((signal.SIGTERM, 15), (signal.SIGKILL, None)):
+            for sig, grace_s in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
                 try:
                     os.killpg(proc.pid, sig)
                     proc.wait(timeout=grace_s)
@@ -109,17 +120,25 @@ def run_limited(argv: list[str], limit_s: float, log: Path, cwd: Path) -> int:
             return 124
 
 
-def gpu_test_checks(out: Path) -> list[Check]:
+def gpu_test_files() -> list[str]:
+    """The test files that mark a test ``gpu``, relative to the checkout, sorted."""
+    return sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
+                  if "mark.gpu" in path.read_text(encoding="utf-8", errors="replace"))
+
+
+def gpu_test_checks(out: Path, limit_s: float, cuda: bool) -> list[Check]:
     """The tests marked gpu, a check each (from the JUnit XML); one failed check when pytest
-    itself failed (ran past its limit, crashed, wrote no XML)."""
+    itself failed (ran past ``limit_s``, crashed, wrote no XML)."""
     xml, log = out / "gpu-tests.xml", out / "gpu-tests.log"
     # no cache and no pytest-benchmark (where installed it makes .benchmarks/): nothing into the tree
     argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-p", "no:benchmark", "-q", "-rA",
-            "--continue-on-collection-errors", "--junitxml", str(xml), "tests"]
-    code = run_limited(argv, TESTS_S, log, cwd=REPO)
+            "--continue-on-collection-errors", "--junitxml", str(xml)]
+    if cuda and importlib.util.find_spec("xdist") is not None:
+        argv += ["-n", str(GPU_WORKERS)]
+    code = run_limited(argv + (gpu_test_files() or ["tests"]), limit_s, log, cwd=REPO)
     checks = junit_checks(xml) if code != 124 and xml.is_file() else []
     if code == 124:
-        checks.append(Check("pytest -m gpu", "fail", f"ran past its {TESTS_S} s limit (see gpu-tests.log)"))
+        checks.append(Check("pytest -m gpu", "fail", f"ran past its {limit_s:.0f} s limit (see gpu-tests.log)"))
     elif code not in (0, 1, 5) or (code == 1 and not any(c.status == "fail" for c in checks)):
         checks.append(Check("pytest -m gpu", "fail", f"exit status {code}: {_last_line(log)} (see gpu-tests.log)"))
     return checks
@@ -150,17 +169,18 @@ def _node_id(classname: str, name: str) -> str:
     return "::".join(["/".join(parts[:module + 1]) + ".py", *parts[module + 1:], name])
 
 
-def doctor_check(out: Path) -> Check:
-    """``torchboost doctor`` on the tiny char_gpt.py, on CUDA, its report into OUT/doctor-tiny."""
+def doctor_check(out: Path, limit_s: float) -> Check:
+    """``torchboost doctor`` on the tiny char_gpt.py, on CUDA, its report into OUT/doctor-tiny,
+    ended past ``limit_s``."""
     folder = out / "doctor-tiny"
     argv = [sys.executable, "-m", "torchboost", "doctor", "--steps", "5", "--warmup", "3", "--out", str(folder),
             "--", sys.executable, str(SCRIPT), *TINY]
     work = out / "work"  # a folder of its own: the doctor watches its working directory, and the log grows in OUT
     work.mkdir(parents=True, exist_ok=True)
-    code = run_limited(argv, DOCTOR_S, out / "doctor-tiny.log", cwd=work)
+    code = run_limited(argv, limit_s, out / "doctor-tiny.log", cwd=work)
     name = "torchboost doctor on a tiny char_gpt.py"
     if code:
-        why = f"ran past its {DOCTOR_S} s limit" if code == 124 else f"exit status {code}"
+        why = f"ran past its {limit_s:.0f} s limit" if code == 124 else f"exit status {code}"
         return Check(name, "fail", f"{why}: {_last_line(out / 'doctor-tiny.log')} (see doctor-tiny.log)")
     try:
         report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
@@ -201,10 +221,14 @@ def _last_line(log: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every check, print a line each and the summary; returns the exit status."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python benchmarks/gpu_smoke.py OUT", file=sys.stderr)
+    args = sys.argv[1:] if argv is None else list(argv)
+    limit_s = float(LIMIT_S)
+    if len(args) == 3 and args[0] == "--limit" and args[1].isdigit():
+        limit_s, args = float(args[1]), args[2:]
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python benchmarks/gpu_smoke.py [--limit SECONDS] OUT", file=sys.stderr)
         return 2
+    deadline = time.monotonic() + limit_s - WRITE_S
     out = Path(args[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -217,11 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         cuda = False
         print(f"torch does not import: {type(exc).__name__}: {exc}", flush=True)
     checks = _show(import_checks(cuda))
-    checks += _show(gpu_test_checks(out))
-    checks += _show([doctor_check(out) if cuda else Check("torchboost doctor on a tiny char_gpt.py", "skip",
-                                                           "needs a CUDA GPU")])
-    (out / "smoke.json").write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=2), encoding="utf-8")
+    _write(out, checks)
+    left_s = max(deadline - time.monotonic(), 1.0)
+    # The tests and the doctor at once: the smoke's minute holds both only side by side
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        tests = pool.submit(gpu_test_checks, out, left_s, cuda)
+        doctor = pool.submit(doctor_check, out, left_s) if cuda else None
+        checks += _show(tests.result())
+        checks += _show([doctor.result() if doctor else Check("torchboost doctor on a tiny char_gpt.py", "skip",
+                                                              "needs a CUDA GPU")])
+    _write(out, checks)
     return _summary(checks, cuda)
+
+
+def _write(out: Path, checks: list[Check]) -> None:
+    (out / "smoke.json").write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=2), encoding="utf-8")
 
 
 def _show(checks: list[Check]) -> list[Check]:

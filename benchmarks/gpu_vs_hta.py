@@ -2,8 +2,8 @@
 
     python benchmarks/gpu_vs_hta.py OUT [--trace FILE]
 
-Reads the trace the doctor wrote in the full stage (OUT/doctor/trace.pt.trace.json unless
-``--trace``), prints one table (idle, compute and non-compute shares of the GPU's time,
+Reads the trace the doctor wrote in the full stage, tune's diagnosis of the GPT-2 script
+(OUT/tune/doctor/trace.pt.trace.json unless ``--trace``), prints one table (idle, compute and non-compute shares of the GPU's time,
 torchboost's and HTA 0.5.0's ``get_temporal_breakdown``, and their difference), and writes
 it to OUT/gpu_vs_hta.md and OUT/hta.json. Exit status 0 when every share is within
 :data:`AGREE_POINTS` of HTA's, 1 when one is not or HTA could not read the trace, 2 when
@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     """Command line; returns the exit status (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="the full stage's folder")
-    parser.add_argument("--trace", type=Path, default=None, help="default OUT/doctor/trace.pt.trace.json")
+    parser.add_argument("--trace", type=Path, default=None, help="default OUT/tune/doctor/trace.pt.trace.json")
     args = parser.parse_args(argv)
-    trace = args.trace or args.out / "doctor" / "trace.pt.trace.json"
+    trace = args.trace or args.out / "tune" / "doctor" / "trace.pt.trace.json"
     if not trace.is_file():
-        print(f"gpu_vs_hta: no trace at {trace}: the doctor part wrote none (see doctor.log)")
+        print(f"gpu_vs_hta: no trace at {trace}: tune's diagnosis wrote none (see tune.log)")
         return 2
     result = compare(trace)
     (args.out / "hta.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
