@@ -44,14 +44,16 @@ NO_PROVEN_WIN = 3
 """The exit status of a tune that ran and proved no change faster: nothing new is written."""
 UNVERIFIED = 4
 """The exit status of a tune whose pick was measured faster but the end-to-end check could
-not finish in --budget: it is in torchboost.unverified.toml, torchboost.toml is as it was."""
+not finish in --budget, or measured it under a load that moved: it is in
+torchboost.unverified.toml, torchboost.toml is as it was."""
 
 EPILOG = f"""exit status:
   0    a change was kept and written (the report says how it was verified)
   {NO_PROVEN_WIN}    no proven win: the configuration is left as it was
-  {UNVERIFIED}    measured faster, not verified end to end within --budget: written to
-       torchboost.unverified.toml with the commands that verify it (tune --resume
-       with a larger --budget, or torchboost compare)
+  {UNVERIFIED}    measured faster, not verified end to end within --budget (or under a
+       machine's load that moved): written to torchboost.unverified.toml with the
+       commands that verify it (tune --resume with a larger --budget, or torchboost
+       compare)
   1    the script failed (its own traceback is shown)
   2    bad usage
   128+N  stopped by signal N (130: Ctrl-C)"""

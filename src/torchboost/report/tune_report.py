@@ -86,7 +86,8 @@ is baseline step time / this step time (above 1 is faster)::
     warnings           [str]   what makes the figures less trustworthy (a busy or noisy machine)
     end_to_end         {baseline_s, tuned_s, speedup, interval [low, high], pairs, steps,
                         whole_run, noise, projected_to, baseline_runs_s, tuned_runs_s,
-                        baseline_pace_ms, tuned_pace_ms} | null   the tuned
+                        baseline_pace_ms, tuned_pace_ms, search_load_pct, baseline_loads_pct,
+                        tuned_loads_pct, load_factor} | null   the tuned
                        configuration against the baseline (the user's own command when they
                        had no configuration), each run end to end as the user will run it,
                        in pairs of alternating order; interval: the lowest and highest pair
@@ -98,7 +99,10 @@ is baseline step time / this step time (above 1 is faster)::
                        it did not run at its own pace, baseline_pace_ms / tuned_pace_ms:
                        the mean step of each run's second half), null when not projected;
                        baseline_s, tuned_s, speedup, interval and noise are then of the
-                       projected runs
+                       projected runs; *_load_pct: other processes' share of the machine
+                       (percent) while the search measured the baseline, and through each
+                       run; load_factor: how much the baseline side's load moving could
+                       stretch a run, at most (1.0: steady)
     elapsed_s          float   seconds the search took
     config             {path: str | null, toml: str | null, state: str}   torchboost.toml, its
                        text and what the tune did to it: "written", "as it was" (your own

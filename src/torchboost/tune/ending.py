@@ -3,8 +3,9 @@
 The search keeps the check's time (:func:`check_reserve`); the check runs in what the
 budget leaves (:func:`verify_outcome`); its verdict decides where the configuration goes
 (:func:`write_result`): ``torchboost.toml`` when verified (or when the check was turned
-off), ``torchboost.unverified.toml`` when the check could not finish for lack of time
-(:mod:`torchboost.tune.unverified`), nowhere when it refuted it.
+off), ``torchboost.unverified.toml`` when the check could not finish for lack of time, or
+when the machine's load moved between the baseline and the pairs by more than their
+interval allows (:mod:`torchboost.tune.unverified`), nowhere when it refuted it.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def verify_outcome(command: Sequence[str], options: TuneOptions, base: BoostConf
                              baseline_ms=baseline.ms_per_step)
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
-                 journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger)
+                 journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger,
+                 search_load_pct=baseline.load_pct)
     settings, verdict = end_to_end_verdict(outcome.settings, outcome.decisions, e2e, options.min_gain)
     return settings, e2e, verdict
 
@@ -114,8 +116,8 @@ def check_most_s(options: TuneOptions) -> float:
 
 
 def unfinished(outcome: TuneOutcome, e2e: EndToEnd | None, options: TuneOptions) -> bool:
-    """The search kept a change the end-to-end check could not confirm for lack of time
-    (:func:`check_unfinished`): it goes to ``torchboost.unverified.toml``. Not when the check
+    """The search kept a change the end-to-end check could not confirm, for lack of time or
+    under a load that moved (:func:`check_unfinished`): it goes to ``torchboost.unverified.toml``. Not when the check
     was turned off (--verify-pairs 0), nor for a memory lever kept to fit the limit."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return False
@@ -137,9 +139,12 @@ def write_result(command: Sequence[str], options: TuneOptions, run: TuneRun) -> 
             write_config(options.config_path, run.config, toml_header(run, command))
             run.written = True
         return
+    # `tune --resume` would replay the check's journaled runs, and their load: only a
+    # comparison run afresh can tell a moved load's claim.
+    moved = run.end_to_end is not None and run.end_to_end.load_moved(options.min_gain)
     run.unverified = write_unverified(command, options.config_path, run.config,
                                       toml_header(run, command, apart=True), run.outcome, run.run_steps,
-                                      tune_again(command, options, run.outcome))
+                                      None if moved else tune_again(command, options, run.outcome))
     run.verdict = f"{run.verdict}; {run.unverified.words()}"
     run.config = run.base if run.base is not None else BoostConfig.off()
 

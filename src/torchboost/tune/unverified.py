@@ -1,8 +1,10 @@
 """What the search measured but the end-to-end check could not confirm: kept apart, never lost.
 
 When the check cannot finish (the budget holds no pair of runs, or fewer pairs than a claim
-rests on, and those were not slower), the measured configuration is written to
-``torchboost.unverified.toml`` beside the user's ``torchboost.toml``, which stays as it was.
+rests on, and those were not slower), or its pairs were faster only by as much as the
+machine's load moving between the baseline and the pairs could account for, the measured
+configuration is written to ``torchboost.unverified.toml`` beside the user's
+``torchboost.toml``, which stays as it was.
 The verdict says what was measured and how ("3.86x a step: median ratio 0.259 ± 0.017 over 6
 pairs of alternating bursts in one run"), and names the one command that verifies it end to
 end, ``torchboost compare``, with the time it is expected to take. ``torchboost run --config
@@ -81,12 +83,15 @@ def _duration(seconds: float) -> str:
 
 
 def check_unfinished(e2e: EndToEnd | None, min_gain: float, asked_pairs: int = CLAIM_PAIRS) -> bool:
-    """The end-to-end check could not decide for lack of time: it did not run (the budget
+    """The end-to-end check could not decide: for lack of time, it did not run (the budget
     held no pair), or ran fewer pairs than a claim rests on (or than ``asked_pairs``, the
     --verify-pairs asked, when fewer), none of them, or ones whose median was faster by the
-    least gain. False once it verified, ran what was asked, failed, or measured the tuned
-    side no faster."""
+    least gain; or its pairs were faster, but the machine's load moved between the baseline
+    and the pairs by more than their interval allows (:meth:`EndToEnd.load_moved`). False
+    once it verified, ran what was asked, failed, or measured the tuned side no faster."""
     if e2e is None:
+        return True
+    if e2e.error is None and e2e.load_moved(min_gain):
         return True
     if e2e.error is not None or e2e.pairs >= min(CLAIM_PAIRS, asked_pairs):
         return False

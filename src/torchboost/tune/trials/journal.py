@@ -133,20 +133,24 @@ class Journal:
 
 
 class RunJournal:
-    """The end-to-end check's runs, one JSON line each (``{"key", "seconds", "pace_ms"}``;
-    the pace of a capped run, else null), so that ``--resume`` replays them as the search
-    replays its trials."""
+    """The end-to-end check's runs, one JSON line each (``{"key", "seconds", "pace_ms",
+    "load_pct"}``; the pace of a capped run, else null; other processes' load while it ran,
+    null where not measured), so that ``--resume`` replays them as the search replays its
+    trials, the load the check judges included."""
 
     def __init__(self, path: str | Path, *, resume: bool = False, ident: dict[str, Any] | None = None):
         self._lines = _Lines(path, resume=resume, ident=ident)
         self.path, self.restarted = self._lines.path, self._lines.restarted
         self._recorded: dict[str, float] = {}
         self._paces: dict[str, float] = {}
+        self._loads: dict[str, float] = {}
         for entry in self._lines.entries:
             try:
                 self._recorded[str(entry["key"])] = float(entry["seconds"])
                 if entry.get("pace_ms") is not None:
                     self._paces[str(entry["key"])] = float(entry["pace_ms"])
+                if entry.get("load_pct") is not None:
+                    self._loads[str(entry["key"])] = float(entry["load_pct"])
             except (TypeError, KeyError, ValueError):
                 continue
 
@@ -158,9 +162,15 @@ class RunJournal:
         """The recorded pace (ms per step) of this capped run, if any."""
         return self._paces.get(key)
 
-    def put(self, key: str, seconds: float, pace_ms: float | None = None) -> None:
-        """Record a finished run (and a capped run's pace) durably."""
+    def load(self, key: str) -> float | None:
+        """Other processes' load while this run ran (percent of the machine), if recorded."""
+        return self._loads.get(key)
+
+    def put(self, key: str, seconds: float, pace_ms: float | None = None, load_pct: float | None = None) -> None:
+        """Record a finished run (a capped run's pace, the load it ran under) durably."""
         self._recorded[key] = seconds
         if pace_ms is not None:
             self._paces[key] = pace_ms
-        self._lines.write({"key": key, "seconds": seconds, "pace_ms": pace_ms})
+        if load_pct is not None:
+            self._loads[key] = load_pct
+        self._lines.write({"key": key, "seconds": seconds, "pace_ms": pace_ms, "load_pct": load_pct})

@@ -17,7 +17,9 @@ says "projected". The speedup comes with its interval: the pairs' own spread, ea
 least the runs' noise (how much each configuration's runs differ from one another) from the
 median; the tuned configuration is kept only when the interval's lower end is faster by the
 least gain; while the median clears that gate and the lower end does not, more pairs are run
-as the budget allows. Otherwise the user's own configuration stays.
+as the budget allows. Otherwise the user's own configuration stays. Each run's share of the
+machine taken by other processes is read as the search's trials read it (:class:`LoadMeter`),
+so the verdict can tell a claim the load's move could have made (:meth:`EndToEnd.load_moved`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
+from torchboost.env import LoadMeter
 from torchboost.handover import TRIAL_SETTINGS_ENV, write_plan
 from torchboost.plan import Plan
 from torchboost.process.launch import parse_launch
@@ -242,56 +245,81 @@ def _config_files(tmp: Path, plans: dict[str, Plan]) -> dict[str, Path]:
     return files
 
 
+def _replay(journal: RunJournal, key: str, paces: list[float], loads: list[float]) -> None:
+    """A journaled run's pace (capped) and the load it ran under, where recorded."""
+    pace, load = journal.pace(key), journal.load(key)
+    if pace is not None:
+        paces.append(pace)
+    if load is not None:
+        loads.append(load)
+
+
+def _capped_instead(result: EndToEnd, plan: VerifyPlan) -> VerifyPlan:
+    """A whole run took too long: every run stops after the same steps instead, in what the
+    check has left after the whole runs (the one cut took its limit); the whole runs' figures
+    are dropped."""
+    if plan.budget_s:
+        plan = replace(plan, budget_s=max(plan.budget_s - result.spent_s - plan.run_limit_s, 1e-3))
+    result.steps = plan.fallback_steps
+    for runs in (result.baseline_runs_s, result.tuned_runs_s, result.baseline_pace_ms, result.tuned_pace_ms,
+                 result.ran, result.baseline_loads_pct, result.tuned_loads_pct):
+        runs.clear()
+    return plan
+
+
 def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: VerifyPlan, *, out_dir: Path,
            on_run: Callable[[str, int], None] | None = None, journal: RunJournal | None = None,
-           min_gain: float = 0.03, writes_ledger: Path | None = None) -> EndToEnd:
+           min_gain: float = 0.03, writes_ledger: Path | None = None, search_load_pct: float | None = None,
+           load_meter: Callable[[], LoadMeter] = LoadMeter) -> EndToEnd:
     """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
     turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
-    ``journal`` are replayed instead of run again."""
-    result = EndToEnd(steps=plan.steps, planned_steps=plan.planned_steps)
+    ``journal`` are replayed instead of run again, with the load they ran under.
+    ``search_load_pct``: other processes' load while the search measured the baseline's
+    trial (percent of the machine); ``load_meter`` makes the meter each run is read with."""
+    result = EndToEnd(steps=plan.steps, planned_steps=plan.planned_steps, search_load_pct=search_load_pct)
     plans = {"baseline": Plan.of(base), "tuned": Plan.tuned(settings, base)}  # each resolved once, as trials are
     with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
         files: dict[str, Path | None] = {**_config_files(Path(tmp), plans)}
         if base == BoostConfig.off():
             files["baseline"] = None  # no configuration of the user's: their own command, as is
 
+        def run_timed(name: str) -> tuple[float | None, float | None]:
+            """A run's seconds (None: past its limit) and, capped, its pace."""
+            if result.steps is None:
+                return _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole", writes_ledger), None
+            seconds, pace, ran = _capped_run(command, plans[name], result.steps, out_dir, _capped_limit(result, plan),
+                                             writes_ledger) or (None, None, None)
+            result.ran.append(ran)
+            return seconds, pace
+
         def run_one(name: str, pair: int) -> float | None:
             key = json.dumps([name, pair, result.steps, settings.to_dict(), list(command)], sort_keys=True)
             paces = result.baseline_pace_ms if name == "baseline" else result.tuned_pace_ms
+            loads = result.baseline_loads_pct if name == "baseline" else result.tuned_loads_pct
             recorded = journal.get(key) if journal is not None else None
             if recorded is not None:
-                recorded_pace = journal.pace(key)  # type: ignore[union-attr]
-                if recorded_pace is not None:
-                    paces.append(recorded_pace)
+                _replay(journal, key, paces, loads)  # type: ignore[arg-type]
                 result.ran.append(None)  # not journaled: taken as capped
                 return recorded
-            pace = None
+            meter = load_meter()
             try:
-                if result.steps is None:
-                    seconds = _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole", writes_ledger)
-                else:
-                    seconds, pace, ran = _capped_run(command, plans[name], result.steps, out_dir,
-                                                     _capped_limit(result, plan), writes_ledger) or (None, None, None)
-                    result.ran.append(ran)
+                with meter:
+                    seconds, pace = run_timed(name)
             except RuntimeError as exc:
                 raise RuntimeError(f"the {name} configuration failed end to end: {exc}") from None
             if pace is not None:
                 paces.append(pace)
+            load = meter.pct if seconds is not None and meter.measured else None
+            if load is not None:
+                loads.append(load)
             if seconds is not None and journal is not None:
-                journal.put(key, seconds, pace)
+                journal.put(key, seconds, pace, load)
             return seconds
 
         try:
             _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
             if result.steps is None and result.pairs < plan.pairs and not result.out_of_time:
-                # A whole run took too long: every run stops after the same steps instead, in
-                # what the check has left after the whole runs (the one cut took its limit).
-                if plan.budget_s:
-                    plan = replace(plan, budget_s=max(plan.budget_s - result.spent_s - plan.run_limit_s, 1e-3))
-                result.steps = plan.fallback_steps
-                for runs in (result.baseline_runs_s, result.tuned_runs_s, result.baseline_pace_ms,
-                             result.tuned_pace_ms, result.ran):
-                    runs.clear()
+                plan = _capped_instead(result, plan)
                 _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
             if result.steps is not None and result.pairs < plan.pairs:
                 result.out_of_time = True  # a capped run ran past what the check had left

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from torchboost.config import Overlay
+from torchboost.env import BUSY_PCT
 from torchboost.tune.search.decision import TuneOutcome
 from torchboost.tune.trials.trial_result import describe_settings
 
@@ -26,6 +27,9 @@ CLAIM_PAIRS = 4
 CLAIM_PRECISION = 0.10
 """How close to the claim a user's own re-measure should come; an interval wider than
 this on either side gets more pairs while the budget allows."""
+FULL_LOAD_PCT = 99.0
+"""The most of the machine a load is taken to hold in :attr:`EndToEnd.load_factor` (all of
+it would leave a script no time at all: an unbounded factor)."""
 
 
 @dataclass
@@ -46,6 +50,14 @@ class EndToEnd:
     tuned_pace_ms: list[float] = field(default_factory=list)
     ran: list[int | None] = field(default_factory=list)
     """Per capped run: the steps it ran when the script ended on its own before the cap, else None."""
+    search_load_pct: float | None = None
+    """Other processes' CPU use while the search measured the baseline's trial, percent of
+    the machine (None: not known)."""
+    baseline_loads_pct: list[float] = field(default_factory=list)
+    """Other processes' CPU use through each baseline run of the pairs, percent of the machine."""
+    tuned_loads_pct: list[float] = field(default_factory=list)
+    """The same through each tuned run (reported; the load rule reads the baseline's side,
+    where what counts as the script's own is counted alike: see :attr:`load_range_pct`)."""
 
     @property
     def whole_steps(self) -> int | None:
@@ -160,6 +172,49 @@ class EndToEnd:
                  for earlier, later in zip(runs, runs[1:]) if earlier > 0]
         return statistics.median(drift) if drift else 0.0
 
+    @property
+    def load_range_pct(self) -> tuple[float, float] | None:
+        """The least and the most of the machine other processes used, from the baseline's
+        trial through the baseline runs of the pairs (None: fewer than two readings). Read
+        on the baseline's side only: it is the same configuration throughout, so what its
+        meter counts as the script's own is the same; a tuned run's compile workers that
+        outlive it would read as another process's load."""
+        readings = ([self.search_load_pct] if self.search_load_pct is not None else []) + self.baseline_loads_pct
+        return (min(readings), max(readings)) if len(readings) >= 2 else None
+
+    @property
+    def load_factor(self) -> float:
+        """How much the load's move alone could change a run's time, at most: other processes
+        using L% of the machine leave a script that keeps every core busy (100 - L)% of it, so
+        a load that moved from the least to the most seen stretches its run by up to
+        (100 - least) / (100 - most); 1.0 with a steady load or fewer than two readings."""
+        span = self.load_range_pct
+        if span is None:
+            return 1.0
+        least, most = (min(p, FULL_LOAD_PCT) for p in span)
+        return (100.0 - least) / (100.0 - most)
+
+    def load_moved(self, min_gain: float) -> bool:
+        """The pairs clear the gate, but not once their interval's lower end is divided by
+        :attr:`load_factor`: a speedup measured at one load is not the speedup at another
+        (a neighbour's threads cost the configuration that keeps every core busy more), and
+        by up to that factor between the loads seen; the pairs' spread never saw that move,
+        so the claim could be the load's rather than the configuration's."""
+        interval = self.interval
+        if interval is None or not self.faster(min_gain):
+            return False
+        return 1.0 / (interval[0] / self.load_factor) >= 1.0 - min_gain
+
+    def load_words(self) -> str:
+        """"other processes used 10% of the machine while tune measured the baseline and 12-45%
+        through the pairs' baseline runs" (one figure where the runs' readings agree)."""
+        runs = self.baseline_loads_pct
+        through = (f"{min(runs):.0f}-{max(runs):.0f}%" if runs and round(min(runs)) != round(max(runs))
+                   else f"{runs[0]:.0f}%" if runs else "an unknown share")
+        before = (f"{self.search_load_pct:.0f}% of the machine while tune measured the baseline and "
+                  if self.search_load_pct is not None else "")
+        return f"other processes used {before}{through} through the pairs' baseline runs"
+
     def faster(self, min_gain: float) -> bool:
         """The interval's lower end (the runs' noise in it) is at least ``min_gain`` faster:
         the slowest pair (bar one, from five) clears the gate, and so does the median
@@ -173,9 +228,10 @@ class EndToEnd:
                 "interval": list(self.interval) if self.interval else None, "pairs": self.pairs,
                 "steps": self.steps, "whole_run": self.steps is None, "noise": self.noise,
                 "projected_to": self.projected_to, "whole_steps": self.whole_steps,
+                "load_factor": self.load_factor,
                 **{k: v for k, v in asdict(self).items()
                    if k in ("baseline_runs_s", "tuned_runs_s", "baseline_pace_ms", "tuned_pace_ms", "error",
-                            "out_of_time")}}
+                            "out_of_time", "search_load_pct", "baseline_loads_pct", "tuned_loads_pct")}}
 
 
 
@@ -205,19 +261,44 @@ def median_rank(pairs: int, confidence: float = MEDIAN_CONFIDENCE) -> int:
     return k
 
 
+def _busy(e2e: EndToEnd) -> str:
+    """"; other processes used 40% of the machine throughout: ..." where the load held steady
+    (the claim is verified) but above :data:`~torchboost.env.BUSY_PCT` all along, else ""."""
+    span = e2e.load_range_pct
+    if span is None or span[0] <= BUSY_PCT:
+        return ""
+    share = f"{span[0]:.0f}%" if round(span[0]) == round(span[1]) else f"{span[0]:.0f}-{span[1]:.0f}%"
+    return (f"; other processes used {share} of the machine throughout: the figure is this load's, and a quieter "
+            "machine may give another")
+
+
 def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEnd,
                        min_gain: float) -> tuple[Overlay, str]:
     """What to write after the end-to-end check, and why: the tuned settings when they are
     faster by ``min_gain`` at the lower end of their interval (the runs' noise in it) over
-    :data:`CLAIM_PAIRS` pairs or more ("verified"; on fewer, faster still, or on none at all,
-    they are said unverified, and the tuner writes them apart: :mod:`torchboost.tune.unverified`),
+    :data:`CLAIM_PAIRS` pairs or more, and still are once that lower end allows for the
+    machine's load moving between the baseline and the pairs (:meth:`EndToEnd.load_moved`)
+    ("verified"; where the load's move could account for it, on fewer pairs, faster still, or
+    on none at all, they are said unverified, and the tuner writes them apart:
+    :mod:`torchboost.tune.unverified`),
     or when a memory lever was kept to bring the peak under the memory limit (the check then
     gives its cost); else nothing ("no proven win")."""
     how, took = e2e.how, "would take" if e2e.projected_to else "took"
-    if e2e.faster(min_gain) and e2e.pairs >= CLAIM_PAIRS:
+    memory = any(d.status == "kept" and d.memory_lever for d in decisions)
+    claim, moved = e2e.faster(min_gain) and e2e.pairs >= CLAIM_PAIRS, e2e.load_moved(min_gain)
+    if claim and moved and not memory:
+        # Kept apart, not dropped: the pairs did measure it faster, under a load that moved.
+        low = (e2e.interval or (math.nan, math.nan))[0]
+        return settings, (f"not verified end to end: the machine's load moved between the baseline and the pairs "
+                          f"({e2e.load_words()}), which alone can change a run's time by up to "
+                          f"{e2e.load_factor:.2f}x (a script that keeps every core busy), and the interval's lower "
+                          f"end, {low:.2f}x, over that is not {min_gain:.0%} faster; the pairs measured "
+                          f"{e2e.words()} faster ({e2e.tuned_s:.1f} s against {e2e.baseline_s:.1f} s, of {how}) "
+                          "under that load: compare them when the machine is as you will train on it")
+    if claim and not moved:
         return settings, (f"verified end to end: {e2e.words()} faster ({e2e.tuned_s:.1f} s against "
-                          f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how})")
-    if e2e.faster(min_gain):  # faster, on fewer pairs than a claim rests on: the search's pick, unverified
+                          f"{e2e.baseline_s:.1f} s, median of {e2e.pairs} alternating pairs of {how}){_busy(e2e)}")
+    if e2e.faster(min_gain) and e2e.pairs < CLAIM_PAIRS:  # the search's pick, unverified
         return settings, (f"not verified end to end: {e2e.pairs} pair(s) of {how} fitted in --budget, fewer than "
                           f"the {CLAIM_PAIRS} a claim rests on; they measured {e2e.words()} faster "
                           f"({e2e.tuned_s:.1f} s against {e2e.baseline_s:.1f} s); give tune a larger --budget")
@@ -226,7 +307,7 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
     if not e2e.pairs:  # nothing measured against it: the search's pick stands, unverified
         return settings, (f"not verified end to end: the check finished no pair of {how} within its time (a run "
                           "took longer than the check had left)")
-    if any(d.status == "kept" and d.memory_lever for d in decisions):
+    if memory:
         # Kept to fit under the memory limit, not for speed: the check gives its cost.
         return settings, (f"kept to bring the peak under the memory limit: end to end it {took} {e2e.tuned_s:.1f} s "
                           f"against {e2e.baseline_s:.1f} s ({e2e.pairs} pairs of {how}), the time it costs")
