@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import math
 import os
 import shutil
@@ -102,6 +103,11 @@ class Environment:
     """Path of the C++ compiler Inductor would use on CPU, "" when none."""
     triton: bool = False
     """Whether Triton imports (Inductor's GPU backend)."""
+    mps_bf16: bool = False
+    """Apple's MPS computes in bf16: macOS 14 or newer, and a bf16 op on 'mps' ran. False off MPS."""
+    mps_inductor: bool = False
+    """torch's Inductor has its Metal backend (a prototype from torch 2.6) and a Metal shader
+    compiled here: what torch.compile needs on MPS. False off MPS."""
     dist_env: dict[str, str] = field(default_factory=dict)
     """torchrun's variables as seen (RANK, WORLD_SIZE, ...)."""
 
@@ -113,7 +119,7 @@ class Environment:
     @property
     def bf16(self) -> bool:
         """bf16 runs natively on ``device``."""
-        return self.cuda_bf16 if self.device == "cuda" else self.cpu_bf16
+        return {"cuda": self.cuda_bf16, "mps": self.mps_bf16}.get(self.device, self.cpu_bf16)
 
     @property
     def tf32(self) -> bool:
@@ -123,13 +129,16 @@ class Environment:
     @property
     def can_compile(self) -> bool:
         """torch.compile's default backend (Inductor) has what it needs on ``device``."""
-        return self.triton if self.device == "cuda" else bool(self.compiler)
+        return {"cuda": self.triton, "mps": self.mps_inductor}.get(self.device, bool(self.compiler))
 
     @property
     def compile_reason(self) -> str:
         """Why compile can or cannot run here, in words."""
         if self.device == "cuda":
             return "Triton is installed" if self.triton else "Triton is not installed"
+        if self.device == "mps":
+            return ("Inductor's Metal backend compiles here (a prototype in torch)" if self.mps_inductor else
+                    "this torch has no Inductor backend for MPS that compiles here (torch 2.6 and newer have one)")
         if self.compiler:
             return f"C++ compiler at {self.compiler}"
         return "no C++ compiler (set CXX or install g++) for Inductor's CPU backend"
@@ -204,6 +213,38 @@ def _has_triton() -> bool:
     return True
 
 
+def _bf16_op_on_mps() -> bool:
+    x = torch.ones(4, device="mps", dtype=torch.bfloat16)
+    return (x + x).float().sum().item() == 8.0  # .item() syncs: the op has run, or raised
+
+
+def _mps_bf16(op: Callable[[], bool] = _bf16_op_on_mps) -> bool:
+    """Whether MPS computes in bf16: macOS 14 or newer (torch's own check where it has one),
+    then ``op``, a tiny bf16 op on 'mps', runs. Called only where MPS is the device."""
+    mps = torch.backends.mps
+    try:
+        if hasattr(mps, "is_macos_or_newer") and not mps.is_macos_or_newer(14, 0):
+            return False
+        return bool(op())
+    except Exception:  # noqa: BLE001 - any refusal means no bf16 here
+        return False
+
+
+_PROBE_SHADER = "kernel void torchboost_probe(device float* out, uint i [[thread_position_in_grid]]) { out[i] = 1.0; }"
+
+
+def _mps_inductor() -> bool:
+    """Whether torch.compile can run on MPS: Inductor's Metal backend is in this torch and a
+    Metal shader compiles (as its kernels are built). Called only where MPS is the device."""
+    try:
+        if importlib.util.find_spec("torch._inductor.codegen.mps") is None:
+            return False
+        torch.mps.compile_shader(_PROBE_SHADER)
+    except Exception:  # noqa: BLE001 - no backend, or no shader compiler: compile stays off
+        return False
+    return True
+
+
 def _device() -> str:
     if torch.cuda.is_available():
         return "cuda"
@@ -215,10 +256,13 @@ def _device() -> str:
 
 @functools.lru_cache(maxsize=1)
 def probe() -> Environment:
-    """Probe once per process (cached); cheap: no benchmark runs here."""
+    """Probe once per process (cached); cheap: no benchmark runs here (on MPS, a four-element
+    bf16 op and a one-line Metal shader, to learn what the device takes)."""
     device = _device()
     memory = psutil.virtual_memory()
     gpu: dict[str, Any] = {}
+    if device == "mps":
+        gpu = dict(mps_bf16=_mps_bf16(), mps_inductor=_mps_inductor())
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         gpu = dict(

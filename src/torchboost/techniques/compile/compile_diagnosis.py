@@ -17,7 +17,9 @@ from torchboost.techniques.compile.compile_settings import CompileConfig
 __all__ = ["CPU_RECORDED_GAINS", "compile_enable", "cpu_estimate"]
 
 
-_COMPILE_FACTOR = {"cuda": 1.3}  # fused kernels, less Python (assumed)
+_COMPILE_FACTOR = {"cuda": 1.3, "mps": 1.1}
+"""Forward+backward's gain from torch.compile, by device (assumed, not measured): fused kernels
+and less Python; on MPS a smaller one, Inductor's Metal backend being a prototype in torch."""
 CPU_RECORDED_GAINS = (1.06, 1.05, 1.04, 1.21, 0.83, 0.85, 0.96)
 """torch.compile's whole-step gain recorded on quiet 2-core CPUs, one per shape (built-in GPT,
 vision, nanoGPT at 400 and 5000 iterations, the built-in GPT with compile kept, gpt_char_full,
@@ -41,7 +43,7 @@ def compile_enable(facts: Facts, *, compute_pct: float = 50.0, compile_cost_s: f
     compiled and Inductor can compile here; skipped when the planned run is too short to pay
     back a compile of ``compile_cost_s`` seconds. On a CPU its gain is an estimate from the gains
     recorded on CPUs (:data:`CPU_RECORDED_GAINS`), not measured here: ranked by their median,
-    repaid at their best."""
+    repaid at their best; on CUDA and MPS, from an assumed factor (:data:`_COMPILE_FACTOR`)."""
     v, model = view(facts), facts.model
     if model is None or model.compiled or not facts.env.get("can_compile") or v.step_ms <= 0:
         return None
@@ -57,8 +59,9 @@ def compile_enable(facts: Facts, *, compute_pct: float = 50.0, compile_cost_s: f
     else:
         factor = _COMPILE_FACTOR[v.device]
         speedup = best = amdahl(f, factor)
+        typical = "a small gain assumed for a prototype backend" if v.device == "mps" else "a typical gain"
         estimate = (f"estimate: 1 / (1 - f + f / s) = {speedup:.3f}; f = {f:.3f} forward+backward share "
-                    f"(measured), s = {factor} on {v.device} (a typical gain, not measured here)")
+                    f"(measured), s = {factor} on {v.device} ({typical}, not measured here)")
     saved_ms = v.step_ms - v.step_ms / best
     break_even = compile_cost_s * 1000.0 / saved_ms
     if facts.planned_steps is not None and facts.planned_steps < break_even:
@@ -83,5 +86,7 @@ def compile_enable(facts: Facts, *, compute_pct: float = 50.0, compile_cost_s: f
                "later runs load it from the compile cache in seconds) and new input shapes recompile; "
                "worth it for long runs.",
                "A compile that fails falls back to eager with a warning."]
-              + (["Large model: regional compile (each repeated block) compiles much faster."] if regional else []),
+              + (["Large model: regional compile (each repeated block) compiles much faster."] if regional else [])
+              + (["On MPS Inductor's Metal backend is a prototype in torch and no peak of MPS is measured here: "
+                  "tune measures compile on this script."] if v.device == "mps" else []),
     )

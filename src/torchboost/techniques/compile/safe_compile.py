@@ -84,7 +84,7 @@ def resolve_compile(config: CompileConfig, env: Environment) -> tuple[CompileCon
     """The compile settings that can run in ``env``; returns ``(config, reason)``.
 
     ``mode`` becomes "off" when Inductor lacks what it needs here (no C++ compiler on
-    CPU, no Triton on CUDA), and "reduce-overhead" becomes "default" off CUDA because
+    CPU, no Triton on CUDA, no Metal backend on MPS), and "reduce-overhead" becomes "default" off CUDA because
     it means CUDA graphs.
     """
     if config.mode == "off":

@@ -23,7 +23,10 @@ Four concrete modes, each a small policy object in
 * Older CUDA GPUs (no tensor cores, slow fp16 on many of them): ``fp32``.
 * CPU: ``fp32`` unless the CPU has bf16 instructions *and* a measured bf16 matmul is at
   least :data:`CPU_BF16_MIN_SPEEDUP` times faster than fp32; the reason gives the number.
-* Other devices (e.g. MPS): ``fp32``; reduced precision there is only used when asked for.
+* Apple's MPS with bf16 (macOS 14 and newer, a bf16 op tried on 'mps'): ``bf16``, as on
+  CUDA; its gain there is not measured by the probe, tune measures it. MPS without bf16:
+  ``fp32`` (fp16 only when asked for).
+* Other devices: ``fp32``; reduced precision there is only used when asked for.
 
 Every mode is usable on its own, without the Booster::
 
@@ -114,6 +117,11 @@ def _resolve_explicit(mode: str, env: _envmod.Environment) -> tuple[str, str]:
             f'precision.mode "bf16" is not supported by {env.gpu_name or "this GPU"}; '
             'use "fp16" (with loss scaling) or "auto".'
         )
+    if mode == "bf16" and env.device == "mps" and not env.mps_bf16:
+        raise ConfigError(
+            'precision.mode "bf16" is not supported by Apple\'s MPS here (bf16 needs macOS 14 or newer); '
+            'use "fp16" or "auto".'
+        )
     if mode == "bf16" and env.device == "cpu" and not env.cpu_bf16:
         _warn_once(
             "bf16-cpu",
@@ -131,6 +139,13 @@ def _resolve_cuda(env: _envmod.Environment) -> tuple[str, str]:
     if (env.compute_capability or (0, 0)) >= _FP16_MIN_CAPABILITY:
         return "fp16", f"{gpu} has fp16 tensor cores but no bf16: autocast fp16 with a GradScaler"
     return "fp32", f"{gpu} has no tensor cores, so reduced precision would gain little"
+
+
+def _resolve_mps(env: _envmod.Environment) -> tuple[str, str]:
+    if env.mps_bf16:
+        return "bf16", ("Apple's MPS supports bf16 (macOS 14 or newer, a bf16 op ran): autocast bf16, no loss "
+                        "scaling needed; its gain here is not measured, tune measures it")
+    return "fp32", "Apple's MPS here has no bf16 (it needs macOS 14 or newer): fp32; ask for fp16 to try it"
 
 
 def _resolve_cpu(env: _envmod.Environment) -> tuple[str, str]:
@@ -161,6 +176,8 @@ def resolve_precision(requested: str, env: _envmod.Environment) -> tuple[str, st
         return _resolve_cuda(env)
     if env.device == "cpu":
         return _resolve_cpu(env)
+    if env.device == "mps":
+        return _resolve_mps(env)
     return "fp32", f"auto keeps fp32 on {env.device}; ask for fp16 or bf16 to try them"
 
 
@@ -232,13 +249,13 @@ def quick_switch(ctx: ProbeContext) -> QuickSwitch | None:
     """bf16 autocast (fp16 on a GPU without bf16) around the root module's forward, as a
     switch the doctor turns on for a step and off again (the instance's forward put back);
     None where the script's own autocast is on, the model is compiled (autocast would
-    recompile it) or the device has no reduced-precision autocast."""
+    recompile it) or the device has no reduced-precision autocast (MPS without bf16)."""
     model = ctx.model
     if model is None or ctx.autocast_dtype is not None or hasattr(model, "_orig_mod"):
         return None
     if ctx.device == "cuda":
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    elif ctx.device == "cpu":
+    elif ctx.device == "cpu" or (ctx.device == "mps" and _envmod.probe().mps_bf16):
         dtype = torch.bfloat16
     else:
         return None
@@ -262,6 +279,8 @@ def _propose_precision(incumbent: Overlay, ctx: TuneContext) -> list[Overlay]:
         if ctx.own(PrecisionTuning).cuda_bf16:
             return [Overlay.of(PrecisionConfig, mode="bf16")]
         return [Overlay.of(PrecisionConfig, mode="fp16")] if ctx.uses_booster else []
+    if ctx.device == "mps":
+        return [Overlay.of(PrecisionConfig, mode="bf16")] if ctx.own(PrecisionTuning).mps_bf16 else []
     # On a CPU bf16 is tried even without bf16 instructions: the measurement, not the
     # flag, decides, and the report then says how much slower it was.
     return [Overlay.of(PrecisionConfig, mode="bf16")]

@@ -63,6 +63,8 @@ class PrecisionTuning:
     """The GPU computes in bf16."""
     tf32: bool = False
     """The GPU has TF32 tensor cores."""
+    mps_bf16: bool = False
+    """Apple's MPS computes in bf16 (macOS 14 and newer)."""
     cpu_bf16_speedup: float | None = None
     """fp32 matmul time / bf16 matmul time as the doctor's probe measured it (None: unknown)."""
 
@@ -72,10 +74,12 @@ def tune_context(facts: Facts) -> PrecisionTuning:
     device's bf16 and TF32 support, and the probe's bf16/fp32 matmul speed on a CPU."""
     env = facts.env or {}
     return PrecisionTuning(cpu_bf16=bool(env.get("cpu_bf16", False)), cuda_bf16=bool(env.get("cuda_bf16", False)),
-                           tf32=bool(env.get("tf32", False)), cpu_bf16_speedup=getattr(facts, "cpu_bf16_speedup", None))
+                           tf32=bool(env.get("tf32", False)), mps_bf16=bool(env.get("mps_bf16", False)),
+                           cpu_bf16_speedup=getattr(facts, "cpu_bf16_speedup", None))
 
 _CUDA_HALF_FACTOR = 2.0  # tensor cores and half the memory traffic vs plain fp32 (assumed)
 _CUDA_HALF_OVER_TF32 = 1.3  # what is left once TF32 already feeds the tensor cores (assumed)
+_MPS_BF16_FACTOR = 1.31  # bf16 autocast on Apple's MPS, as public threads report it (assumed)
 _CPU_BF16_FACTOR = 1.3  # bf16 matmuls on a CPU with bf16 instructions, when not measured (assumed)
 _CPU_BF16_NO_ISA = 0.5  # bf16 emulated without bf16 instructions: about 2x slower (assumed)
 
@@ -99,8 +103,9 @@ def precision_lower(
     facts: Facts, *, compute_pct: float = 50.0, cpu_bf16_min_speedup: float = 1.05
 ) -> Finding | None:
     """fp32 forward+backward take at least ``compute_pct`` percent of the step on hardware that
-    runs bf16 (or fp16) faster. On a CPU a measured bf16 speedup decides (at least
-    ``cpu_bf16_min_speedup``); without one, the CPU must have bf16 instructions."""
+    runs bf16 (or fp16) faster: a CUDA GPU, Apple's MPS with bf16 (macOS 14 and newer), a CPU.
+    On a CPU a measured bf16 speedup decides (at least ``cpu_bf16_min_speedup``); without one,
+    the CPU must have bf16 instructions."""
     v = view(facts)
     f = v.compute_share
     if reduced_precision(facts) or f * 100 < compute_pct:
@@ -110,6 +115,13 @@ def precision_lower(
         dtype = "bf16" if env.get("cuda_bf16") else "fp16"
         factor = _CUDA_HALF_OVER_TF32 if p.tf32_matmul else _CUDA_HALF_FACTOR
         basis = f"s = {factor} ({'over TF32' if p.tf32_matmul else 'over fp32'}; assumed)"
+    elif v.device == "mps":
+        if not env.get("mps_bf16"):
+            return None  # MPS before macOS 14: no bf16 to offer
+        dtype, factor = "bf16", _MPS_BF16_FACTOR
+        basis = f"s = {factor} (bf16 autocast on MPS as public threads report it; assumed, not measured here)"
+        notes.append("No peak of MPS is measured here: the estimate is not held against one; torchboost tune "
+                     "measures bf16 on this script.")
     elif v.device == "cpu":
         dtype, measured = "bf16", facts.cpu_bf16_speedup
         if measured is not None:
