@@ -163,6 +163,7 @@ def test_interrupted_write_leaves_previous_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["torchboost.toml"]  # no temp file left
 
 
+@pytest.mark.slow
 def test_killed_write_leaves_previous_file(tmp_path):
     path = tmp_path / "torchboost.toml"
     BoostConfig.off().to_toml(path)

@@ -31,6 +31,7 @@ def ddp_run(tmp_path_factory):
     return json.loads(out.read_text()), torch.load(ckpt, weights_only=True), proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_two_processes_with_k4_give_the_full_batch_gradient(ddp_run):
     record, _, _ = ddp_run
     assert record["real_steps"] == 2  # one window per epoch, two epochs
@@ -40,6 +41,7 @@ def test_two_processes_with_k4_give_the_full_batch_gradient(ddp_run):
     assert min(record["local_only_rel_err"]) > 1e-6
 
 
+@pytest.mark.slow
 def test_one_all_reduce_per_window(ddp_run):
     record, _, _ = ddp_run
     assert record["allreduce_per_window"] == [1, 1]
@@ -47,6 +49,7 @@ def test_one_all_reduce_per_window(ddp_run):
     assert record["naive_allreduces"] == 4 != 1
 
 
+@pytest.mark.slow
 def test_rank_0_prints_and_saves_the_unwrapped_model(ddp_run):
     record, ckpt, output = ddp_run
     assert output.count("torchboost resolved configuration") == 1

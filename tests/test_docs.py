@@ -74,6 +74,7 @@ def test_twin_a_page_whose_table_is_stale_is_caught():
     assert filled(stale) == page  # and rewriting it gives the page back
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (Path(sys.executable).parent / "mkdocs").exists(),
                     reason="mkdocs is not installed (pip install '.[test]')")
 def test_the_docs_build_with_warnings_as_errors(tmp_path):
@@ -96,11 +97,13 @@ def _build_edited(tmp_path: Path, name: str, edit: Callable[[str], str]) -> subp
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_twin_a_stale_table_fails_the_build(tmp_path):
     done = _build_edited(tmp_path, "config.md", lambda text: text.replace("| `prefetch_factor` |", "| `prefetch_factr` |"))
     assert done.returncode != 0 and "out of date (config-reference)" in done.stderr
 
 
+@pytest.mark.slow
 def test_twin_a_broken_link_fails_the_strict_build(tmp_path):
     done = _build_edited(tmp_path, "run.md", lambda text: text + "\nSee [nowhere](no-such-page.md).\n")
     assert done.returncode != 0 and "no-such-page.md" in done.stderr

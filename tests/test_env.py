@@ -54,29 +54,37 @@ def test_a_load_meter_s_share_is_never_over_the_whole_machine(monkeypatch):
     assert meter.stop() == 100.0
 
 
-@pytest.mark.parametrize("slowed, hurt", [(4, False), (16, True)])
-def test_the_bf16_speed_probe_is_not_lowered_by_a_burst_over_some_of_its_runs(monkeypatch, slowed, hurt):
-    """Another process's burst slows 3 of the timed bf16 matmuls (after the warm-up): each
-    side's fastest run, interleaved, reads as without it. Twin: every bf16 run slowed (a
-    CPU whose bf16 really is slow) lowers the ratio."""
-    import time as _time
+class _FakeClock:
+    """``time`` for env.py alone: its clock moves only by what the fake matmuls take."""
 
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("slowed, ratio", [(4, 2.0), (16, 1.0 / 50.5)])
+def test_the_bf16_speed_probe_is_not_lowered_by_a_burst_over_some_of_its_runs(monkeypatch, slowed, ratio):
+    """Under a fake clock, fp32's matmul takes 1 ms and bf16's 0.5 ms (bf16 twice as fast).
+    Another process's burst adds 50 ms to 3 of the timed bf16 runs (after the warm-up): each
+    side's fastest run, interleaved, reads 2.0 as without it. Twin: every bf16 run slowed
+    (a CPU whose bf16 really is slow) reads 1 / 50.5."""
     import torch
 
     import torchboost.env as env
 
-    real_mm, seen = torch.mm, {"bf16": 0}
+    clock, seen = _FakeClock(), {"bf16": 0}
 
     def mm(x, y):
-        out = real_mm(x, y)
         if x.dtype == torch.bfloat16:
             seen["bf16"] += 1
-            if seen["bf16"] <= slowed:  # the warm-up call is the first
-                _time.sleep(0.05)
-        return out
+            clock.now += 0.0005 + (0.05 if seen["bf16"] <= slowed else 0.0)  # the warm-up call is the first
+        else:
+            clock.now += 0.001
+        return x
 
-    measure = env.measure_cpu_bf16_speedup.__wrapped__  # measured once per process: not here
-    quiet = measure(repeats=15)  # more runs than the default 7: the test suite's own load beside it
+    monkeypatch.setattr(env, "time", clock)
     monkeypatch.setattr(torch, "mm", mm)
-    busy = measure(repeats=15)
-    assert (busy < quiet / 2) is hurt, (quiet, busy)
+    measure = env.measure_cpu_bf16_speedup.__wrapped__  # measured once per process: not here
+    assert measure(repeats=15) == pytest.approx(ratio)

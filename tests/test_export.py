@@ -76,6 +76,7 @@ def test_a_findings_fix_is_spelled_for_every_framework_from_its_settings():
     assert no_key == {"toml": "# no torchboost.toml key: the syncs are in the training script", "torch": "loss.detach()"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, message", [
     (["export", "--to", "lightning", "--config", "missing.toml"], "missing.toml: no such file"),
     (["export", "--to", "keras"], "invalid choice"),
@@ -87,6 +88,7 @@ def test_export_bad_input_is_one_line_exit_2(tmp_path, argv, message):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 3
 
 
+@pytest.mark.slow
 def test_export_command_prints_the_file_it_reads(tmp_path):
     TUNED.to_toml(tmp_path / "torchboost.toml")
     proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "export", "--to", "lightning"],

@@ -77,6 +77,7 @@ def _cli(tmp_path, *argv: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_refused_commands_leave_no_report_folder(tmp_path):
     (tmp_path / "train.py").write_text("raise SystemExit('the script must not run')\n")
     (tmp_path / "bad.toml").write_text("[precision]\nmode = 'fp13'\n")

@@ -16,6 +16,7 @@ from torchboost import __version__
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_python_m_torchboost_prints_the_version():
     done = subprocess.run([sys.executable, "-m", "torchboost", "--version"], capture_output=True, text=True,
                           timeout=120)

@@ -48,6 +48,7 @@ def _resumed_copy(source: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_kill_mid_epoch_and_resume_gives_the_same_losses_bitwise(tmp_path, uninterrupted, killed_mid_second_epoch):
     folder = _resumed_copy(killed_mid_second_epoch, tmp_path)
     assert 11 < len(_losses(folder)) < 22
@@ -55,6 +56,7 @@ def test_kill_mid_epoch_and_resume_gives_the_same_losses_bitwise(tmp_path, unint
     assert _losses(folder) == uninterrupted
 
 
+@pytest.mark.slow
 def test_kill_at_the_end_of_an_epoch_and_resume(tmp_path, uninterrupted):
     folder = _killed(tmp_path, 6)  # the shorter last window of epoch 0
     assert len(_losses(folder)) == 11
@@ -62,6 +64,7 @@ def test_kill_at_the_end_of_an_epoch_and_resume(tmp_path, uninterrupted):
     assert _losses(folder) == uninterrupted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop", ["position", "rng"])
 def test_resume_without_the_position_or_rng_would_diverge(tmp_path, uninterrupted, killed_mid_second_epoch, drop):
     """Broken twins: weights, optimizer and scheduler restored, but not where the loader was

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import torchboost
 from torchboost._version import __version__
 
@@ -19,6 +21,7 @@ def test_the_package_re_exports_the_version():
     assert torchboost.__version__ == __version__ and "__version__" in torchboost.__all__
 
 
+@pytest.mark.slow
 def test_importing_a_report_does_not_import_the_booster():
     assert not _imports_booster("import torchboost.report.doctor_report, torchboost.report.tune_report")
     # The twin: asking the package for the Booster does import it.

@@ -33,6 +33,7 @@ class _Meter:
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pct, said", [(60.0, True), (0.0, False)])
 def test_a_doctor_run_beside_a_busy_neighbour_says_so_in_its_report(tmp_path, monkeypatch, capsys, pct, said):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -43,6 +43,7 @@ def small_tmpfs(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_full_out_folder_is_named_with_its_own_mount_before_any_work(small_tmpfs):
     out = small_tmpfs / "tb"
     out.mkdir()
@@ -54,11 +55,13 @@ def test_a_full_out_folder_is_named_with_its_own_mount_before_any_work(small_tmp
     assert list(out.iterdir()) == []  # the probe file is gone
 
 
+@pytest.mark.slow
 def test_twin_a_roomy_out_folder_passes_and_keeps_nothing(small_tmpfs):
     out = small_tmpfs / "tb"
     assert check_out_dir(out) == out and sorted(p.name for p in out.iterdir()) == [".gitignore", ".torchboost"]
 
 
+@pytest.mark.slow
 def test_tune_on_a_full_out_says_so_in_one_line_and_leaves_no_lock(small_tmpfs, tmp_path):
     out = small_tmpfs / "tb"
     out.mkdir()
@@ -72,6 +75,7 @@ def test_tune_on_a_full_out_says_so_in_one_line_and_leaves_no_lock(small_tmpfs, 
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_lock_on_a_full_folder_leaves_no_empty_file(small_tmpfs):
     _fill(small_tmpfs)
     with pytest.raises(NoSpaceError):
@@ -80,11 +84,13 @@ def test_the_lock_on_a_full_folder_leaves_no_empty_file(small_tmpfs):
     assert not (small_tmpfs / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 def test_twin_a_lock_that_could_be_written_stays_with_its_process_id(small_tmpfs):
     with folder_lock(small_tmpfs):
         assert (small_tmpfs / LOCK_NAME).read_text() == str(os.getpid())
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_users_toml_leaves_no_empty_bak(small_tmpfs):
     toml = small_tmpfs / "torchboost.toml"
     toml.write_text("# my own settings\n[loader]\nnum_workers = 2\n" + "# padding\n" * 2000)

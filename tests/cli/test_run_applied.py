@@ -43,12 +43,14 @@ def _applied(capfd, *args: str) -> str:
     return next(line for line in capfd.readouterr().err.splitlines() if line.startswith("torchboost run: applied"))
 
 
+@pytest.mark.slow
 def test_threads_the_script_sets_itself_did_not_hold(script, capfd):
     assert _applied(capfd, "own-threads") == (
         "torchboost run: applied, as at the first optimizer step: the script sets 1 thread itself "
         "(torchboost's 2 did not hold); DataLoader num_workers=2")
 
 
+@pytest.mark.slow
 def test_the_twin_a_script_that_leaves_them_is_not_said_to_override(script, capfd):
     line = _applied(capfd)
     assert line == "torchboost run: applied, as at the first optimizer step: intra-op threads set to 2; " \
@@ -83,6 +85,7 @@ for _ in range(2):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_model", [False, True])
 def test_bf16_from_outside_says_which_modules_it_covers(tmp_path, monkeypatch, capfd, one_model):
     monkeypatch.chdir(tmp_path)

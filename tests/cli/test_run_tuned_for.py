@@ -31,6 +31,7 @@ def _run(capfd, *command: str) -> tuple[int, str]:
     return code, capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_edited_script_is_named_and_still_runs(tuned, capfd):
     tuned.write_text("open('ran', 'w').close()\nx = 1  # another model\n")
     code, err = _run(capfd, "python", "train.py")
@@ -41,17 +42,20 @@ def test_an_edited_script_is_named_and_still_runs(tuned, capfd):
     assert "then, " in said[0] and "now)" in said[0] and "re-run torchboost tune" in said[0]
 
 
+@pytest.mark.slow
 def test_the_twin_the_unchanged_script_gets_no_word(tuned, capfd):
     code, err = _run(capfd, "python3", "train.py")  # another spelling of the same interpreter
     assert code == 0 and WORD not in err
 
 
+@pytest.mark.slow
 def test_another_command_is_named(tuned, capfd):
     code, err = _run(capfd, "python", "train.py", "--epochs", "3")
     assert code == 0
     assert "was tuned for another command (command then: python train.py)" in err
 
 
+@pytest.mark.slow
 def test_a_users_own_file_is_not_checked(tuned, capfd):
     BoostConfig.off().to_toml(tuned.parent / "torchboost.toml")  # no record: nothing to compare
     tuned.write_text("pass\n")
@@ -77,6 +81,7 @@ def _reads_of(name: str, monkeypatch) -> list[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_run_reads_the_configuration_once(tuned, capfd, monkeypatch):
     seen = _reads_of("torchboost.toml", monkeypatch)
     code, err = _run(capfd, "python", "train.py")
@@ -87,6 +92,7 @@ def test_run_reads_the_configuration_once(tuned, capfd, monkeypatch):
     assert len(seen) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_a_rank", [True, False])
 def test_a_torchrun_rank_does_not_hold_its_own_command_against_the_jobs(tuned, capfd, monkeypatch, in_a_rank):
     """tune recorded the job's command, `torchrun ... train.py`; each rank then runs `torchboost

@@ -24,6 +24,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_survivors_names_the_living_and_skips_the_ended():
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -46,6 +47,7 @@ time.sleep(300)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["detached", "attached"])
 def test_ending_the_group_names_only_a_detached_helper(how):
     child = subprocess.Popen([sys.executable, "-c", _STARTS_A_HELPER, how], stdout=subprocess.PIPE, text=True,

@@ -21,6 +21,7 @@ def test_a_held_folder_refuses_a_second_holder_until_released(tmp_path):
         pass
 
 
+@pytest.mark.slow
 def test_a_second_tune_in_the_same_folder_says_so_and_runs_nothing(tmp_path):
     (tmp_path / "train.py").write_text("raise SystemExit('the script must not run')\n")
     out = out_folder.claim(tmp_path / "out")  # as the first tune made it

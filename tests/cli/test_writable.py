@@ -14,6 +14,7 @@ from torchboost.process.launch import UsageError
 UNWRITABLE = Path("/sys/torchboost.toml")  # sysfs: not even root creates a file there
 
 
+@pytest.mark.slow
 def test_a_file_it_cannot_write_is_refused_before_any_work(tmp_path):
     if not Path("/sys").is_dir():
         pytest.skip("needs Linux's /sys")

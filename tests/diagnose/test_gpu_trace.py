@@ -77,6 +77,7 @@ def test_an_idle_gpu_trace_gets_the_idle_and_copy_findings():
     assert idle.expected_speedup == pytest.approx(1 / (1 - 0.5 * facts.gpu["idle_pct"] / 100))
 
 
+@pytest.mark.slow
 def test_doctor_trace_writes_the_report_with_ranks_and_gpu_facts(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "doctor", "--trace", str(DATA / "two_ranks"),
                            "--out", str(tmp_path / "doc"), "--json"], capture_output=True, text=True, timeout=120)
@@ -87,6 +88,7 @@ def test_doctor_trace_writes_the_report_with_ranks_and_gpu_facts(tmp_path):
     assert (tmp_path / "doc" / "report.html").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, message", [
     (["--trace", "nope.json"], "no such file or folder"),
     (["--trace", "{tmp}/bad.json"], "not a readable trace"),

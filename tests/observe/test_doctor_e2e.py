@@ -154,6 +154,7 @@ def test_lightning_trainer_script_phases_sum_to_the_step(tmp_path):
     assert all(f["id"] != "memory.headroom" for f in report["findings"])  # a batch change is listed apart
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, argv_tail, message", [
     (lambda tmp: (tmp / "afile").write_text("x"), ["doctor", "--out", "{tmp}/afile", "--", "python", "x.py"],
      "a file, not a folder"),
@@ -177,6 +178,7 @@ def test_bad_input_is_one_line_exit_2_before_any_work(tmp_path, make, argv_tail,
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub", ["doctor", "tune", "run"])
 def test_help_shows_the_command_after_the_dashes_and_a_forgotten_dash_dash_gets_a_hint(sub):
     help_text = subprocess.run([sys.executable, "-m", "torchboost.cli", sub, "--help"], capture_output=True,

@@ -255,6 +255,36 @@ def _fused_probe_is_said(probe: dict, report: dict) -> None:
         assert any("not measured" in note for note in fused["notes"])
 
 
+def _fused_finding(probe: QuickProbeFacts):
+    """The optimizer.fused finding with its quick probe's result, as the doctor's report has it."""
+    from torchboost.diagnose.measured import with_measured
+    from torchboost.evidence.findings import Finding
+    from torchboost.evidence.observed import Facts
+
+    finding = Finding(id="optimizer.fused", title="fused optimizer step", evidence={}, expected_speedup=1.2,
+                      formula="f")
+    [said] = with_measured([finding], Facts(quick_probes=[probe]))
+    return said
+
+
+def test_a_fused_optimizer_probe_that_ran_is_the_findings_measurement():
+    """The end-to-end test above on a quiet machine: the fused step probed, its pairs the finding's."""
+    probe = QuickProbeFacts("optimizer.fused", "fused optimizer", plain_ms=[12.0, 12.5, 12.2],
+                            switched_ms=[10.0, 10.1, 10.3], warmup_ms=1.0)
+    fused = _fused_finding(probe)
+    assert fused.measured is not None and fused.measured.steps == 2 * 3
+    assert fused.measured.ratio == pytest.approx(probe.ratio)
+    assert not any("not measured" in note for note in fused.notes)
+
+
+def test_twin_a_fused_optimizer_probe_the_budget_cut_says_not_measured():
+    """The same on a machine so busy the probes' budget ran out: said in the finding's notes."""
+    probe = QuickProbeFacts("optimizer.fused", "fused optimizer", plain_ms=[], switched_ms=[], warmup_ms=None,
+                            error="was not run: the probes' budget was spent")
+    fused = _fused_finding(probe)
+    assert fused.measured is None and any("not measured" in note for note in fused.notes)
+
+
 def _burst_trial(tmp_path, monkeypatch, change, *, own_autocast=False):
     """A tune trial (no profiler window) asked for bursts of ``change``: warm-up 1, recorded 3,
     then 3 pairs of 2-step bursts."""

@@ -83,6 +83,7 @@ def test_around_a_call_of_the_profiler_in_this_process_its_lines_go_to_the_log(t
     assert (log.read_text() if log.exists() else "") == (USDT + "\n" if held else "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_the_profilers_lines_are_taken_out_of_either_stream(tmp_path, capfd, stream):
     """A wrapper's ``2>&1 | tee log`` sends the script's stderr down its stdout: the

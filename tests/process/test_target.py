@@ -59,6 +59,7 @@ def in_process(monkeypatch, capsys):
     sys.modules.pop(HELPER, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("typed", ["links/train.py", "./links/train.py", "links//train.py"])
 def test_a_linked_script_sees_what_python_shows_it(tmp_path, in_process, typed):
     project = _linked_script(tmp_path)
@@ -68,6 +69,7 @@ def test_a_linked_script_sees_what_python_shows_it(tmp_path, in_process, typed):
     assert in_process(project, typed) == python
 
 
+@pytest.mark.slow
 def test_twin_with_the_links_folder_first_the_helper_is_not_found(tmp_path, in_process, monkeypatch):
     project = _linked_script(tmp_path)
     monkeypatch.setattr(target, "_script_folder", lambda script: os.path.dirname(os.path.abspath(script)))
@@ -76,6 +78,7 @@ def test_twin_with_the_links_folder_first_the_helper_is_not_found(tmp_path, in_p
     assert sys.path[0] != _python_shows(project, "links/train.py")["path0"]
 
 
+@pytest.mark.slow
 def test_twin_with_file_normalised_it_is_not_what_python_shows(tmp_path, in_process, monkeypatch):
     project = _linked_script(tmp_path)
     monkeypatch.setattr(target, "_main_file", os.path.abspath)

@@ -106,6 +106,7 @@ CHECKPOINTING = """
 """
 
 
+@pytest.mark.slow
 def test_a_checkpointing_script_leaves_the_users_checkpoint(tmp_path):
     project = _project(tmp_path, CHECKPOINTING)
     before = _state(project)
@@ -119,6 +120,7 @@ def test_a_checkpointing_script_leaves_the_users_checkpoint(tmp_path):
                               "your folders are as they were, and so is every file the run's Python changed elsewhere")
 
 
+@pytest.mark.slow
 def test_twin_without_the_guard_the_checkpoint_is_lost_and_said(tmp_path):
     project = _project(tmp_path, CHECKPOINTING)
     before = _state(project)
@@ -155,6 +157,7 @@ LOGGING = """
 """
 
 
+@pytest.mark.slow
 def test_a_logging_script_leaves_the_folder_as_it_was(tmp_path):
     project = _project(tmp_path, LOGGING)
     before = _state(project)
@@ -172,6 +175,7 @@ def test_a_logging_script_leaves_the_folder_as_it_was(tmp_path):
     assert writes.words().endswith("your folders are as they were, and so is every file the run's Python changed elsewhere")
 
 
+@pytest.mark.slow
 def test_twin_without_the_guard_the_logging_script_leaves_its_marks(tmp_path):
     project = _project(tmp_path, LOGGING)
     before = _state(project)
@@ -181,6 +185,7 @@ def test_twin_without_the_guard_the_logging_script_leaves_its_marks(tmp_path):
     assert {"config.json", "old.log", "data/train.bin", "runs/metrics.csv"} <= {n.path for n in writes.not_restored}
 
 
+@pytest.mark.slow
 def test_a_writer_outside_python_is_reported_not_restored(tmp_path):
     project = _project(tmp_path, """
         import subprocess, torch
@@ -194,6 +199,7 @@ def test_a_writer_outside_python_is_reported_not_restored(tmp_path):
     assert "changed outside torchboost's sight: old.log" in writes.words()
 
 
+@pytest.mark.slow
 def test_settling_twice_per_trial(tmp_path):
     project = _project(tmp_path, CHECKPOINTING)
     before = _state(project)
@@ -204,6 +210,7 @@ def test_settling_twice_per_trial(tmp_path):
     assert [w.moved_to for w in second.kept_apart] == [str(project / OUT / "trial-2" / "ckpt.pt")]
 
 
+@pytest.mark.slow
 def test_writes_outside_the_users_folder_are_put_back_too(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -255,6 +262,7 @@ METADATA_FIRST = """
 """
 
 
+@pytest.mark.slow
 def test_a_file_touched_or_chmodded_before_a_write_is_still_kept(tmp_path):
     project = _project(tmp_path, METADATA_FIRST)
     os.chmod(project / "config.json", 0o644)
@@ -264,6 +272,7 @@ def test_a_file_touched_or_chmodded_before_a_write_is_still_kept(tmp_path):
     assert {"notes.txt", "config.json", "old.log"} <= set(writes.restored) and writes.not_restored == []
 
 
+@pytest.mark.slow
 def test_twin_a_guard_that_takes_a_touched_file_for_the_runs_loses_it(tmp_path, monkeypatch):
     """The same script with the guard's memory of touched files taken away (as it was): the
     user's notes are gone, and said to be restored; the check above can fail."""
@@ -277,6 +286,7 @@ def test_twin_a_guard_that_takes_a_touched_file_for_the_runs_loses_it(tmp_path, 
     assert (project / "notes.txt").read_bytes() != before
 
 
+@pytest.mark.slow
 def test_a_hard_linked_file_changed_in_place_is_put_back_under_every_name(tmp_path):
     """``data/train.bin`` is a hard link of a store outside the folder: appended to and
     rewritten in place, its original goes back into the same inode, so the store's name
@@ -305,6 +315,7 @@ def test_a_hard_linked_file_changed_in_place_is_put_back_under_every_name(tmp_pa
         assert os.path.samefile(store, project / "data" / "train.bin") is not twin
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_utf8_is_shown_printable_and_kept_apart_as_named(tmp_path):
     """The script makes a file whose name is Latin-1 bytes (``caf`` and 0xe9): kept apart under
     its own bytes, shown with a backslash escape, which a UTF-8 report can hold. Twin: the
@@ -320,6 +331,7 @@ def test_a_name_that_is_not_utf8_is_shown_printable_and_kept_apart_as_named(tmp_
         os.fsdecode(b"caf\xe9.txt").encode("utf-8")
 
 
+@pytest.mark.slow
 def test_a_users_file_renamed_onto_another_puts_both_back(tmp_path):
     """``os.replace("config.json", "notes.txt")``: both are the user's. Each goes back with its
     own bytes: the rename's source is not written over by the destination's restore (both
@@ -345,6 +357,7 @@ def test_a_users_file_renamed_onto_another_puts_both_back(tmp_path):
         assert (after == before) is not twin
 
 
+@pytest.mark.slow
 def test_a_write_through_a_new_hard_link_leaves_the_users_file_as_it_was(tmp_path):
     """``os.link("ckpt.pt", "best.pt")`` then ``torch.save(..., "best.pt")``: torch.save
     rewrites the inode both names share. The user's checkpoint is back; best.pt, the run's,
@@ -363,6 +376,7 @@ def test_a_write_through_a_new_hard_link_leaves_the_users_file_as_it_was(tmp_pat
         assert not (project / "best.pt").exists()
 
 
+@pytest.mark.slow
 def test_a_file_another_process_touched_before_the_script_wrote_it_is_still_kept(tmp_path):
     """A ``touch`` in a subprocess moves the file's ctime to now, by which the guard took it
     for the run's: it keeps the original by the file's birth time. Twin: with no birth time

@@ -99,6 +99,7 @@ def test_safetensors_save_file_imported_by_the_script_is_guarded(folder):
     assert ("kept", "model.safetensors") in _ops(guard)
 
 
+@pytest.mark.slow
 def test_a_forked_child_journals_in_a_file_of_its_own(folder):
     with _guard(folder) as guard:
         pid = os.fork()

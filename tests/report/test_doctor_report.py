@@ -125,6 +125,7 @@ def test_terminal_report_shows_the_top_finding_and_the_files(written):
     assert "waiting for data" in out and "60." in out
 
 
+@pytest.mark.slow
 def test_analysis_never_imports_matplotlib():
     code = (
         "import sys\n"

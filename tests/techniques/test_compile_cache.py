@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from torchboost.techniques.compile.compile_cache import CACHE_ENV, cache_folder, compile_cache_env
 
 
@@ -23,6 +25,7 @@ def test_a_folder_the_user_chose_is_kept(tmp_path):
     assert not (tmp_path / "torchboost").exists()
 
 
+@pytest.mark.slow
 def test_torchboost_run_gives_the_script_that_folder_and_says_so(tmp_path):
     script = tmp_path / "show.py"
     script.write_text(f"import os, json; json.dump(os.environ.get({CACHE_ENV!r}), open('seen.json', 'w'))\n")

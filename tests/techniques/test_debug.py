@@ -278,6 +278,32 @@ def test_the_lever_is_exact_proposed_when_it_was_seen_on_and_confirmed_in_bursts
     assert spell(off).torch_code == ("torch.autograd.set_detect_anomaly(False)  # after the script's own set-up",)
 
 
+def _anomaly_measured(plain_ms: list[float], switched_ms: list[float]):
+    """The doctor's findings on a run with anomaly detection on whose quick probe timed
+    ``plain_ms`` against ``switched_ms`` (the end-to-end test below, its two outcomes made here)."""
+    from torchboost.diagnose import diagnose
+    from torchboost.evidence.observed import QuickProbeFacts
+
+    facts = _facts(anomaly=True, anomaly_check_nan=True)
+    facts.quick_probes = [QuickProbeFacts("debug.anomaly", "anomaly detection off", plain_ms=plain_ms,
+                                          switched_ms=switched_ms, warmup_ms=1.0)]
+    findings = diagnose(facts)
+    return findings, next(f for f in findings if f.id == "debug.anomaly")
+
+
+def test_anomaly_detection_measured_faster_in_every_pair_ranks_first():
+    findings, anomaly = _anomaly_measured([40.0, 42.0, 41.0], [18.0, 19.0, 18.5])
+    assert anomaly.measured.agree and anomaly.measured.ratio > 1.0
+    assert findings[0].id == "debug.anomaly", [(f.id, f.measured) for f in findings]
+
+
+def test_twin_anomaly_pairs_that_disagree_say_no_measurement_either_way():
+    # another process slowed two plain steps many times over: one pair reads slower, two faster
+    findings, anomaly = _anomaly_measured([40.0, 400.0, 15.0], [18.0, 19.0, 30.0])
+    assert not anomaly.measured.agree
+    assert any("no measurement either way" in note for note in anomaly.notes)
+
+
 # -- end to end: the doctor measures it first, run turns it off --------------------------------
 
 @pytest.mark.slow

@@ -202,6 +202,7 @@ json.dump({"losses": losses, "channels_last": layout}, open(sys.argv[1], "w"))
 """
 
 
+@pytest.mark.slow
 def test_torchboost_run_applies_channels_last_to_the_script_s_model(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the script runs here: run sets sys.path[0]

@@ -102,11 +102,34 @@ def test_in_a_notebook_a_dataset_defined_there_is_refused(monkeypatch):
     assert spawn_refusal(_data(), "spawn") is None  # twin: torch's own class imports anywhere
 
 
-def test_the_pickling_probe_copies_no_tensor_bytes():
-    big = TensorDataset(torch.empty(2**27, dtype=torch.uint8))  # 128 MiB: the probe skips its payload
-    started = time.perf_counter()
+def _tensor_pickled(monkeypatch) -> list[int]:
+    """Each tensor pickled by value from now on, by its byte count (none leaves this process)."""
+    pickled: list[int] = []
+    real = torch.Tensor.__reduce_ex__
+
+    def reduce_ex(tensor, protocol):
+        pickled.append(tensor.numel() * tensor.element_size())
+        return real(tensor, protocol)
+
+    monkeypatch.setattr(torch.Tensor, "__reduce_ex__", reduce_ex)
+    return pickled
+
+
+def test_the_pickling_probe_copies_no_tensor_bytes(monkeypatch):
+    big = TensorDataset(torch.empty(2**20, dtype=torch.uint8))
+    pickled = _tensor_pickled(monkeypatch)
     assert spawn_refusal(big, "spawn", main_file=None) is None
-    assert time.perf_counter() - started < 5.0  # generous: a copy would not be the failure here, a hang would
+    assert pickled == []  # the payload was never asked for its bytes
+
+
+def test_twin_plain_pickling_copies_the_tensor_bytes(monkeypatch):
+    import io
+    import pickle
+
+    big = TensorDataset(torch.empty(2**20, dtype=torch.uint8))
+    pickled = _tensor_pickled(monkeypatch)
+    pickle.dump(big, io.BytesIO())
+    assert pickled == [2**20]
 
 
 @pytest.fixture

@@ -230,6 +230,7 @@ def test_bursts_group_fast_steps_and_fill_a_trial():
     assert plan_bursts({}, math.inf, 30).steps == 1 and plan_bursts({}, 1000.0, 4).pairs == 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, ratios", [({"precision.mode": "bf16"}, True), ({"cpu.threads": 1}, True),
                                             ({"optimizer.implementation": "foreach"}, False)])
 def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, ratios):

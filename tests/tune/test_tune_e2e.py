@@ -95,12 +95,73 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     assert json.loads((tmp_path / "out" / "outcome.json").read_text())["reused_trials"] == len(after)
 
 
+def _overflow_losses(bf16: bool, steps: int = 20) -> list[float]:
+    """tune_bf16_overflow.py's model trained ``steps`` steps here, in fp32 or under bf16
+    autocast, as its trial would: under bf16 its loss is inf from the first step."""
+    import runpy
+
+    import torch
+
+    torch.manual_seed(0)
+    script = runpy.run_path(str(SCRIPTS / "tune_bf16_overflow.py"), run_name="overflow")  # 1000 fp32 steps, ~0.1 s
+    model, x = script["Overflowing"](), script["x"]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    losses = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = -model(x).mean()
+        losses.append(float(loss.detach()))
+        loss.float().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses
+
+
+def _search_with_probe(cpu_bf16_speedup: float):
+    """tune's search over the overflow script's real losses, bf16 twice as fast, with the bf16
+    matmul probe's result forced: the end-to-end test below's two outcomes, on any CPU."""
+    from torchboost.techniques.compile import CompileTuning
+    from torchboost.techniques.precision import PrecisionTuning
+    from torchboost.tune.search import SearchOptions, run_search
+    from torchboost.tune.search.levers import TuneContext, default_levers
+    from torchboost.tune.trials.trial_result import TrialResult
+
+    losses = {False: _overflow_losses(False), True: _overflow_losses(True)}
+    measured = []
+
+    def measure(settings, repeat):
+        bf16 = settings.get("precision.mode") == "bf16"
+        measured.append(dict(settings))
+        return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[5.0 if bf16 else 10.0] * 5,
+                           losses=losses[bf16], samples_per_step=64)
+
+    ctx = TuneContext(device="cpu", cpu_cores=2, tuning=(PrecisionTuning(cpu_bf16_speedup=cpu_bf16_speedup),
+                                                          CompileTuning(can_compile=False)))
+    outcome = run_search(default_levers(), ctx, measure, SearchOptions(run_steps=50))
+    return outcome, next(d for d in outcome.decisions if d.lever == "precision"), measured
+
+
+def test_bf16_on_a_cpu_whose_probe_reads_it_faster_is_tried_and_rejected_as_incorrect():
+    outcome, bf16, measured = _search_with_probe(2.0)
+    assert any(s.get("precision.mode") == "bf16" for s in measured)
+    assert bf16.status == "incorrect" and "inf" in bf16.reason and "step" in bf16.reason, bf16.reason
+    assert outcome.settings.get("precision.mode") != "bf16"
+
+
+def test_twin_bf16_on_a_cpu_whose_probe_reads_it_far_slower_is_skipped_untried():
+    outcome, bf16, measured = _search_with_probe(0.2)
+    assert not any(s.get("precision.mode") == "bf16" for s in measured)
+    assert bf16.status == "skipped" and "bf16 matmul probe ran at 0.20x" in bf16.reason
+    assert "cannot be faster here" in bf16.reason and outcome.settings.get("precision.mode") != "bf16"
+
+
 @pytest.mark.slow
 def test_diverging_candidate_is_rejected_and_compile_waits_for_its_break_even(tmp_path):
     done = _tune(tmp_path, "tune_bf16_overflow.py", "--run-steps", "50")
     _finished(done, tmp_path)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     bf16 = next(d for d in report["decisions"] if d["settings"].get("precision.mode") == "bf16")
+    # which of the two this CPU gives turns on its bf16 probe: each is made on any CPU above
     if bf16["status"] == "skipped":  # a CPU whose bf16 the probe measured far slower: never tried
         assert "bf16 matmul probe ran at" in bf16["reason"] and "cannot be faster here" in bf16["reason"]
     else:

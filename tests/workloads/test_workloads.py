@@ -58,7 +58,6 @@ def test_loss_check_detects_a_model_that_does_not_learn():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_booster_loss_falls_over_100_steps(name, tmp_path, monkeypatch):
-    pytest.importorskip("torchboost.booster", reason="torchboost.Booster not available yet")
     monkeypatch.chdir(tmp_path)  # no torchboost.toml here: the auto defaults
     result = train(_build(name), steps=100, seed=0, booster=True, log=None)
     assert result.booster
@@ -155,7 +154,6 @@ def test_the_twin_an_alias_of_the_static_loss_reads_the_next_step_s():
 
 
 def test_booster_with_everything_off_is_the_plain_loop(tmp_path, monkeypatch):
-    pytest.importorskip("torchboost.booster", reason="torchboost.Booster not available yet")
     from torchboost import BoostConfig
 
     monkeypatch.chdir(tmp_path)
@@ -186,7 +184,6 @@ def test_script_prints_log_lines_and_a_final_json_line(tmp_path):
 
 @pytest.mark.slow
 def test_booster_script_reads_torchboost_toml_from_the_cwd(tmp_path):
-    pytest.importorskip("torchboost.booster", reason="torchboost.Booster not available yet")
     # An invalid file must be rejected by name: proof that --booster read it.
     (tmp_path / "torchboost.toml").write_text('[precision]\nmode = "fp12"\n')
     proc = _run_script("mlp", ["--steps", "5", "--booster"], tmp_path)
