@@ -1,7 +1,7 @@
 """Test-wide rules: a test marked ``gpu`` runs only where torch sees a CUDA GPU.
 
 ``python -m pytest -m gpu`` collects exactly those tests (the GPU machine's smoke stage runs
-them, ``benchmarks/gpu.sh --smoke``); without a GPU each one is skipped with the reason.
+them, the smoke stage of ``benchmarks/gpu.sh``); without a GPU each one is skipped with the reason.
 """
 
 from __future__ import annotations
