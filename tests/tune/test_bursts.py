@@ -353,6 +353,7 @@ def test_a_faster_switch_s_own_run_is_gated_by_its_measured_pace_not_the_typical
     """Beside a busy loop a baseline trial of 5 s steps takes 100 s; one thread measured at
     0.3 of it in bursts: its own run takes about 30 s, and it fits the 60 s left where a
     typical trial (the baseline's) would not. Twin: the typical trial's length gates it."""
+    from torchboost.tune.budget import TuneBudget
     from torchboost.tune.search.pairs import Runner
 
     now = [0.0]
@@ -361,9 +362,10 @@ def test_a_faster_switch_s_own_run_is_gated_by_its_measured_pace_not_the_typical
         now[0] += 60.0 if bursts else 100.0
         return TrialResult(settings=dict(settings))
 
-    runner = Runner(measure, budget_s=1000.0, clock=lambda: now[0], deadline_s=300.0)
-    runner.keep_back(80.0)
+    budget = TuneBudget(1000.0, whole_s=300.0, clock=lambda: now[0])
+    budget.keep_for_check(80.0)
+    runner = Runner(measure, budget)
     runner({})
     runner({}, bursts=Bursts(change={"cpu.threads": 1}))
     assert now[0] == 160.0
-    assert not runner.out_of_budget(expected_s=6.0 + 17 * 1.5) and runner.out_of_budget()
+    assert budget.affords_trial(6.0 + 17 * 1.5) and not budget.affords_trial()

@@ -119,11 +119,12 @@ def test_the_load_said_is_the_most_any_trial_saw_not_the_baselines():
     """Too busy to tell said "other processes used 1% of the machine" (the baseline's, before
     the neighbour started) beside a warning of 67%: the runner keeps the most any trial saw."""
     from torchboost.config import Overlay
+    from torchboost.tune.budget import TuneBudget
     from torchboost.tune.search.pairs import Runner
 
     loads = iter([1.0, 67.0, 20.0])
     runner = Runner(lambda settings, repeat: TrialResult(settings=dict(settings), repeat=repeat, step_ms=[1.0],
-                                                         load_pct=next(loads)), 100.0, lambda: 0.0)
+                                                         load_pct=next(loads)), TuneBudget(100.0, clock=lambda: 0.0))
     for _ in range(3):
         runner(Overlay())
     assert runner.max_load_pct == 67.0

@@ -222,6 +222,7 @@ def test_a_change_judged_on_a_kept_one_asks_the_kept_configurations_own_repeats(
     from torchboost.tune.search.pairs import Runner
     from torchboost.tune.search.screening import Screening
     from torchboost.tune.search.search_options import SearchOptions
+    from torchboost.tune.budget import TuneBudget
     from torchboost.tune.search.search_state import SearchState
     from torchboost.tune.search.levers import TuneContext
     from torchboost.tune.trials.trial_result import TrialResult
@@ -234,7 +235,7 @@ def test_a_change_judged_on_a_kept_one_asks_the_kept_configurations_own_repeats(
             losses = [x * 1.05 for x in losses]  # a real departure, from the first step
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[10.0] * 5, losses=losses)
 
-    run = Runner(measure, budget_s=1e9, clock=lambda: 0.0)
+    run = Runner(measure, TuneBudget(1e9, clock=lambda: 0.0))
     state = SearchState(run, run(Overlay()), SearchOptions(), TuneContext(), None)
     state.incumbent = Overlay({"cpu.threads": 1})  # kept in bursts: no pair, no baseline repeat
     state.reference = run(state.incumbent).losses

@@ -34,14 +34,12 @@ def _outcome() -> TuneOutcome:
 def _tune(tmp_path, monkeypatch, e2e: EndToEnd | None, *, users_file: bool):
     monkeypatch.setattr(tuner, "run_search", lambda *a, **k: _outcome())
     monkeypatch.setattr(ending, "verify", lambda *a, **k: e2e)
-    if e2e is None:  # no time left for a pair
-        monkeypatch.setattr(ending, "check_most_s", lambda options: 10.0)
     (tmp_path / "train.py").write_text("print('train')\n")
     config = tmp_path / "torchboost.toml"
     if users_file:
         config.write_text(USERS_OWN)
     options = tuner.TuneOptions(out_dir=tmp_path / "out", config_path=config, budget_s=300.0, run_steps=2000,
-                                steps_per_trial=12)
+                                steps_per_trial=12, verify_budget_s=10.0 if e2e is None else None)  # None: no pair fits
     facts = Facts(env={"device": "cpu", "cpu_cores": 2}, steps=[StepRecord(i, 4069.0) for i in range(6)])
     return tuner.tune_script(["python", str(tmp_path / "train.py"), "--max-steps", "2000"], options, facts=facts)
 

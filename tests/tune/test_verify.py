@@ -10,7 +10,8 @@ import pytest
 
 from torchboost.config import BoostConfig, Overlay
 from torchboost.tune.verify.check import (
-    PLAN_FILL, EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, users_own_command, verify,
+    PLAN_FILL, EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, runs_budget, users_own_command,
+    verify,
 )
 
 
@@ -224,7 +225,8 @@ def test_the_baseline_is_the_users_own_command_with_no_torchboost_in_it(tmp_path
 def test_a_pair_that_would_not_fit_the_checks_time_is_not_started(budget_s, pairs):
     run_one, _ = _fake_runs({"baseline": [10.0] * 3, "tuned": [8.0] * 3})
     result = EndToEnd()
-    _measure_pairs(result, 3, run_one, None, budget_s=budget_s)  # twin: no budget given, all three pairs
+    budget = runs_budget(budget_s, result) if budget_s else None
+    _measure_pairs(result, 3, run_one, None, budget=budget)  # twin: no budget given, all three pairs
     assert result.pairs == pairs and result.out_of_time is (pairs == 2)
 
 

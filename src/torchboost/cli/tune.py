@@ -32,6 +32,7 @@ from torchboost.report.tune_report import print_tune_report, write_tune_report
 from torchboost.tune.search.memory_limit import MEMORY_MARGIN
 from torchboost.tune.trials.trial_length import (MIN_SLOW_TRIAL_STEPS, MIN_SLOWEST_TRIAL_STEPS, MIN_TRIAL_STEPS,
                                                  SLOW_STEP_MS, SLOWEST_STEP_MS, TRIAL_WINDOW_S)
+from torchboost.tune.budget import process_age_s
 from torchboost.tune.tuner import TuneOptions, TuneRun, tune_script, user_config
 from torchboost.tune.search import Decision
 from torchboost.tune.report_data import tune_summary
@@ -137,7 +138,7 @@ def options_from_args(args: argparse.Namespace, *, config: str) -> TuneOptions:
 def tune_with_progress(command: list[str], options: TuneOptions, console: Console,
                        facts: Any = None, spent_s: float = 0.0) -> TuneRun:
     """Run tune_script with a live progress bar and one line per decision; ``spent_s``: the
-    seconds the doctor run of ``facts`` took, counted in the budget."""
+    seconds already spent (the process's start, the doctor run of ``facts``), counted in the budget."""
     with Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task("diagnosing the baseline", total=options.budget_s)
@@ -195,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _tune(command: list[str], options: TuneOptions, console: Console, *, as_json: bool = False) -> int:
     """Tune and print the outcome; the exit status (:data:`EPILOG`)."""
-    tuned = tune_with_progress(command, options, console)
+    tuned = tune_with_progress(command, options, console, spent_s=process_age_s())  # --budget counts from our start
     if tuned.outcome.error is not None:
         if tuned.outcome.baseline.traceback:  # the script's own words first, verbatim, as python shows them
             sys.stderr.write(tuned.outcome.baseline.traceback + "\n")

@@ -1,7 +1,7 @@
 """The end of a tune: the end-to-end check of the search's pick, and where it is written.
 
-The search keeps the check's time (:func:`check_reserve`); the check runs in what the
-budget leaves (:func:`verify_outcome`); its verdict decides where the configuration goes
+The tune's budget keeps the check's time, priced by :func:`check_reserve`; the check runs in
+what the budget grants it (:func:`verify_outcome`); its verdict decides where the configuration goes
 (:func:`write_result`): ``torchboost.toml`` when verified (or when the check was turned
 off), ``torchboost.unverified.toml`` when the check could not finish for lack of time, or
 when the machine's load moved between the baseline and the pairs by more than their
@@ -14,6 +14,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from torchboost.config import BoostConfig, Overlay
+from torchboost.tune.budget import BUDGET_SLACK, TuneBudget
 from torchboost.tune.config_file import TunedFor, write_config
 from torchboost.tune.run_data import TuneOptions, TuneRun
 from torchboost.tune.search.decision import TuneOutcome
@@ -21,18 +22,12 @@ from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import MIN_TRIAL_STEPS
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.tune.unverified import as_typed, check_unfinished, write_unverified
-from torchboost.tune.verify import plan_verification, reserve_s, shortest_run_s, verify
+from torchboost.tune.verify import plan_verification, reserve_s, shortest_pair_s, shortest_run_s, verify
 from torchboost.tune.verify.check import PLAN_FILL
 from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd, end_to_end_verdict, nothing_kept
 
-__all__ = ["BUDGET_SLACK", "check_most_s", "check_reserve", "toml_header", "tune_again", "unfinished",
+__all__ = ["check_most_s", "check_reserve", "toml_header", "tune_again", "unfinished",
            "verify_outcome", "write_result"]
-
-
-BUDGET_SLACK = 0.5
-"""The whole tune, diagnosis, search and end-to-end check together, ends within
-``--budget`` x (1 + this): the diagnosis and the search share the budget, the check has
-what is left of the slack."""
 
 
 def toml_header(run: TuneRun, command: Sequence[str], *, apart: bool = False) -> str:
@@ -67,21 +62,23 @@ def _whole_run_estimate(outcome: TuneOutcome, run_steps: int | None) -> float | 
 
 def verify_outcome(command: Sequence[str], options: TuneOptions, base: BoostConfig, outcome: TuneOutcome,
             run_steps: int | None, on_verify: Callable[[str, int], None] | None,
-            ident: dict[str, Any], time_left_s: float = math.inf) -> tuple[Overlay, EndToEnd | None, str]:
+            ident: dict[str, Any], budget: TuneBudget | None = None) -> tuple[Overlay, EndToEnd | None, str]:
     """The settings to write, the end-to-end figures, and the verdict in words; the check
-    takes at most ``time_left_s`` (what --budget leaves), and is skipped, said so, when
-    not even one pair of the baseline's runs fits."""
+    runs within ``budget`` (its own, :meth:`TuneBudget.for_check`; None: the most a check of
+    ``options`` may take), and is skipped, said so, when not even one pair of the baseline's
+    runs fits."""
     if outcome.error is not None or not outcome.settings or options.verify_pairs < 1:
         return outcome.settings, None, "" if outcome.settings else nothing_kept(outcome)
-    budget = min(check_most_s(options), time_left_s)
-    baseline = outcome.baseline  # its shortest end-to-end run: whole, or stopped after the warm-up's need
-    shortest_s = shortest_run_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
-                                trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
-                                shortened=True)
-    if budget < 2 * max(shortest_s, 1.0):
-        return outcome.settings, None, (f"not verified end to end: --budget left {max(budget, 0):.0f} s, not enough "
-                                        "for one pair of runs")
-    plan = plan_verification(pairs=options.verify_pairs, budget_s=budget,
+    if budget is None:
+        budget = TuneBudget(options.budget_s, check_most_s=options.verify_budget_s).for_check()
+    baseline = outcome.baseline  # the shortest pair: whole runs, or stopped after the warm-up's need
+    pair_s = shortest_pair_s(baseline.wall_s, baseline.fixed_s, baseline.ms_per_step,
+                             trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
+                             tuned_ms=outcome.waterfall[-1].ms_per_step, shortened=True)
+    if not budget.affords(pair_s):  # priced as the search's reserve was
+        return outcome.settings, None, (f"not verified end to end: --budget left {budget.left_s():.0f} s, not "
+                                        "enough for one pair of runs")
+    plan = plan_verification(pairs=options.verify_pairs, budget_s=budget.left_s(),
                              step_ms=outcome.waterfall[-1].ms_per_step, fixed_s=outcome.baseline.fixed_s,
                              trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, warmup=options.warmup,
                              whole_run_s=_whole_run_estimate(outcome, run_steps), planned_steps=run_steps,
@@ -89,30 +86,27 @@ def verify_outcome(command: Sequence[str], options: TuneOptions, base: BoostConf
     journal = RunJournal(options.out_dir / "verify.jsonl", resume=options.resume, ident=ident)
     e2e = verify(command, base, outcome.settings, plan, out_dir=options.out_dir / "verify", on_run=on_verify,
                  journal=journal, min_gain=options.min_gain, writes_ledger=options.writes_ledger,
-                 search_load_pct=baseline.load_pct)
+                 search_load_pct=baseline.load_pct, budget=budget)
     settings, verdict = end_to_end_verdict(outcome.settings, outcome.decisions, e2e, options.min_gain)
     return settings, e2e, verdict
 
 
-def check_reserve(options: TuneOptions) -> Callable[[TrialResult, float | None], float] | None:
-    """The seconds the search keeps for the end-to-end check, from the baseline's trial and
-    the pace of the configuration kept so far (None: the baseline's), at most half of the
-    whole tune's time; None when there is no check."""
+def check_reserve(options: TuneOptions, budget: TuneBudget) -> Callable[[TrialResult, float | None], float] | None:
+    """The seconds the budget keeps for the end-to-end check, from the baseline's trial and
+    the pace of the configuration kept so far (None: the baseline's), at most the check's
+    share of the whole tune's time (``budget.check_most_s``); None when there is no check."""
     if options.verify_pairs < 1:
         return None
-    most_s = check_most_s(options)
+    most_s = budget.check_most_s
     return lambda baseline, tuned_ms=None: reserve_s(
         baseline.wall_s, baseline.fixed_s, baseline.ms_per_step, trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS,
         warmup=options.warmup, most_s=most_s, tuned_ms=tuned_ms)
 
 
 def check_most_s(options: TuneOptions) -> float:
-    """The most the end-to-end check may take: half the whole tune's time (--budget and its
-    slack), or ``verify_budget_s`` when set. The search's reserve and the check's own budget
-    are both this: a check given less than was reserved for it (it had --budget x 0.5, the
-    reserve half of 1.5x) ran three of the four pairs kept for it on a 1 s-step transformer."""
-    most_s = options.budget_s * (1 + BUDGET_SLACK) / 2
-    return most_s if options.verify_budget_s is None else min(most_s, options.verify_budget_s)
+    """The most the end-to-end check of a tune of ``options`` may take (the budget's
+    :attr:`~TuneBudget.check_most_s`): half the whole tune's time, or ``verify_budget_s``."""
+    return TuneBudget(options.budget_s, check_most_s=options.verify_budget_s).check_most_s
 
 
 def unfinished(outcome: TuneOutcome, e2e: EndToEnd | None, options: TuneOptions) -> bool:

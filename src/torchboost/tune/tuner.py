@@ -30,7 +30,8 @@ from torchboost.observe.parent.supervise import run_observed
 from torchboost.observe.spec import Bursts
 from torchboost.tune.search.coverage import CoverageNotes
 from torchboost.tune.config_file import settings_to_config, user_config, write_config
-from torchboost.tune.ending import BUDGET_SLACK, check_reserve, toml_header, verify_outcome, write_result
+from torchboost.tune.budget import ENDING_S, TuneBudget
+from torchboost.tune.ending import check_reserve, toml_header, verify_outcome, write_result
 from torchboost.tune.run_data import TuneOptions, TuneRun
 from torchboost.tune.trials.journal import Journal, identity
 from torchboost.tune.search.levers import TuneContext, default_levers, order_levers, techniques_context
@@ -67,23 +68,24 @@ def context_from_facts(facts: Facts) -> TuneContext:
 
 
 def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOptions, base: BoostConfig,
-                       on_trial: Callable[[Overlay, int, TrialResult | None], None] | None,
-                       deadline: float = math.inf):
+                       on_trial: Callable[[Overlay, int, TrialResult | None], None] | None):
     trials_dir = options.out_dir / "trials"
 
     def measure(settings: Overlay, repeat: int, slower_than_ms: float | None = None,
                 decide: tuple[float, float] | None = None, bursts: Bursts | None = None,
                 limit_s: float | None = None) -> TrialResult:
-        """One trial; ``limit_s``: the seconds the search has before the time it keeps for
-        the end-to-end check (the trial is ended there rather than run into it)."""
+        """One trial; ``limit_s``: the seconds the tune's budget grants it (the trial is ended
+        there rather than run into the time kept for the end-to-end check)."""
         recorded = journal.lookup(settings, repeat, bursts.change if bursts else None)
         if recorded is not None:
             return recorded
+        granted_s = math.inf if limit_s is None else limit_s
+        if granted_s < 1.0:  # the budget has no second left for it: not started, said as one it ended
+            return TrialResult(settings=settings, repeat=repeat, ok=False, error=_past_budget(options, "no time was"))
         if on_trial is not None:
             on_trial(settings, repeat, None)
         steps = BURST_TRIAL_STEPS if bursts else options.steps_per_trial
-        left_s = max(min(deadline - time.monotonic(), math.inf if limit_s is None else limit_s), 1.0)
-        timeout_s = min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10), left_s)
+        timeout_s = min(options.trial_timeout_s, max(options.budget_s, options.stall_timeout_s + 10), granted_s)
         # A burst trial's figures are its bursts: its warm-up only readies them (its first
         # switched step is set aside too); 5 steps of 4 s were 20 s of each such trial.
         warmup = min(options.warmup, BURST_WARMUP) if bursts else options.warmup
@@ -94,16 +96,20 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
             warmup=warmup, out_dir=trials_dir / "current", timeout_s=timeout_s, slower_than_ms=slower_than_ms,
             stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger, decide=decide,
             bursts=bursts))
-        if not result.ok and timeout_s == left_s and (result.error or "").startswith("timed out"):
-            kept = "" if limit_s is None else ", less the time kept for the end-to-end check"
-            result.error = (f"ran past the end of --budget {options.budget_s:.0f} s and its slack{kept} ({left_s:.0f} s "
-                            "were left for this trial): give tune a larger --budget")
+        if not result.ok and timeout_s == granted_s and (result.error or "").startswith("timed out"):
+            result.error = _past_budget(options, f"{granted_s:.0f} s were")
         journal.append(result)
         if on_trial is not None:
             on_trial(settings, repeat, result)
         return result
 
     return measure
+
+
+def _past_budget(options: TuneOptions, left: str) -> str:
+    """Why a trial the budget ended failed, and what to do (``left``: the time it was given)."""
+    return (f"ran past the end of --budget {options.budget_s:.0f} s and its slack, less the time kept for the "
+            f"end-to-end check ({left} left for this trial): give tune a larger --budget")
 
 
 def _noted(coverage: CoverageNotes, result: TrialResult) -> TrialResult:
@@ -139,7 +145,8 @@ def _tuned_dtype(dtype: str, settings: Overlay) -> str:
     return autocast_dtype(settings) or fp32_math or dtype
 
 
-def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts | None, TrialResult | None]:
+def _doctor_facts(command: Sequence[str], options: TuneOptions,
+                  budget: TuneBudget | None = None) -> tuple[Facts | None, TrialResult | None]:
     """The doctor's facts, and, when the diagnosis itself failed (crashed, stalled, killed,
     or ran past --budget), that failure as a failed baseline: the search cannot start."""
     doctor_dir = options.out_dir / "doctor"
@@ -151,7 +158,9 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions) -> tuple[Facts |
     observed = run_observed(RunRequest(
         command=command, steps=options.steps_per_trial or DIAGNOSIS_STEPS, warmup=options.warmup,
         record_s=None if options.steps_per_trial else DIAGNOSIS_RECORD_S, out_dir=doctor_dir, echo=False,
-        timeout_s=options.budget_s, stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger))
+        timeout_s=options.budget_s if budget is None else budget.grant(options.budget_s),
+        stall_timeout_s=options.stall_timeout_s,
+        writes_ledger=options.writes_ledger))
     facts = observed.facts
     if observed.timed_out:  # the script did not fail: the budget ended it
         why = (f"the diagnosis did not finish within --budget {options.budget_s:.0f} s (the script's start-up, "
@@ -240,20 +249,22 @@ def tune_script(
     on_verify: Callable[[str, int], None] | None = None,
     facts: Facts | None = None,
     spent_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TuneRun:
     """Diagnose (unless ``facts`` of a doctor run are given), search on top of the user's
     own ``options.config_path`` (when there is one), write the winner there. ``spent_s``:
-    seconds already spent on this tune before the call (the doctor run of ``facts``),
-    counted in ``options.budget_s``."""
+    seconds already spent on this tune before the call (the process's start, the doctor run
+    of ``facts``), counted in ``options.budget_s``. The tune's time is one
+    :class:`~torchboost.tune.budget.TuneBudget` on ``clock``, made here, which every part asks."""
     base = user_config(options.config_path)
     _prepare_out_dir(options)
-    start = time.monotonic() - max(spent_s, 0.0)
-    deadline = start + options.budget_s * (1 + BUDGET_SLACK)
+    budget = TuneBudget(options.budget_s, clock=clock, spent_s=spent_s, check_most_s=options.verify_budget_s,
+                        ending_s=ENDING_S)
     if facts is None:
-        facts, failed = _doctor_facts(command, options)
+        facts, failed = _doctor_facts(command, options, budget)
         if failed is not None:
             return _failed_run(facts, failed, base)
-    diagnosis_s = time.monotonic() - start  # the doctor run of ``facts`` included (``spent_s``)
+    diagnosis_s = budget.elapsed_s()  # the doctor run of ``facts`` included (``spent_s``)
     findings = diagnose(facts) if facts is not None and facts.steps else []
     context = _context(facts, options)
     # The estimates: a probe's own ratio orders its lever where its pairs agree (order_levers);
@@ -263,31 +274,30 @@ def tune_script(
     options = _trial_length(options, facts, run_steps)
     ident = _identity(command)
     journal = Journal(options.out_dir / "journal.jsonl", resume=options.resume, ident=ident)
-    # The diagnosis spent part of the budget: the search has the rest, and keeps the
-    # end-to-end check's time before the deadline.
-    spent = time.monotonic() - start
-    search_options = SearchOptions(budget_s=max(options.budget_s - spent, 0.0), deadline_s=deadline - start - spent,
-                                   min_gain=options.min_gain, max_repeats=options.max_repeats, run_steps=run_steps,
+    # The diagnosis spent part of the budget: the search has the rest, and the budget keeps
+    # the end-to-end check's time from it.
+    search_options = SearchOptions(budget_s=budget.search_s(), min_gain=options.min_gain,
+                                   max_repeats=options.max_repeats, run_steps=run_steps,
                                    trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS)
     # What a lever with a long fixed cost (max-autotune's compile) needs to know it can pay.
     context = dataclasses.replace(context, planned_steps=run_steps, budget_s=search_options.budget_s)
-    coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial, deadline)
+    coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial)
     outcome = run_search(levers, context, lambda *a, **k: _noted(coverage, measure(*a, **k)), search_options,
-                         on_decision=on_decision, reserve=check_reserve(options))
+                         on_decision=on_decision, reserve=check_reserve(options, budget), budget=budget)
     coverage.annotate(outcome.decisions)  # what a change applied at the root covered
     if journal.restarted:
         outcome.warnings.append(f"--resume started afresh: {journal.restarted}")
-    checking = time.monotonic()
+    checking = budget.elapsed_s()
     settings, e2e, verdict = verify_outcome(command, options, base, outcome, run_steps, on_verify, ident,
-                                            time_left_s=deadline - time.monotonic())
+                                            budget=budget.for_check())
     run = TuneRun(facts=facts, findings=findings, outcome=outcome, config=settings_to_config(settings, base),
                   run_steps=run_steps, run_steps_source=run_steps_source, reused_trials=journal.reused,
                   steps_per_trial=options.steps_per_trial,
                   base=base, end_to_end=e2e, verdict=verdict, writes=summed_writes(options.writes_ledger),
                   budget_s=options.budget_s, **_peak(facts, settings))
     write_result(command, options, run)
-    run.spent_s = {"diagnosis": diagnosis_s, **outcome.spent_s, "check": time.monotonic() - checking,
-                   "total": time.monotonic() - start}
+    run.spent_s = {"diagnosis": diagnosis_s, **outcome.spent_s, "check": budget.elapsed_s() - checking,
+                   "total": budget.elapsed_s()}
     _write_outcome(options.out_dir / "outcome.json", command, outcome, run_steps, options, journal.reused)
     return run
 

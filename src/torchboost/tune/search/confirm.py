@@ -106,7 +106,7 @@ class Confirmation:
             return True, None
         # Its own run, from the script's start at the pace the bursts measured.
         own_s = state.incumbent_fixed + max(len(state.baseline.losses), state.options.trial_steps) * candidate_ms / 1e3
-        if state.run.out_of_budget(expected_s=own_s, finishing=True):  # faster, its losses unjudged: not kept
+        if not state.run.budget.affords_trial(own_s, finishing=True):  # faster, its losses unjudged: not kept
             state.stopped = True
             state.record(lever, change, Status.UNCONFIRMED, f"{said}; the budget ran out before its own run judged "
                          "its losses", ratio=ratio, ratios=ratios, ms_per_step=candidate_ms, in_bursts=True)
@@ -128,11 +128,11 @@ class Confirmation:
         and recorded steps, its bursts, at the incumbent's pace); else the typical trial."""
         state = self.state
         if lever is not None and not self.switches_here(lever, change):
-            return state.run.out_of_budget()
+            return not state.run.budget.affords_trial()
         plan = plan_bursts(change, state.incumbent_ms, state.options.trial_steps)
         planned_s = state.incumbent_fixed + (BURST_WARMUP + BURST_TRIAL_STEPS + 2 * plan.pairs * plan.steps) * (
             state.incumbent_ms / 1e3)
-        return state.run.out_of_budget(bursts=True, expected_s=planned_s)
+        return not state.run.budget.affords_burst(planned_s)
 
     def _burst_ratios(self, change: Settings) -> tuple[list[float], int, str | None]:
         """``change`` alternated with the configuration kept so far in bursts inside one run,
@@ -164,7 +164,7 @@ class Confirmation:
                        candidate_compile=[best.result.compile_s],
                        peak_memory_bytes=best.result.peak_memory_bytes)
         retried = False
-        while pairs.count < state.options.max_repeats and not state.run.out_of_budget(trials=2):
+        while pairs.count < state.options.max_repeats and state.run.budget.affords_pair():
             if pairs.settled(state.options.clear_pairs, state.threshold) and state.floor.count >= state.options.noise_repeats:
                 break
             if pairs.count and self._bursts_instead(lever, best):

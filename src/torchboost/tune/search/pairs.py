@@ -1,15 +1,15 @@
-"""The search's bookkeeping of measurements: repeats per candidate, the budget, A/B pairs."""
+"""The search's bookkeeping of measurements: repeats per candidate, each trial's time told to the budget, A/B pairs."""
 
 from __future__ import annotations
 
 import inspect
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from torchboost.config import Overlay
 from torchboost.observe.spec import Bursts
+from torchboost.tune.budget import TuneBudget
 from torchboost.tune.search.decision import Status
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
@@ -21,67 +21,25 @@ Measure = Callable[[Overlay, int], TrialResult]
 
 class Runner:
     """Counts repeats per settings so each measurement has a stable (settings, repeat) key,
-    and keeps the search within its budget: no trial starts after ``budget_s``, nor one that
-    would run into the time kept for what comes after the search (:meth:`keep_back`), and a
-    measure that takes ``limit_s`` is told the seconds left before that time, so that no
-    trial runs into it either."""
+    and records each trial's seconds with the tune's ``budget``, which the search asks
+    whether a trial, a pair or a burst trial still fits; a measure that takes ``limit_s`` is
+    told the seconds the budget grants the trial."""
 
-    def __init__(self, measure: Measure, budget_s: float, clock: Callable[[], float],
-                 deadline_s: float | None = None):
+    def __init__(self, measure: Measure, budget: TuneBudget):
         self._measure = measure
         self._counts: dict[str, int] = {}
-        self._budget_s = budget_s
-        self._deadline_s = deadline_s
-        self._kept_back_s = 0.0
+        self.budget = budget
+        """tune's time (:class:`~torchboost.tune.budget.TuneBudget`): the search asks it."""
         self._takes = _keywords(measure, ("slower_than_ms", "decide", "bursts", "limit_s"))
-        self._clock = clock
-        self.start = clock()
+        self._began_s = budget.elapsed_s()
         self.trials = 0
-        self.durations_s: list[float] = []
-        """Seconds each trial took, in order."""
-        self.burst_durations_s: list[float] = []
-        """Seconds each burst trial took (also in ``durations_s``), in order."""
+        self.burst_trials = 0
         self.max_load_pct = 0.0
         """The most of the machine other processes took during any trial so far, percent."""
 
-    def keep_back(self, seconds: float) -> None:
-        """Keep the last ``seconds`` before the deadline for after the search (the end-to-end
-        check): no trial that would run into them starts."""
-        self._kept_back_s = max(0.0, seconds)
-
-    @property
-    def kept_back_s(self) -> float:
-        """Seconds kept for after the search (:meth:`keep_back`)."""
-        return self._kept_back_s
-
-    @property
-    def search_end_s(self) -> float:
-        """Seconds from the start by which the search's trials must have ended (inf: none)."""
-        return math.inf if self._deadline_s is None else self._deadline_s - self._kept_back_s
-
-    def out_of_budget(self, trials: int = 1, *, bursts: bool = False, expected_s: float | None = None,
-                      finishing: bool = False) -> bool:
-        """No further trial starts: the budget is spent, or ``trials`` trials as long as the
-        typical one so far (a pair: two; ``bursts``: the typical burst trial where one ran)
-        would run into the time kept back; ``expected_s``: the trial's own length, as planned,
-        in place of the typical one (for a burst trial, only before any ran). ``finishing``: a
-        trial that completes a decision already measured (a switch's own run after its bursts
-        decided it faster) may start past ``budget_s``, never into the time kept back."""
-        elapsed = self._clock() - self.start
-        kind = self.burst_durations_s if bursts and self.burst_durations_s else self.durations_s
-        typical = statistics.median(kind) if kind else 0.0
-        if expected_s is not None and not (bursts and self.burst_durations_s):
-            typical = expected_s  # its own length: a burst trial, a faster candidate's run, is no typical trial
-        return (elapsed >= self._budget_s and not finishing) or elapsed + trials * typical > self.search_end_s
-
     def elapsed_s(self) -> float:
-        return self._clock() - self.start
-
-    @property
-    def spent_s(self) -> dict[str, float]:
-        """Seconds the search's trials took: burst trials ("bursts") and the others ("trials")."""
-        bursts = sum(self.burst_durations_s)
-        return {"bursts": bursts, "trials": sum(self.durations_s) - bursts}
+        """Seconds since the search began."""
+        return self.budget.elapsed_s() - self._began_s
 
     @property
     def takes_bursts(self) -> bool:
@@ -98,16 +56,14 @@ class Runner:
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
-        left = self.search_end_s - self.elapsed_s()
+        limit = self.budget.grant(math.inf)
         given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts,
-                 "limit_s": left if math.isfinite(left) else None}
+                 "limit_s": limit if math.isfinite(limit) else None}
         stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
-        began = self._clock()
+        began = self.budget.elapsed_s()
         result = self._measure(settings, repeat, **stops)
-        took = max(0.0, self._clock() - began)
-        self.durations_s.append(took)
-        if bursts is not None:
-            self.burst_durations_s.append(took)
+        self.budget.record(self.budget.elapsed_s() - began, burst=bursts is not None)
+        self.burst_trials += bursts is not None
         self.max_load_pct = max(self.max_load_pct, result.load_pct)
         return result
 

@@ -64,7 +64,7 @@ class Screening:
         state = self.state
         survivors: list[Screened] = []
         for change in proposals:
-            if state.run.out_of_budget():
+            if not state.run.budget.affords_trial():
                 state.stopped = True
                 break
             screened = self.screen_one(lever, state.incumbent, change)
@@ -82,7 +82,7 @@ class Screening:
         slower_than_ms = None if lever.for_memory or not early_stop else state.options.early_stop * state.incumbent_ms
         settings = base | change
         result = state.run(settings, slower_than_ms=slower_than_ms)
-        again = result.ok and result.stopped_early and state.busy(result) and not state.run.out_of_budget()
+        again = result.ok and result.stopped_early and state.busy(result) and state.run.budget.affords_trial()
         if again:
             result = state.run(settings, slower_than_ms=slower_than_ms)
         peak = result.peak_memory_bytes
@@ -125,7 +125,7 @@ class Screening:
         verdict = state.parity(lever, result.losses)
         # Before "incorrect": the script's own spread from as many repeats as the A/A would
         # have given (two runs of an unseeded script can end close by chance).
-        while not verdict.ok and not state.run.out_of_budget():
+        while not verdict.ok and state.run.budget.affords_trial():
             if len(state.own_repeats()[1]) >= state.options.noise_repeats or (state.incumbent and state.repeats):
                 break  # known: the baseline's repeats, once a change is kept, are not added to
             if not state.incumbent_again().ok:

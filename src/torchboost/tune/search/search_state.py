@@ -95,7 +95,7 @@ class SearchState:
         """With ``aa_first``: the baseline against itself ``noise_repeats`` times before any
         candidate (the order before pairs). Otherwise nothing here: the pairs' A's measure it."""
         for _ in range(self.options.noise_repeats if self.options.aa_first else 0):
-            if self.run.out_of_budget() or not self.incumbent_again().ok:
+            if not self.run.budget.affords_trial() or not self.incumbent_again().ok:
                 break
 
     def incumbent_again(self) -> TrialResult:
@@ -129,8 +129,8 @@ class SearchState:
         return TuneOutcome(self.baseline, self.incumbent, self.waterfall, self.decisions, self.run.trials,
                            self.run.elapsed_s(), stopped_by_budget=self.stopped, noise=self.floor.noise,
                            aa_ratios=list(self.floor.aa_ratios), warnings=self._warnings(),
-                           memory_limit_bytes=self.memory.limit, spent_s=self.run.spent_s,
-                           burst_trials=len(self.run.burst_durations_s))
+                           memory_limit_bytes=self.memory.limit, spent_s=self.run.budget.spent_s,
+                           burst_trials=self.run.burst_trials)
 
     def _warnings(self) -> list[str]:
         options, top = self.options, self.top

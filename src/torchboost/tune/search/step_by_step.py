@@ -20,8 +20,9 @@ For each lever, largest expected gain first:
    faster replaces it. When no candidate beat the incumbent in screening, the fastest is
    confirmed the same way.
 
-The budget keeps the end-to-end check's time (``run_search``'s ``reserve``): no trial starts
-that would run into it.
+The tune's budget (:class:`~torchboost.tune.budget.TuneBudget`) keeps the end-to-end check's
+time (``run_search``'s ``reserve``): no trial starts that would run into it, and none is
+granted any of it.
 
 Memory levers come first, and only while the baseline peaks over the memory limit
 (:mod:`torchboost.tune.search.memory_limit`): the first that brings the peak under it is kept,
@@ -33,11 +34,13 @@ the exact levers correct but not kept alone, screened and confirmed the same way
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Callable
 
 from torchboost.config import Overlay
+from torchboost.tune.budget import TuneBudget
 from torchboost.tune.search.decision import Decision, Status, TuneOutcome, WaterfallStep, compile_break_even
 from torchboost.tune.search.interaction import INTERACTION, INTERACTION_TITLE, interaction_lever, retry_lever
 from torchboost.tune.search.levers import Lever, TuneContext
@@ -81,10 +84,10 @@ class _Search:
         skipped = self._each_lever(others, switches=True, skipped=set())
         self._each_lever(others, switches=False, skipped=skipped)
         together = retry_lever(levers, state.decisions, state.incumbent)
-        if together is not None and not state.stopped and not state.run.out_of_budget():
+        if together is not None and not state.stopped and state.run.budget.affords_trial():
             self._pull(together, together.propose(state.incumbent, context))
         interaction = interaction_lever(levers, state.decisions, state.screened, state.incumbent, state.options)
-        if interaction is not None and not state.stopped and not state.run.out_of_budget():
+        if interaction is not None and not state.stopped and state.run.budget.affords_trial():
             self._pull(interaction, interaction.propose(state.incumbent, context))
 
     def _each_lever(self, levers: list[Lever], *, switches: bool, skipped: set[str]) -> set[str]:
@@ -204,17 +207,23 @@ def run_search(
     clock: Callable[[], float] = time.monotonic,
     on_decision: Callable[[Decision], None] | None = None,
     reserve: Callable[[TrialResult, float | None], float] | None = None,
+    budget: TuneBudget | None = None,
 ) -> TuneOutcome:
     """Measure the baseline, then try each lever in order; see the module docstring.
     ``reserve``: the seconds the end-to-end check will take, from the baseline's trial and
-    the pace of the configuration kept so far (None before any change is kept): kept back
-    before ``options.deadline_s``, never spent on a trial, and measured again at each keep."""
-    run = Runner(measure, options.budget_s, clock, options.deadline_s)
+    the pace of the configuration kept so far (None before any change is kept): the budget
+    keeps them for the check, grants no trial any of them, and is told again at each keep.
+    ``budget``: the tune's time; None: one made from ``options.budget_s`` and
+    ``options.deadline_s`` on ``clock``."""
+    if budget is None:
+        whole_s = math.inf if options.deadline_s is None else options.deadline_s
+        budget = TuneBudget(options.budget_s, whole_s=whole_s, clock=clock)
+    run = Runner(measure, budget)
     state = SearchState(run, run(Overlay()), options, context, on_decision)
     error = state.baseline_error()
     if error is None and reserve is not None:
-        run.keep_back(reserve(state.baseline, None))
-        state.on_keep = lambda: run.keep_back(reserve(state.baseline, state.incumbent_ms))
+        budget.keep_for_check(reserve(state.baseline, None))
+        state.on_keep = lambda: budget.keep_for_check(reserve(state.baseline, state.incumbent_ms))
     if error is None:
         state.measure_noise()
         _Search(state).pull_levers(levers)

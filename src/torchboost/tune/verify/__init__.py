@@ -11,8 +11,8 @@ It imports ``tune.trials`` and the search's outcome data (``tune.search.decision
 search never imports it.
 """
 
-from torchboost.tune.verify.check import VerifyPlan, plan_verification, reserve_s, shortest_run_s, verify
+from torchboost.tune.verify.check import VerifyPlan, plan_verification, reserve_s, shortest_pair_s, shortest_run_s, verify
 from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict
 
-__all__ = ["EndToEnd", "VerifyPlan", "end_to_end_verdict", "plan_verification", "reserve_s", "shortest_run_s",
+__all__ = ["EndToEnd", "VerifyPlan", "end_to_end_verdict", "plan_verification", "reserve_s", "shortest_pair_s", "shortest_run_s",
            "verify"]

@@ -30,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,12 +42,13 @@ from torchboost.process.launch import parse_launch
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.process.guarded import run_guarded
+from torchboost.tune.budget import TuneBudget
 from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
 from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import least_capped_steps
 
 __all__ = ["PLAN_FILL", "SHORTEST_MEASURED_STEPS", "EndToEnd", "VerifyPlan", "plan_verification", "reserve_s",
-           "shortest_capped_steps", "shortest_run_s", "verify"]
+           "runs_budget", "shortest_capped_steps", "shortest_pair_s", "shortest_run_s", "verify"]
 
 
 @dataclass(frozen=True)
@@ -161,14 +162,22 @@ def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int
     the tuned run of each pair (None: the baseline's): one thread kept at a third of a busy
     baseline's step gives the search back the time its runs will not take."""
     def pair_s(shortened: bool) -> float:
-        baseline = shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup,
-                                  shortened=shortened)
-        tuned = baseline if tuned_ms is None else shortest_run_s(0.0, fixed_s, tuned_ms, trial_steps=trial_steps,
-                                                                  warmup=warmup, shortened=shortened)
-        return max(baseline, 1.0) + max(tuned, 1.0)
+        return shortest_pair_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup, tuned_ms=tuned_ms,
+                               shortened=shortened)
 
     options = ((RESERVED_PAIRS, False), (RESERVED_PAIRS, True), (1, True))
     return next((n * pair_s(cut) for n, cut in options if n * pair_s(cut) <= most_s), 0.0)
+
+
+def shortest_pair_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
+                    tuned_ms: float | None = None, shortened: bool = False) -> float:
+    """Seconds of the check's shortest pair: the baseline's shortest run (:func:`shortest_run_s`)
+    and the tuned one at ``tuned_ms`` (None: the baseline's pace), each at least a second. The
+    one price of a pair: the reserve is kept in it and the check starts only where one fits."""
+    baseline = shortest_run_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup, shortened=shortened)
+    tuned = baseline if tuned_ms is None else shortest_run_s(0.0, fixed_s, tuned_ms, trial_steps=trial_steps,
+                                                              warmup=warmup, shortened=shortened)
+    return max(baseline, 1.0) + max(tuned, 1.0)
 
 
 def users_own_command(command: Sequence[str]) -> list[str]:
@@ -190,6 +199,8 @@ def _whole_run(command: Sequence[str], config_file: Path | None, limit_s: float,
     else:
         argv = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config_file), "--", *command]
         env = {**os.environ, TRIAL_SETTINGS_ENV: str(config_file.with_suffix(".json"))}
+    if limit_s < 1.0:  # the check's budget has no second left for it: not started
+        return None
     start = time.monotonic()
     # Observe's process group, as the doctor's and the trials' children: a Ctrl-C kills it
     # whole and names what lived on outside it.
@@ -208,7 +219,10 @@ def _capped_run(command: Sequence[str], applied: Plan, steps: int, out_dir: Path
                 writes_ledger: Path | None = None) -> tuple[float, float, int | None] | None:
     """Seconds of a run stopped after ``steps``, its pace (the mean step, ms, of its second
     half) and the steps it ran when the script ended on its own before them (else None);
-    None when it ran past ``limit_s`` (it is then ended)."""
+    None when it ran past ``limit_s`` (it is then ended), or when that is under a second
+    (not started)."""
+    if limit_s is not None and limit_s < 1.0:
+        return None
     start = time.monotonic()
     observed = run_observed(RunRequest(command=command, steps=steps, warmup=0, out_dir=out_dir, apply=applied,
                                        profile=False, echo=False, timeout_s=limit_s, writes_ledger=writes_ledger))
@@ -224,17 +238,14 @@ def _capped_run(command: Sequence[str], applied: Plan, steps: int, out_dir: Path
 
 CAPPED_RUN_SLACK = 2.0
 """A capped run may take this many times its share of the check's time (a pair's share
-over two) before it is ended; never longer than the check has left."""
+over two) before it is ended; never longer than the check's budget grants."""
 
 
-def _capped_limit(result: "EndToEnd", plan: VerifyPlan) -> float:
-    """How long the next capped run may take: :data:`CAPPED_RUN_SLACK` x its share, and no
-    longer than what the check's budget has left (at least a second)."""
-    limit = CAPPED_RUN_SLACK * plan.run_limit_s
-    if plan.budget_s:
-        left = plan.budget_s - result.spent_s
-        limit = min(limit, max(left, 1.0))
-    return limit
+def _run_limit(plan: VerifyPlan, budget: TuneBudget | None, slack: float = 1.0) -> float:
+    """How long the next run may take: ``slack`` x its share (a whole run: its share; a capped
+    one: :data:`CAPPED_RUN_SLACK` x), at most what the check's budget grants."""
+    limit = slack * plan.run_limit_s
+    return limit if budget is None else budget.grant(limit)
 
 
 def _config_files(tmp: Path, plans: dict[str, Plan]) -> dict[str, Path]:
@@ -254,41 +265,37 @@ def _replay(journal: RunJournal, key: str, paces: list[float], loads: list[float
         loads.append(load)
 
 
-def _capped_instead(result: EndToEnd, plan: VerifyPlan) -> VerifyPlan:
+def _capped_instead(result: EndToEnd, plan: VerifyPlan) -> None:
     """A whole run took too long: every run stops after the same steps instead, in what the
-    check has left after the whole runs (the one cut took its limit); the whole runs' figures
-    are dropped."""
-    if plan.budget_s:
-        plan = replace(plan, budget_s=max(plan.budget_s - result.spent_s - plan.run_limit_s, 1e-3))
+    check's budget has left after the whole runs; the whole runs' figures are dropped."""
     result.steps = plan.fallback_steps
     for runs in (result.baseline_runs_s, result.tuned_runs_s, result.baseline_pace_ms, result.tuned_pace_ms,
                  result.ran, result.baseline_loads_pct, result.tuned_loads_pct):
         runs.clear()
-    return plan
 
 
 def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: VerifyPlan, *, out_dir: Path,
            on_run: Callable[[str, int], None] | None = None, journal: RunJournal | None = None,
            min_gain: float = 0.03, writes_ledger: Path | None = None, search_load_pct: float | None = None,
-           load_meter: Callable[[], LoadMeter] = LoadMeter) -> EndToEnd:
+           load_meter: Callable[[], LoadMeter] = LoadMeter, budget: TuneBudget | None = None) -> EndToEnd:
     """Run the baseline (``base``) and the tuned configuration (``settings`` on ``base``) in
-    turn, ``plan.pairs`` times each, end to end; see the module docstring. Runs recorded in
-    ``journal`` are replayed instead of run again, with the load they ran under.
-    ``search_load_pct``: other processes' load while the search measured the baseline's
-    trial (percent of the machine); ``load_meter`` makes the meter each run is read with."""
+    turn, ``plan.pairs`` times each, end to end (the module docstring); runs in ``journal`` are
+    replayed, with their load. ``search_load_pct``: other processes' load in the baseline's trial
+    (percent), each run's read by a ``load_meter``; ``budget`` (None: :func:`runs_budget`) grants runs."""
     result = EndToEnd(steps=plan.steps, planned_steps=plan.planned_steps, search_load_pct=search_load_pct)
+    budget = budget or (runs_budget(plan.budget_s, result) if plan.budget_s else None)
     plans = {"baseline": Plan.of(base), "tuned": Plan.tuned(settings, base)}  # each resolved once, as trials are
     with tempfile.TemporaryDirectory(prefix="torchboost-verify-") as tmp:
         files: dict[str, Path | None] = {**_config_files(Path(tmp), plans)}
         if base == BoostConfig.off():
             files["baseline"] = None  # no configuration of the user's: their own command, as is
 
-        def run_timed(name: str) -> tuple[float | None, float | None]:
-            """A run's seconds (None: past its limit) and, capped, its pace."""
+        def run_timed(name: str) -> tuple[float | None, float | None]:  # seconds (None: past its limit), pace
+            limit = _run_limit(plan, budget, 1.0 if result.steps is None else CAPPED_RUN_SLACK)
             if result.steps is None:
-                return _whole_run(command, files[name], plan.run_limit_s, out_dir / "whole", writes_ledger), None
-            seconds, pace, ran = _capped_run(command, plans[name], result.steps, out_dir, _capped_limit(result, plan),
-                                             writes_ledger) or (None, None, None)
+                return _whole_run(command, files[name], limit, out_dir / "whole", writes_ledger), None
+            seconds, pace, ran = _capped_run(command, plans[name], result.steps, out_dir, limit, writes_ledger) or (
+                None, None, None)
             result.ran.append(ran)
             return seconds, pace
 
@@ -317,44 +324,53 @@ def verify(command: Sequence[str], base: BoostConfig, settings: Overlay, plan: V
             return seconds
 
         try:
-            _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
+            _measure_pairs(result, plan.pairs, run_one, on_run, budget=budget)
             if result.steps is None and result.pairs < plan.pairs and not result.out_of_time:
-                plan = _capped_instead(result, plan)
-                _measure_pairs(result, plan.pairs, run_one, on_run, budget_s=plan.budget_s)
+                _capped_instead(result, plan)
+                _measure_pairs(result, plan.pairs, run_one, on_run, budget=budget)
             if result.steps is not None and result.pairs < plan.pairs:
                 result.out_of_time = True  # a capped run ran past what the check had left
-            _more_pairs(result, plan, run_one, on_run, min_gain)
+            _more_pairs(result, plan, run_one, on_run, min_gain, budget)
         except RuntimeError as exc:
             result.error = str(exc)
     return result
 
 
+def runs_budget(budget_s: float, result: EndToEnd) -> TuneBudget:
+    """A budget of ``budget_s`` whose clock is the seconds of ``result``'s runs so far: a check
+    given no budget of its own (``torchboost compare``'s, where each run may take it all)."""
+    return TuneBudget(budget_s, whole_s=budget_s, clock=lambda: result.spent_s, spent_s=result.spent_s)
+
+
 def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int], float | None],
-                on_run: Callable[[str, int], None] | None, min_gain: float) -> None:
-    """While the verdict is open, or the claim kept imprecise, and another pair fits the
-    budget (at the pace so far), one more."""
+                on_run: Callable[[str, int], None] | None, min_gain: float, budget: TuneBudget | None = None) -> None:
+    """While the verdict is open, or the claim kept imprecise, and ``budget`` (None: one of
+    ``plan.budget_s`` in the runs' seconds, :func:`runs_budget`) affords another pair (at the
+    pace so far), one more; none without either."""
+    if budget is None and plan.budget_s:
+        budget = runs_budget(plan.budget_s, result)
     short = result.out_of_time  # an extra pair that does not fit leaves the planned ones complete
 
     def open_or_imprecise() -> bool:
         return result.undecided(min_gain) or (result.faster(min_gain) and result.imprecise())
-    while plan.budget_s and result.pairs and open_or_imprecise() and result.pairs < plan.max_pairs:
+    while budget is not None and result.pairs and open_or_imprecise() and result.pairs < plan.max_pairs:
         before = result.pairs
-        _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs, budget_s=plan.budget_s)
+        _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs, budget=budget)
         if result.pairs == before:  # it did not fit, or a run was too long
             break
     result.out_of_time = short
 
 
 def _measure_pairs(result: EndToEnd, pairs: int, run_one: Callable[[str, int], float | None],
-                   on_run: Callable[[str, int], None] | None, *, start: int = 0, budget_s: float = 0.0) -> None:
+                   on_run: Callable[[str, int], None] | None, *, start: int = 0,
+                   budget: TuneBudget | None = None) -> None:
     """A B, B A, A B ... (each pair's order alternates); stops at the first run that returns
-    None (a whole run too long), and, with ``budget_s``, before a pair that would not fit
-    in it at the pace of the pairs so far (``result.out_of_time``). A pair cut after its
+    None (a whole run too long), and, with ``budget``, before a pair it does not afford at
+    the pace of the pairs so far (``result.out_of_time``). A pair cut after its
     first run leaves no run behind: a side's runs are its pairs' (a tuned run left so was
     counted, and, replayed when the pair was tried again, counted twice)."""
     for pair in range(start, pairs):
-        spent = result.spent_s
-        if budget_s and result.pairs and spent + spent / result.pairs > budget_s:
+        if budget is not None and result.pairs and not budget.affords(result.spent_s / result.pairs):
             result.out_of_time = True
             return
         order = (("baseline", result.baseline_runs_s), ("tuned", result.tuned_runs_s))

@@ -22,7 +22,7 @@ from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.plan import Plan
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
-from torchboost.tune.verify.check import EXTRA_PAIRS, VerifyPlan, _measure_pairs, _more_pairs, _whole_run
+from torchboost.tune.verify.check import EXTRA_PAIRS, VerifyPlan, _measure_pairs, _more_pairs, _whole_run, runs_budget
 from torchboost.tune.verify.end_to_end import EndToEnd
 
 __all__ = ["Comparison", "Side", "compare", "loss_verdict"]
@@ -138,8 +138,9 @@ def compare(a: Side, b: Side, *, pairs: int, budget_s: float, out_dir: Path, los
                 on_run(a.label if name == "baseline" else b.label, pair)
 
         try:
-            _measure_pairs(result, pairs, run_one, said, budget_s=budget_s)
-            _more_pairs(result, plan, run_one, said, min_gain)
+            budget = runs_budget(budget_s, result)  # a pair starts while the runs so far leave room for one
+            _measure_pairs(result, pairs, run_one, said, budget=budget)
+            _more_pairs(result, plan, run_one, said, min_gain, budget)
         except RuntimeError as exc:
             result.error = str(exc)
     comparison = Comparison(a, b, result)
