@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -27,6 +25,7 @@ from rich.table import Table
 from torch import nn
 
 import torchboost
+from _machine import machine_line
 from torchboost import BoostConfig
 
 WIDTH = 1024
@@ -61,12 +60,6 @@ class _Setup:
                 self.booster.backward(loss)
                 self.optimizer.step()
                 self.optimizer.zero_grad()
-
-
-def _cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
 
 def _sync(device: torch.device) -> None:
@@ -137,8 +130,7 @@ def main() -> None:
     if any(args.batch % k for k in args.ks):
         parser.error(f"--batch {args.batch} must divide by every K in {args.ks}")
     console = Console()
-    console.print(f"CPU: {platform.processor() or platform.machine()} {_cpu_model()}, torch {torch.__version__}, "
-                  f"{torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}")
+    console.print(machine_line())
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     for device in devices:
         console.print(run(device, args.batch, args.ks, args.rounds, args.steps))

@@ -1,8 +1,9 @@
 """Per-step cost of the doctor's instrumentation outside the profiler window.
 
-Runs the same small training loop in this process with the instrumentation installed
-(B) and not (A), in interleaved blocks (A B B A ...), and prints the median time per
-step of each and their ratio. The profiler window is off (it is bounded to a few
+Runs the same small training loop in this process not observed, observed as the doctor
+observes (its line sampler on) and as a tuning trial is (no line sampler), in interleaved
+blocks (the order reversing each round), and prints the median time per step of each and
+the overheads. The profiler window is off (it is bounded to a few
 steps and its cost is accepted); everything else the observer does per step is on:
 hooks, step accounting, progress file and throttled facts.json rewrites.
 
@@ -18,6 +19,7 @@ CPU work on that same thread.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from _machine import machine_line
 from torchboost.observe import Instrumentation, ObserveSpec, StepRecorder
 
 WORKLOADS = {
@@ -70,21 +73,27 @@ def _block(model, optimizer, loader, steps: int) -> tuple[list[float], list[floa
     return wall, cpu
 
 
+VARIANTS = {"plain": None, "observed": 10.0, "observed, no line sampler": "off"}
+"""Each way a block runs: not observed; observed as the doctor observes (its line sampler
+looking every 10 ms); observed as a tuning trial is (no line sampler)."""
+
+
 def measure(name: str, rounds: int, steps: int, out_dir: str) -> dict[str, float]:
-    """Median ms/step, plain and instrumented, wall and thread-CPU, over all blocks' steps."""
+    """Median ms/step of each of :data:`VARIANTS`, wall and thread-CPU, over all blocks' steps."""
     model, optimizer, loader = _build(*WORKLOADS[name])
-    spec = ObserveSpec(out_dir=out_dir, steps=10**9, warmup=0, full=True, profile_active=0,
-                       progress_path=f"{out_dir}/progress.json")
     _block(model, optimizer, loader, steps)  # warm-up: first-call costs
-    samples: dict[str, list[float]] = {"plain wall": [], "plain cpu": [], "observed wall": [], "observed cpu": []}
+    samples: dict[str, list[float]] = {f"{key} {clock}": [] for key in VARIANTS for clock in ("wall", "cpu")}
     for r in range(rounds):
-        for instrumented in ((False, True) if r % 2 == 0 else (True, False)):
-            key = "observed" if instrumented else "plain"
-            if instrumented:
+        for key in (list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))):
+            lines = VARIANTS[key]
+            if lines is None:
+                wall, cpu = _block(model, optimizer, loader, steps)
+            else:
+                spec = ObserveSpec(out_dir=out_dir, steps=10**9, warmup=0, full=True, profile_active=0,
+                                   progress_path=f"{out_dir}/progress.json",
+                                   line_sample_ms=None if lines == "off" else lines)
                 with Instrumentation(StepRecorder(spec)):
                     wall, cpu = _block(model, optimizer, loader, steps)
-            else:
-                wall, cpu = _block(model, optimizer, loader, steps)
             samples[f"{key} wall"] += wall
             samples[f"{key} cpu"] += cpu
     return {key: statistics.median(values) for key, values in samples.items()}
@@ -97,16 +106,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    print(machine_line())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), "
           f"{args.rounds} rounds x {args.steps} steps, interleaved A/B, medians of all steps")
-    print(f"{'workload':<22} {'clock':<7} {'plain ms/step':>14} {'observed ms/step':>17} {'overhead':>9}")
+    print(f"{'workload':<22} {'clock':<5} {'plain ms/step':>13} {'observed':>9} {'overhead':>9} "
+          f"{'no line sampler':>16} {'overhead':>9}")
     with tempfile.TemporaryDirectory() as out_dir:
         for name in WORKLOADS:
             m = measure(name, args.rounds, args.steps, out_dir)
             for clock in ("cpu", "wall"):
-                plain, observed = m[f"plain {clock}"], m[f"observed {clock}"]
-                print(f"{name:<22} {clock:<7} {plain:>14.3f} {observed:>17.3f} "
-                      f"{100 * (observed / plain - 1):>+8.1f}%")
+                plain, observed, unsampled = (m[f"{key} {clock}"] for key in VARIANTS)
+                print(f"{name:<22} {clock:<5} {plain:>13.3f} {observed:>9.3f} {100 * (observed / plain - 1):>+8.1f}% "
+                      f"{unsampled:>16.3f} {100 * (unsampled / plain - 1):>+8.1f}%")
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -24,6 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchboost
+from _machine import machine_line
 from torchboost import BoostConfig
 
 
@@ -116,7 +118,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"{result['booster_off_step_ms_median']:.3f}",
         f"{result['ratio_median']:.3f} ({result['ratio_min']:.3f}-{result['ratio_max']:.3f})",
     )
+    Console().print(machine_line())
     Console().print(table)
+    Console().print(f"load at the end {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)

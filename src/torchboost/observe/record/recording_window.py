@@ -58,10 +58,12 @@ class RecordingWindow:
         """Where and why recording ended, in words ("" until it has)."""
         self.load = LoadMeter(own=tree_cpu_s)
         """Other processes' share of the machine while the steps were recorded (``load.pct``)."""
+        self._summed_steps, self._summed_ms = 0, 0.0  # the recorded steps' time, kept as they come
 
     def restart(self) -> None:
         """Step counting restarts: the window is the spec's again."""
         self.start, self.end, self.why = self._spec.warmup, self._spec.warmup + self._spec.steps, ""
+        self._summed_steps, self._summed_ms = 0, 0.0
 
     def records(self, index: int) -> bool:
         """The step of boundary ``index`` (from 0) is recorded."""
@@ -87,14 +89,17 @@ class RecordingWindow:
         ends here once they fill ``spec.record_s`` or know the median within ``spec.precision``;
         at its end the load's span ends and :attr:`why` is said."""
         spec, n = self._spec, len(steps)
-        seconds = sum(s.total_ms for s in steps) / 1e3
+        self._summed_ms += sum(s.total_ms for s in steps[self._summed_steps:])  # the new steps only, not all again
+        self._summed_steps = n
+        seconds = self._summed_ms / 1e3
         if not spec.full and n >= MIN_TIMED_STEPS and index + 1 < self.end:
-            error = median_error([s.total_ms for s in steps])
             if spec.record_s is not None and seconds >= spec.record_s:
                 self.end, self.why = index + 1, f"{n} steps in {seconds:.1f} s, the time bound of {spec.record_s:g} s"
-            elif spec.precision is not None and seconds >= PRECISE_AFTER_S and error <= spec.precision:
-                self.end = index + 1
-                self.why = f"{n} steps in {seconds:.1f} s: the median step known within {error:.1%}"
+            elif spec.precision is not None and seconds >= PRECISE_AFTER_S:
+                error = median_error([s.total_ms for s in steps])  # only once the time allows ending on it
+                if error <= spec.precision:
+                    self.end = index + 1
+                    self.why = f"{n} steps in {seconds:.1f} s: the median step known within {error:.1%}"
         if index + 1 == self.end:
             self.why = self.why or f"{n} steps in {seconds:.1f} s, as asked"
             self.load.stop()
