@@ -481,3 +481,58 @@ def test_twin_a_tune_class_cut_by_inheritance_is_found():
               "class Reads(Protocol[T]):\n    pass\nclass Reader(Reads):\n    pass\n")
     modules = {"tune/search/made_up.py": ast.parse(source), "report/other.py": ast.parse("class Page(State):\n    pass\n")}
     assert _inherited_within(modules, "tune/") == ["Search(State)"]
+
+
+# -- tune/'s rooms show its flow: trials, the search, the check, the tune, its report --------
+
+MAX_TUNE_FLOORS = 5
+
+
+def _floors(graph: dict[str, set[str]], package: str) -> dict[str, int]:
+    """Each child of ``package`` (folder or module) on its floor: 1 for one that imports no
+    sibling, else one above the highest sibling it imports (no circle: the folder check)."""
+    children = _children_graph(graph, package)
+    floors: dict[str, int] = {}
+
+    def floor(child: str) -> int:
+        if child not in floors:
+            floors[child] = 1 + max((floor(t) for t in children.get(child, ()) if t in children), default=0)
+        return floors[child]
+
+    for child in children:
+        floor(child)
+    return floors
+
+
+def test_tune_stands_on_at_most_5_floors_its_plain_data_below_the_check():
+    floors = _floors(_import_graph(_modules()), "torchboost.tune")
+    assert floors["trials"] < floors["search"] < floors["verify"] < floors["tuner"]  # the flow, bottom up
+    assert max(floors.values()) <= MAX_TUNE_FLOORS, floors
+    # What a tune is asked and produced is plain data: nothing it needs stands above the check.
+    assert floors["run_data"] <= floors["verify"], floors
+
+
+def test_twin_a_tune_whose_plain_data_holds_a_type_of_the_check_is_found():
+    """Made up as tune stood: the run's data imports the check's result, so it stands above the
+    check, and the ending, the tuner and the report data each a floor higher."""
+    tree = {"tune/trials/trial.py": "", "tune/search/run.py": "from torchboost.tune.trials.trial import run\n",
+            "tune/verify/check.py": "from torchboost.tune.search.run import x\n",
+            "tune/run_data.py": "from torchboost.tune.verify.check import EndToEnd\n",
+            "tune/ending.py": "from torchboost.tune.run_data import TuneRun\nfrom torchboost.tune.verify import check\n",
+            "tune/tuner.py": "from torchboost.tune.ending import write_result\n",
+            "tune/report_data.py": "from torchboost.tune.tuner import TuneRun\n"}
+    floors = _floors(_import_graph({p: ast.parse(t) for p, t in tree.items()}), "torchboost.tune")
+    assert floors["run_data"] > floors["verify"] and max(floors.values()) == 7
+    tree["tune/run_data.py"] = "from torchboost.tune.trials.trial import EndToEnd\n"  # its records below the check
+    tree["tune/report_data.py"] = "from torchboost.tune.run_data import TuneRun\n"
+    floors = _floors(_import_graph({p: ast.parse(t) for p, t in tree.items()}), "torchboost.tune")
+    assert floors["run_data"] <= floors["verify"] and max(floors.values()) == 5
+
+
+def test_the_plan_speaks_no_frameworks_words_and_tune_reads_no_signatures():
+    """The plan is the techniques' (a Trainer's flag comes from a technique's own spelling); the
+    search hands its measure fixed keywords (a protocol), never reading what it takes."""
+    modules = _modules()
+    assert not _imports_package(modules["plan.py"], "torchboost.frameworks")
+    assert [p for p, t in modules.items() if p.startswith("tune/") and _imports_package(t, "inspect")] == []
+    assert _imports_package(ast.parse("import inspect\n"), "inspect")  # the twin: found where it is

@@ -201,3 +201,24 @@ def test_non_atomic_twin_would_lose_the_file(tmp_path):
             fh.write(b"[precision]\nmode = ")
             raise RuntimeError("disk full")
     assert path.read_bytes() != before
+
+
+def test_an_overlay_checks_only_the_sections_it_carries(monkeypatch):
+    """A candidate's change is checked by its own section: no whole configuration is built for
+    it, and no other section. Twin: applying it (``on``) builds the whole configuration."""
+    from torchboost import config
+    from torchboost.config import Overlay
+
+    built: list[str] = []
+    real_init = BoostConfig.__init__
+    monkeypatch.setattr(BoostConfig, "__init__", lambda self, **s: (built.append("config"), real_init(self, **s))[1])
+    for cls in (PrecisionConfig, LoaderConfig):
+        real_post = cls.__post_init__
+        monkeypatch.setattr(cls, "__post_init__", lambda self, _p=real_post: (built.append(self.section), _p(self))[1])
+    overlay = Overlay({"precision.mode": "bf16"})
+    assert built == ["precision"]
+    with pytest.raises(ConfigError, match="precision.mode"):
+        Overlay({"precision.mode": "bf17"})  # still checked, and the error names the field
+    built.clear()
+    overlay.on(config.BoostConfig())
+    assert "config" in built and "loader" in built

@@ -311,7 +311,15 @@ class Overlay(Mapping[str, Any]):
                 raise _unknown("key", key, _field_names(table[section]), prefix=f"{section}.")
             clean[(section, key)] = value
         object.__setattr__(self, "_values", dict(sorted(clean.items())))
-        self.on(BoostConfig())  # every value is checked by its section
+        for section, values in self._sections().items():
+            table[section](**values)  # each section it carries checks its values; no other is built
+
+    def _sections(self) -> dict[str, dict[str, Any]]:
+        """The values by section name, then field name."""
+        sections: dict[str, dict[str, Any]] = {}
+        for (section, key), value in self._values.items():
+            sections.setdefault(section, {})[key] = value
+        return sections
 
     @classmethod
     def of(cls, section_cls: type, **values: Any) -> "Overlay":
@@ -338,10 +346,7 @@ class Overlay(Mapping[str, Any]):
 
     def on(self, config: BoostConfig) -> BoostConfig:
         """``config`` with these fields replaced (validated)."""
-        changes: dict[str, dict[str, Any]] = {}
-        for (section, key), value in self._values.items():
-            changes.setdefault(section, {})[key] = value
-        return config.replace(**changes)
+        return config.replace(**self._sections())
 
     def section(self, section_cls: type) -> dict[str, Any]:
         """The fields this overlay sets in ``section_cls``'s table, by field name."""

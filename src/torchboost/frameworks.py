@@ -199,4 +199,4 @@ def _framework_words(spelled: Spelled) -> dict[str, str]:
 
 def training_arguments(spelled: Spelled) -> str:
     """The ``TrainingArguments(...)`` call with ``spelled``'s keywords, on one line."""
-    return "TrainingArguments(" + ", ".join(f"{k}={v!r}" for k, v in spelled.words.transformers.items()) + ")"
+    return spelled.words.training_arguments() or "TrainingArguments()"

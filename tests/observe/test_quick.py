@@ -10,6 +10,7 @@ from torchboost.evidence.observed import QuickProbeFacts
 from torchboost.observe import Instrumentation, ObserveSpec, StepRecorder, StopObserving
 from torchboost.observe.probes.quick import QUICK_PAIRS, QuickProbes
 from torchboost.observe.record import facts_so_far
+from torchboost.plan import Bursts
 from torchboost.techniques._quick import QuickSwitch
 from torchboost.techniques.registry import techniques
 
@@ -30,9 +31,10 @@ def _every_switch(facts, ctx):
     return [s for s in (t.quick_probe(ctx) for t in techniques() if t.quick_probe) if s is not None], []
 
 
-def _run(tmp_path, monkeypatch, *, own_autocast=False, full=False, choose=_every_switch, steps=60, spec=None):
+def _run(tmp_path, monkeypatch, *, own_autocast=False, full=False, choose=_every_switch, steps=60, spec=None,
+         bursts=None):
     """A small MLP trained under the instrumentation: warm-up 1, recorded 3, profiled 2, then the
-    probes (or as ``spec`` says)."""
+    probes (or as ``spec`` says; ``bursts``: a burst trial's switches, as its plan hands them over)."""
     monkeypatch.setattr(facts_so_far, "choose_switches", choose)
     monkeypatch.setattr(facts_so_far, "quick_budget_ms", lambda elapsed_s: 1e9)  # the budget is tested on its own
     torch.manual_seed(0)
@@ -40,7 +42,7 @@ def _run(tmp_path, monkeypatch, *, own_autocast=False, full=False, choose=_every
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     before = _state(model, optimizer)
     spec = spec or ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=1, profile_active=1, full=full)
-    recorder = StepRecorder(spec)
+    recorder = StepRecorder(spec, bursts=bursts)
     done = 0
     with Instrumentation(recorder):
         try:
@@ -288,9 +290,9 @@ def test_twin_a_fused_optimizer_probe_the_budget_cut_says_not_measured():
 def _burst_trial(tmp_path, monkeypatch, change, *, own_autocast=False):
     """A tune trial (no profiler window) asked for bursts of ``change``: warm-up 1, recorded 3,
     then 3 pairs of 2-step bursts."""
-    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=0, profile_active=0,
-                       bursts=change, burst_steps=2, burst_pairs=3)
-    recorder, done, before, after = _run(tmp_path, monkeypatch, own_autocast=own_autocast, spec=spec)
+    spec = ObserveSpec(out_dir=str(tmp_path), steps=3, warmup=1, profile_warmup=0, profile_active=0)
+    recorder, done, before, after = _run(tmp_path, monkeypatch, own_autocast=own_autocast, spec=spec,
+                                         bursts=Bursts(change, steps=2, pairs=3))
     return recorder.facts(), done, before, after
 
 

@@ -44,7 +44,7 @@ class FakeScript:
         self.compile_s = compile_s
         self.noise = itertools.cycle([1.0, 1.0 + noise, 1.0 - noise])
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         if any(item in self.crash for item in settings.items()):
             return TrialResult(settings=dict(settings), repeat=repeat, ok=False, error=f"exit code 1: {HOSTILE}")
         ms = HOST_MS.get((settings.get("loader.num_workers", 0), settings.get("cpu.threads", 2)), 100.0)
@@ -261,7 +261,7 @@ def test_budget_and_unknown_run_length_are_said(tmp_path):
 
 
 def test_failed_baseline_still_writes_a_report(tmp_path):
-    def crash(settings, repeat):
+    def crash(settings, repeat, **_):
         return TrialResult(settings=settings, repeat=repeat, ok=False, error=f"exit code 3 {HOSTILE}")
 
     outcome = run_search(default_levers(), CPU2, crash)
@@ -391,7 +391,7 @@ class MemoryScript(FakeScript):
     """The loader-bound script, peaking at 900 MiB; deeper prefetch is 20% faster but peaks
     at 3 GiB."""
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         result = super().__call__(settings, repeat)
         result.peak_memory_bytes = 3 * GiB if settings.get("loader.prefetch_factor") == 4 else 900 * MiB
         return result

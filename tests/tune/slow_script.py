@@ -35,10 +35,10 @@ class SlowScript:
             ms *= self.factors.get((key, value), 1.0)
         return ms * next(self._noise)
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         return self.measure(settings, repeat)
 
-    def measure(self, settings, repeat, decide=None):
+    def measure(self, settings, repeat, decide=None, **_):
         """One trial; with ``decide`` (the incumbent's ms/step, the margin) it stops once its
         steps (a little noise each) decide the ratio, as the trial's child does."""
         self.calls.append((dict(settings), repeat, self.now))

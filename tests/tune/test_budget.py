@@ -175,7 +175,7 @@ def test_a_burst_trial_is_not_started_where_the_typical_burst_trial_would_not_fi
     """Screening trials stopped early took 10 s each, burst trials 80 s: at 150 s of a search
     that must end by 200 s, another burst trial would run into the check's time; a screening
     trial still fits. The search's seconds are told apart by kind."""
-    from torchboost.observe.spec import Bursts
+    from torchboost.plan import Bursts
     from torchboost.tune.search.pairs import Runner
 
     now = [0.0]

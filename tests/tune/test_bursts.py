@@ -15,7 +15,7 @@ from test_search import CPU2
 from torchboost.config import Overlay
 from torchboost.evidence.findings import Measured
 from torchboost.evidence.quick_probe import QuickProbeFacts, bursts_decided
-from torchboost.observe.spec import Bursts
+from torchboost.plan import Bursts
 from torchboost.report._tune_text import verdict as summary_line
 from torchboost.tune.search.bursts import (FASTER, MAX_BURST_RUNS, NO_GAIN, SLOWER, burst_decision, burst_verdict,
                                            more_bursts, plan_bursts)
@@ -41,7 +41,7 @@ class BusyScript(SlowScript):
     def _quiet_ms(self, settings):
         return self.step_ms * math.prod(self.factors.get(item, 1.0) for item in settings.items())
 
-    def measure(self, settings, repeat, decide=None, bursts=None):
+    def measure(self, settings, repeat, decide=None, bursts=None, **_):
         if bursts is None:
             return super().measure(settings, repeat, decide)
         self.burst_trials.append(bursts)
@@ -56,10 +56,10 @@ class BusyScript(SlowScript):
                            load_pct=self.load_pct, bursts=dict(bursts.change), burst_plain_ms=plain, burst_switched_ms=switched)
 
 
-def _search(script, measure):
+def _search(script, measure, bursts=True):
     context = dataclasses.replace(CPU2, measured=MEASURED, has_loader=False)
     levers = [lv for lv in order_levers(default_levers(), {}, MEASURED) if lv.id == "precision"]
-    return run_search(levers, context, measure, SearchOptions(budget_s=2000), clock=script.clock)
+    return run_search(levers, context, measure, SearchOptions(budget_s=2000, bursts=bursts), clock=script.clock)
 
 
 @pytest.mark.parametrize("takes_bursts", [True, False])
@@ -67,7 +67,7 @@ def test_a_busy_machine_measures_the_top_candidate_in_bursts(takes_bursts):
     """Runs apart vary by 40%, more than bf16's 25%: pairs of runs cannot tell, bursts can.
     Twin: a measure that cannot run bursts says too busy to tell."""
     script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.4)
-    outcome = _search(script, script.measure if takes_bursts else script)
+    outcome = _search(script, script.measure if takes_bursts else script, bursts=takes_bursts)
     decision = next(d for d in outcome.decisions if d.lever == "precision")
     busy = [w for w in outcome.warnings if w.startswith("too busy to tell")]
     if takes_bursts:
@@ -85,7 +85,7 @@ def test_a_switchable_candidate_is_confirmed_in_one_burst_trial(takes_bursts):
     run: its screening run and one burst trial, not pairs of runs. Twin: a measure that
     cannot run bursts confirms it in pairs (more runs of the candidate)."""
     script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.01)
-    outcome = _search(script, script.measure if takes_bursts else script)
+    outcome = _search(script, script.measure if takes_bursts else script, bursts=takes_bursts)
     decision = next(d for d in outcome.decisions if d.lever == "precision")
     candidate_runs = sum("precision.mode" in settings for settings, _, _ in script.calls)
     assert outcome.settings.get("precision.mode") == "bf16" and decision.status == "kept"
@@ -116,7 +116,7 @@ class ShakyBursts(BusyScript):
         super().__init__(*args, jitter=0.0, **kwargs)
         self._spread = spread
 
-    def measure(self, settings, repeat, decide=None, bursts=None):
+    def measure(self, settings, repeat, decide=None, bursts=None, **_):
         result = super().measure(settings, repeat, decide, bursts)
         if bursts is not None:
             n = len(result.burst_switched_ms)
@@ -196,7 +196,7 @@ class FixedBursts(BusyScript):
         super().__init__(*args, **kwargs)
         self._ratios = ratios
 
-    def measure(self, settings, repeat, decide=None, bursts=None):
+    def measure(self, settings, repeat, decide=None, bursts=None, **_):
         result = super().measure(settings, repeat, decide, bursts)
         if bursts is not None:
             result.burst_plain_ms = [self.step_ms] * len(self._ratios)
@@ -243,8 +243,8 @@ def test_a_burst_trial_of_the_real_script_gives_its_pairs(tmp_path, change, rati
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "tune_tiny.py"
     result = run_trial(TrialRequest(command=["python", str(script), "--steps", "200"], settings=Overlay(), repeat=0,
-                                    plan=Plan.tuned(Overlay()), steps=2, warmup=1, out_dir=tmp_path, timeout_s=120,
-                                    bursts=Bursts(change, steps=2, pairs=4)))
+                                    plan=Plan.tuned(Overlay(), bursts=Bursts(change, steps=2, pairs=4)), steps=2,
+                                    warmup=1, out_dir=tmp_path, timeout_s=120))
     assert result.ok, result.error
     assert result.bursts == change
     if ratios:
@@ -278,7 +278,7 @@ def test_a_second_switchable_lever_on_the_same_busy_machine_is_measured_too():
                                                  ("fp32_math.mode", "bf16"): 0.85}, noise=0.4)
     context = dataclasses.replace(CPU2, measured=measured, has_loader=False).with_own(PrecisionTuning(cpu_bf16=True))
     levers = [lv for lv in order_levers(default_levers(), {}, measured) if lv.id in ("precision", "fp32_math")]
-    outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=4000), clock=script.clock)
+    outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=4000, bursts=True), clock=script.clock)
     by_lever = {d.lever: d for d in outcome.decisions}
     assert by_lever["precision"].status == "kept"
     assert by_lever["fp32_math"].status != "unconfirmed" and not outcome.stopped_by_budget
@@ -298,8 +298,8 @@ def _busy_four_second_search():
     estimates = {"threads.contended": 2.0, "compile.enable": 1.3, "precision.lower": 1.25, "fp32_math.bf16": 1.1,
                  "optimizer.fused": 1.3}
     levers = order_levers(default_levers(), estimates, measured)
-    outcome = run_search(levers, context, script.measure, SearchOptions(budget_s=400, trial_steps=12, run_steps=2000),
-                         clock=script.clock)
+    options = SearchOptions(budget_s=400, trial_steps=12, run_steps=2000, bursts=True)
+    outcome = run_search(levers, context, script.measure, options, clock=script.clock)
     return script, outcome
 
 
@@ -338,7 +338,7 @@ def test_a_switch_faster_in_bursts_is_not_kept_unjudged_when_the_budget_ends():
         script = BusyScript(step_ms=1000.0, factors={("precision.mode", "bf16"): 0.75}, noise=0.01)
         context = dataclasses.replace(CPU2, measured=MEASURED, has_loader=False)
         levers = [lv for lv in order_levers(default_levers(), {}, MEASURED) if lv.id == "precision"]
-        options = SearchOptions(budget_s=85.0, deadline_s=deadline_s)
+        options = SearchOptions(budget_s=85.0, deadline_s=deadline_s, bursts=True)
         outcome = run_search(levers, context, script.measure, options, clock=script.clock)
         decision = next(d for d in outcome.decisions if d.lever == "precision")
         assert (outcome.settings.get("precision.mode") == "bf16") is kept
@@ -358,7 +358,7 @@ def test_a_faster_switch_s_own_run_is_gated_by_its_measured_pace_not_the_typical
 
     now = [0.0]
 
-    def measure(settings, repeat, bursts=None):
+    def measure(settings, repeat, bursts=None, **_):
         now[0] += 60.0 if bursts else 100.0
         return TrialResult(settings=dict(settings))
 

@@ -95,7 +95,7 @@ def test_a_trial_stopped_as_slower_while_the_machine_was_busy_is_measured_again(
     again, it is slower, and its reason says it was measured twice beside that load."""
     calls = []
 
-    def measure(settings, repeat, slower_than_ms=None):
+    def measure(settings, repeat, slower_than_ms=None, **_):
         bf16 = settings.get("precision.mode") == "bf16"
         calls.append(dict(settings))
         busy = bf16 and (len([c for c in calls if c.get("precision.mode") == "bf16"]) == 1 or second_busy)
@@ -123,7 +123,7 @@ def test_the_load_said_is_the_most_any_trial_saw_not_the_baselines():
     from torchboost.tune.search.pairs import Runner
 
     loads = iter([1.0, 67.0, 20.0])
-    runner = Runner(lambda settings, repeat: TrialResult(settings=dict(settings), repeat=repeat, step_ms=[1.0],
+    runner = Runner(lambda settings, repeat, **_: TrialResult(settings=dict(settings), repeat=repeat, step_ms=[1.0],
                                                          load_pct=next(loads)), TuneBudget(100.0, clock=lambda: 0.0))
     for _ in range(3):
         runner(Overlay())

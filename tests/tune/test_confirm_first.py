@@ -32,7 +32,7 @@ class HostScript:
     def clock(self) -> float:
         return self.now
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         key = (settings.get("loader.num_workers", 0), settings.get("cpu.threads", 2),
                settings.get("loader.sharing_strategy") == "file_system")
         ms = self.ms.get(key, 100.0) * next(self._noise)

@@ -72,7 +72,7 @@ def test_the_first_candidate_on_a_script_that_does_not_reproduce_itself_is_judge
     # Each run of the script draws other augmentations: its own losses differ by ~3% run to
     # run. The first candidate comes before any repeat: the baseline runs once more first.
     class Unreproducible(FakeScript):
-        def __call__(self, settings, repeat):
+        def __call__(self, settings, repeat, **_):
             result = super().__call__(settings, repeat)
             draw = len(self.calls) % 3 - 1  # 0, +1, -1, 0, ...: no two runs in a row draw alike
             result.losses = [x * (1 + draw * 0.03 * (i % 2)) for i, x in enumerate(result.losses)]
@@ -99,7 +99,7 @@ def test_runs_that_vary_by_over_100_percent_call_no_faster_candidate_slower(swin
     loads = iter([1.0, swing] * 50)  # the baseline's runs, one after the other
     clock = [0.0]
 
-    def busy(settings, repeat):
+    def busy(settings, repeat, **_):
         ms = 80.0 if settings.get("precision.mode") == "bf16" else 100.0 * next(loads)
         clock[0] += 10.0
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 30, losses=[1.0] * 30,

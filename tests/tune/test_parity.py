@@ -85,7 +85,7 @@ def _search_unseeded():
 
     seeds = iter(range(100))
 
-    def unseeded(settings, repeat):  # every run draws its own batches; fused AdamW is 20% faster
+    def unseeded(settings, repeat, **_):  # every run draws its own batches; fused AdamW is 20% faster
         ms = 80.0 if settings.get("optimizer.implementation") == "fused" else 100.0
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[ms] * 5, losses=_unseeded_run(next(seeds)),
                            samples_per_step=32)
@@ -142,7 +142,7 @@ def _search_wide_spread(candidate_offset: float):
     # search runs them in: the script's own spread is about 8%.
     offsets = iter([0.0, 0.04, -0.04] * 30)
 
-    def unseeded(settings, repeat):  # fused AdamW 20% faster, ending away from the baseline's runs
+    def unseeded(settings, repeat, **_):  # fused AdamW 20% faster, ending away from the baseline's runs
         fused = settings.get("optimizer.implementation") == "fused"
         losses = _offset_run(candidate_offset if fused else next(offsets))
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[80.0 if fused else 100.0] * 5,
@@ -229,7 +229,7 @@ def test_a_change_judged_on_a_kept_one_asks_the_kept_configurations_own_repeats(
 
     seeds = iter(range(100))
 
-    def measure(settings, repeat):
+    def measure(settings, repeat, **_):
         losses = _unseeded_run(0 if seeded else next(seeds))
         if seeded and settings.get("optimizer.implementation") == "fused":
             losses = [x * 1.05 for x in losses]  # a real departure, from the first step

@@ -36,7 +36,7 @@ class FakeScript:
         self.noise = itertools.cycle([1.0, 1.0 + noise, 1.0 - noise])
         self.calls = []
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         self.calls.append((dict(settings), repeat))
         host = (settings.get("loader.num_workers", 0), settings.get("cpu.threads", 2))
         ms = HOST_MS.get(host, 100.0)
@@ -134,7 +134,7 @@ def test_budget_stops_with_best_so_far():
 
 
 def test_failed_baseline_is_reported():
-    def crash(settings, repeat):
+    def crash(settings, repeat, **_):
         return TrialResult(settings=settings, repeat=repeat, ok=False, error="exit code 1")
 
     outcome = run_search(default_levers(), CPU2, crash)
@@ -214,7 +214,7 @@ def test_statistical_parity(candidate, ok):
 
 
 def test_non_finite_baseline_loss_stops_the_search():
-    def nan_baseline(settings, repeat):
+    def nan_baseline(settings, repeat, **_):
         return TrialResult(settings=settings, repeat=repeat, step_ms=[10.0] * 3, losses=[1.0, math.nan])
 
     outcome = run_search(default_levers(), CPU2, nan_baseline)
@@ -233,7 +233,7 @@ def test_after_bf16_is_kept_fp32_levers_are_judged_against_the_bf16_run():
 
 def test_a_candidate_that_crashes_when_measured_again_is_not_kept():
     class CrashOnRepeat(FakeScript):
-        def __call__(self, settings, repeat):
+        def __call__(self, settings, repeat, **_):
             result = super().__call__(settings, repeat)
             if settings.get("optimizer.implementation") == "fused" and repeat > 0:
                 result.ok, result.error = False, "exit code 1"
@@ -268,7 +268,7 @@ def _two_lever_script(calls):
     # One worker is loader-bound at about 11.5 ms whatever the model does (channels_last
     # gains 2% there: too little to keep); a second worker only pays once channels_last
     # has freed the training process's core (2 cores, 3 processes).
-    def measure(settings, repeat):
+    def measure(settings, repeat, **_):
         calls.append(dict(settings))
         workers = settings.get("loader.num_workers", 0)
         cl = settings.get("memory.channels_last", False)
@@ -395,7 +395,7 @@ def test_the_same_change_on_a_quiet_baseline_is_kept():
 class FixedCostScript(FakeScript):
     """Workers make each step 10% faster but cost 3 s each time the script starts."""
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         result = super().__call__(settings, repeat)
         result.fixed_s = 2.0 + (3.0 if settings.get("loader.num_workers", 0) else 0.0)
         return result
@@ -415,7 +415,7 @@ def test_a_fixed_cost_the_planned_run_cannot_repay_is_not_kept():
 
 def test_a_pair_run_on_a_busy_machine_is_measured_again():
     class Busy(FakeScript):
-        def __call__(self, settings, repeat):
+        def __call__(self, settings, repeat, **_):
             result = super().__call__(settings, repeat)
             result.load_pct = 60.0 if settings.get("optimizer.implementation") == "fused" and repeat == 1 else 0.0
             return result
@@ -435,7 +435,7 @@ def test_a_machine_busy_throughout_is_said_though_no_pair_stands_out(load, warne
     # matmul loop beside the vision workload: 1269 ms a step): no pair is busier than the
     # baseline, so only this says it. Twin: a little load is not worth a word.
     class Busy(FakeScript):
-        def __call__(self, settings, repeat):
+        def __call__(self, settings, repeat, **_):
             result = super().__call__(settings, repeat)
             result.load_pct = load
             return result
@@ -463,7 +463,7 @@ def test_bf16_is_skipped_when_the_probe_shows_its_matmul_far_slower():
 
 def test_a_screened_candidate_far_slower_stops_early():
     class Stoppable(FakeScript):
-        def __call__(self, settings, repeat, slower_than_ms=None):
+        def __call__(self, settings, repeat, slower_than_ms=None, **_):
             result = super().__call__(settings, repeat)
             if slower_than_ms is not None and result.ms_per_step > slower_than_ms:
                 result.step_ms, result.stopped_early = result.step_ms[:5], True

@@ -54,11 +54,12 @@ def test_a_measure_wrapped_with_keywords_still_stops_decided_pairs(wrapped):
     assert script.now < 900  # the pairs' B's stopped once decided: 833 s against 1010 s in full
 
 
-def test_a_measure_without_keywords_is_not_handed_them():
-    """The twin of the wrapper: a measure taking only (settings, repeat) runs every trial in full."""
+def test_a_measure_that_ignores_the_keywords_runs_every_trial_in_full():
+    """The twin of the wrapper: a measure that takes the fixed keywords and cannot stop a
+    trial runs every trial in full."""
     script = SlowScript(factors={("precision.mode", "bf16"): 0.66})
     context = dataclasses.replace(CPU2, measured=BF16)
     levers = _pairs_only(order_levers(default_levers(), {}, BF16))
-    run_search(levers, context, lambda settings, repeat: script(settings, repeat), SearchOptions(budget_s=3000),
+    run_search(levers, context, lambda settings, repeat, **_: script(settings, repeat), SearchOptions(budget_s=3000),
                clock=script.clock)
     assert script.now > 900

@@ -21,7 +21,7 @@ class FusedInBf16(FakeScript):
                          compile_s=2.0)
         self.together = together
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         result = super().__call__(settings, repeat)
         if settings.get("precision.mode") == "bf16" and settings.get("compile.mode", "off") != "off":
             result.step_ms = [ms * self.together for ms in result.step_ms]

@@ -129,7 +129,7 @@ def _search_with_probe(cpu_bf16_speedup: float):
     losses = {False: _overflow_losses(False), True: _overflow_losses(True)}
     measured = []
 
-    def measure(settings, repeat):
+    def measure(settings, repeat, **_):
         bf16 = settings.get("precision.mode") == "bf16"
         measured.append(dict(settings))
         return TrialResult(settings=dict(settings), repeat=repeat, step_ms=[5.0 if bf16 else 10.0] * 5,

@@ -44,7 +44,7 @@ class MemoryScript:
         self.noise = itertools.cycle([1.0, 1.0 + noise, 1.0 - noise])
         self.calls: list[dict] = []
 
-    def __call__(self, settings, repeat):
+    def __call__(self, settings, repeat, **_):
         self.calls.append(dict(settings))
         ms, peak = 100.0, 10 * GiB
         micro = settings.get("accumulation.micro_batch_size")
@@ -93,7 +93,7 @@ def test_no_limit_and_no_measured_peak_reject_nothing():
     assert _search(MemoryScript(fused_extra=2 * GiB), limit=None).settings == FUSED
 
     class Unmeasured(MemoryScript):
-        def __call__(self, settings, repeat):
+        def __call__(self, settings, repeat, **_):
             result = super().__call__(settings, repeat)
             result.peak_memory_bytes = 0  # a measure that reports no memory
             return result
@@ -159,7 +159,7 @@ def test_when_no_memory_lever_fits_the_search_warns_and_holds_the_peak():
 
 def test_a_memory_lever_is_not_stopped_early_for_being_slower():
     class Stoppable(MemoryScript):
-        def __call__(self, settings, repeat, slower_than_ms=None):
+        def __call__(self, settings, repeat, slower_than_ms=None, **_):
             result = super().__call__(settings, repeat)
             result.stopped_early = slower_than_ms is not None and result.ms_per_step > slower_than_ms
             return result

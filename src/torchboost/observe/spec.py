@@ -41,7 +41,7 @@ from torchboost import _json as strict_json
 from torchboost._io import atomic_write_bytes
 from torchboost.evidence.observed import Facts
 
-__all__ = ["ObserveSpec", "Bursts", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "RUN_FILES", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
+__all__ = ["ObserveSpec", "MIN_TIMED_STEPS", "FACTS_FILE", "TRACE_FILE", "RUN_FILES", "tree_file", "REPLAY_STEPS", "rank_file", "ProgressFile", "stage_of",
            "ChildCount", "StepCounter", "read_count", "reconcile"]
 
 FACTS_FILE = "facts.json"
@@ -70,27 +70,6 @@ def tree_file(name: str, pid: int) -> str:
     """``facts.pid123.json`` for process 123 of a tree (``trace.pid123.pt.trace.json``)."""
     stem, dot, suffix = name.partition(".")
     return f"{stem}.pid{pid}{dot}{suffix}"
-
-
-@dataclass(frozen=True)
-class Bursts:
-    """A burst trial's plan (see :attr:`ObserveSpec.bursts`)."""
-
-    change: dict[str, Any]
-    """The candidate's change, dotted names (``{"precision.mode": "bf16"}``)."""
-    steps: int = 1
-    """Steps in one burst."""
-    pairs: int = 8
-    """Pairs of bursts, plain then switched, at most."""
-    min_gain: float | None = None
-    """The least gain the search asks (0.03): the bursts end once their pairs decide the
-    candidate faster, slower or of no gain by it (at least ``MIN_DECIDING_PAIRS`` of them);
-    None: every pair runs."""
-
-    def spec_fields(self) -> dict[str, Any]:
-        """The :class:`ObserveSpec` fields that carry it."""
-        return {"bursts": dict(self.change), "burst_steps": max(1, self.steps), "burst_pairs": max(1, self.pairs),
-                "burst_min_gain": self.min_gain}
 
 
 MIN_TIMED_STEPS = 6
@@ -153,18 +132,6 @@ class ObserveSpec:
     (:mod:`torchboost.observe.record.sequential_stop`); None runs every step."""
     stop_decided_margin: float = 0.03
     """The fraction a decided ratio must clear (the search's least gain or noise floor)."""
-    bursts: dict[str, Any] | None = None
-    """A tuning trial's burst measure (a busy machine): a candidate's change, dotted names. After
-    the recorded steps, the switch that makes it in-process is alternated with plain steps,
-    ``burst_steps`` at a time, for ``burst_pairs`` pairs (:mod:`torchboost.observe.probes.quick`),
-    then the script is stopped; None: no bursts."""
-    burst_steps: int = 1
-    """Steps in one burst of a burst trial."""
-    burst_pairs: int = 8
-    """Pairs of bursts (plain, switched) in a burst trial, at most."""
-    burst_min_gain: float | None = None
-    """A burst trial's bursts end once their pairs decide the candidate by this least gain
-    (:class:`Bursts`' ``min_gain``); None: all ``burst_pairs`` run."""
     stall_timeout_s: float | None = 60.0
     """No step boundary for this long (or 20 median steps, when longer) ends the run as
     stalled; None never does."""
@@ -175,8 +142,9 @@ class ObserveSpec:
     """The process's rank in a torchrun job: rank 0 writes facts.json and trace.pt.trace.json,
     rank R ``facts.rankR.json`` and ``trace.rankR.pt.trace.json``; only rank 0 writes progress."""
     command: list[str] = field(default_factory=list)
-    """The user's command, as typed, for the facts. (A tuning trial's settings are not
-    here: they reach the child once, through :mod:`torchboost.handover`.)"""
+    """The user's command, as typed, for the facts. (A tuning trial's settings, a burst
+    trial's switches among them, are not here: they reach the child once, in the plan,
+    through :mod:`torchboost.handover`.)"""
     pid: int | None = None
     """Set for a process of the command's tree (:meth:`for_process`): its files are tagged
     with this process id, since its rank is not known when it starts."""

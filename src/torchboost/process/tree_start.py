@@ -46,7 +46,8 @@ def start(spec_path: str) -> object | None:
     if tree.observer is not None:
         # Named by the starter, not imported here: the observer stands above this room.
         observer = importlib.import_module(tree.observer)
-        return observer.observe_process(tree.observe_spec, applier=applier, claims=claims)
+        return observer.observe_process(tree.observe_spec, applier=applier, claims=claims,
+                                        bursts=plan.bursts if plan is not None else None)
     if applier is not None:
         atexit.register(_say_applied, applier)
     return None

@@ -137,6 +137,12 @@ class FrameworkSpelling:
     """Plain-PyTorch lines for a part of the setting no framework has a flag for: every
     framework's export lists them, whatever flags it has for the rest."""
 
+    def training_arguments(self) -> str:
+        """The ``TrainingArguments(...)`` call with the Trainer's keywords, on one line; ""
+        where it has none."""
+        keywords = {k: v for k, v in self.transformers.items() if v is not None}
+        return ("TrainingArguments(" + ", ".join(f"{k}={v!r}" for k, v in keywords.items()) + ")") if keywords else ""
+
 
 @dataclass(frozen=True)
 class Rule:

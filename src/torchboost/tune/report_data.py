@@ -32,8 +32,9 @@ from typing import Any
 from torchboost.config import BoostConfig
 from torchboost.config_files import ConfigError, config_text, find_config
 from torchboost.frameworks import spell, training_arguments
+from torchboost.tune.ending import toml_header
+from torchboost.tune.run_data import TuneRun
 from torchboost.tune.search.memory_limit import limit_source
-from torchboost.tune.tuner import TuneRun, toml_header
 from torchboost.tune.search import Decision, Status, WaterfallStep
 from torchboost.tune.trials.trial_result import describe_settings
 

@@ -1,4 +1,8 @@
-"""What a tune is asked (:class:`TuneOptions`) and what it produced (:class:`TuneRun`): plain data."""
+"""What a tune is asked (:class:`TuneOptions`) and what it produced (:class:`TuneRun`): plain data.
+
+It holds the search's outcome and the check's records, and depends on neither the check nor
+anything above it: those records are plain data with the trials' (:mod:`.trials.check_runs`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,7 @@ from typing import Any
 from torchboost.config import BoostConfig, Overlay
 from torchboost.evidence.observed import Facts
 from torchboost.tune.search.decision import TuneOutcome
-from torchboost.tune.unverified import Unverified
-from torchboost.tune.verify.end_to_end import EndToEnd
+from torchboost.tune.trials.check_runs import EndToEnd, Unverified
 
 __all__ = ["TuneOptions", "TuneRun"]
 

@@ -19,7 +19,7 @@ from torchboost.config import BoostConfig, Overlay
 from torchboost.diagnose import diagnose
 from torchboost.diagnose.headroom import limits_device, step_dtype
 from torchboost.limits import machine_limits
-from torchboost.plan import Plan
+from torchboost.plan import Bursts, Plan
 from torchboost.techniques.fp32_math import fp32_matmul_dtype
 from torchboost.techniques.precision import autocast_dtype
 from torchboost.evidence.observed import Facts
@@ -27,7 +27,6 @@ from torchboost.process.launch import parse_launch
 from torchboost.process.guard.run_guard import summed_writes
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
-from torchboost.observe.spec import Bursts
 from torchboost.tune.search.coverage import CoverageNotes
 from torchboost.tune.config_file import settings_to_config, user_config, write_config
 from torchboost.tune.budget import ENDING_S, TuneBudget
@@ -90,12 +89,11 @@ def _journaled_measure(journal: Journal, command: Sequence[str], options: TuneOp
         # switched step is set aside too); 5 steps of 4 s were 20 s of each such trial.
         warmup = min(options.warmup, BURST_WARMUP) if bursts else options.warmup
         # The one place the search's settings meet the user's configuration: resolved once
-        # into the plan the trial's process applies.
+        # into the plan the trial's process applies, a burst trial's switches with them.
         result = run_trial(TrialRequest(
-            command=command, settings=settings, repeat=repeat, plan=Plan.tuned(settings, base), steps=steps,
+            command=command, settings=settings, repeat=repeat, plan=Plan.tuned(settings, base, bursts), steps=steps,
             warmup=warmup, out_dir=trials_dir / "current", timeout_s=timeout_s, slower_than_ms=slower_than_ms,
-            stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger, decide=decide,
-            bursts=bursts))
+            stall_timeout_s=options.stall_timeout_s, writes_ledger=options.writes_ledger, decide=decide))
         if not result.ok and timeout_s == granted_s and (result.error or "").startswith("timed out"):
             result.error = _past_budget(options, f"{granted_s:.0f} s were")
         journal.append(result)
@@ -278,7 +276,7 @@ def tune_script(
     # the end-to-end check's time from it.
     search_options = SearchOptions(budget_s=budget.search_s(), min_gain=options.min_gain,
                                    max_repeats=options.max_repeats, run_steps=run_steps,
-                                   trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS)
+                                   trial_steps=options.steps_per_trial or MIN_TRIAL_STEPS, bursts=True)
     # What a lever with a long fixed cost (max-autotune's compile) needs to know it can pay.
     context = dataclasses.replace(context, planned_steps=run_steps, budget_s=search_options.budget_s)
     coverage, measure = CoverageNotes(), _journaled_measure(journal, command, options, base, on_trial)

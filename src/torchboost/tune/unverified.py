@@ -14,17 +14,15 @@ torchboost.unverified.toml`` applies it as it would the other file.
 from __future__ import annotations
 
 import math
-import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from torchboost._io import atomic_write_bytes
 from torchboost.config import BoostConfig
 from torchboost.tune.search.decision import Status, TuneOutcome
+from torchboost.tune.trials.check_runs import CLAIM_PAIRS, EndToEnd, Unverified
 from torchboost.tune.trials.trial_result import describe_settings
-from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
 
 __all__ = ["UNVERIFIED_NAME", "Unverified", "as_typed", "compare_command", "measured_words", "unverified_path",
            "write_unverified", "check_unfinished"]
@@ -38,48 +36,6 @@ COMPARE_LOSS_STEPS = 30
 """Observed steps of each side whose losses ``torchboost compare`` judges (its default)."""
 COMPARE_DEFAULT_BUDGET_S = 1800.0
 """``torchboost compare``'s own --budget: the printed command raises it where the runs need more."""
-
-
-@dataclass(frozen=True)
-class Unverified:
-    """The measured configuration written apart, and how to verify it."""
-
-    path: Path
-    """Where it was written (``torchboost.unverified.toml`` beside the user's file)."""
-    measured: tuple[str, ...]
-    """Each kept change with what the search measured of it, in words."""
-    command: tuple[str, ...]
-    """The ``torchboost compare`` command that verifies it end to end."""
-    expected_s: float | None
-    """Seconds that command is expected to take (None: the planned run's length is unknown)."""
-    tune_again: tuple[str, ...] = ()
-    """The ``torchboost tune --resume --budget B`` command that finishes the check instead:
-    the diagnosis and the trials reused from the journal, the check given the time of the
-    pairs a claim rests on; empty where not worked out."""
-    tune_again_s: float | None = None
-    """The most seconds ``tune_again`` takes: its --budget and the slack."""
-
-    def words(self) -> str:
-        """"the measured configuration is in torchboost.unverified.toml ...", for the verdict."""
-        took = f" (about {_duration(self.expected_s)})" if self.expected_s is not None else ""
-        again = (f"{shlex.join(self.tune_again)} (its trials reused: at most {_duration(self.tune_again_s)}), or with "
-                 "whole runs: " if self.tune_again and self.tune_again_s is not None else "")
-        return (f"measured {'; '.join(self.measured)}; written to {self.path.name}, your torchboost.toml left as "
-                f"it was; verify it end to end with: {again}{shlex.join(self.command)}{took}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """report.json's ``unverified``."""
-        return {"path": str(self.path), "measured": list(self.measured), "command": list(self.command),
-                "expected_s": self.expected_s, "tune_again": list(self.tune_again),
-                "tune_again_s": self.tune_again_s}
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def check_unfinished(e2e: EndToEnd | None, min_gain: float, asked_pairs: int = CLAIM_PAIRS) -> bool:

@@ -46,16 +46,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One Claims for the process: a Booster in the script claims there what it applies;
     # the applier then stands down for it and the recorder reports that a Booster ran.
     claims = handover.process_claims()
-    recorder = StepRecorder(spec, claims=claims)
+    # A tuning trial's plan, read once: what only a Booster can apply (fp16, accumulation) is
+    # left to the Booster, which reads the same hand-over; the rest is applied from outside,
+    # and a burst trial's switches are the recorder's to alternate.
+    plan = handover.trial_plan()
+    recorder = StepRecorder(spec, claims=claims, bursts=plan.bursts if plan is not None else None)
     # Our parent: torchboost (from the spec: it may already be gone, and then getppid() is
     # init's), or under torchrun the agent that started this rank.
     parent = os.getppid() if _env.is_torchrun_rank() or spec.parent_pid is None else spec.parent_pid
     polls_parent = not die_with_parent(parent)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"),
                              parent_pid=parent if polls_parent else None).start()
-    # A tuning trial's settings: what only a Booster can apply (fp16, accumulation) is
-    # left to the Booster, which reads the same hand-over; the rest is applied from outside.
-    plan = handover.trial_plan()
     applier = Applier(plan, claims=claims).install() if plan is not None and plan.apply else None
     guard = guard_of(spec)
     instrumentation = Instrumentation(recorder).install()

@@ -36,6 +36,7 @@ from torchboost.observe.child.watchdog import StallWatchdog
 from torchboost.observe.hooks.instrument import Instrumentation
 from torchboost.observe.record.recorder import StepRecorder
 from torchboost.observe.spec import ObserveSpec
+from torchboost.plan import Bursts
 
 __all__ = ["TreeTerminated", "observe_process"]
 
@@ -49,12 +50,14 @@ class TreeTerminated(SystemExit):
         self.signum = signum
 
 
-def observe_process(spec_path: str, *, applier: Applier | None, claims: Claims) -> StepRecorder:
+def observe_process(spec_path: str, *, applier: Applier | None, claims: Claims,
+                    bursts: Bursts | None = None) -> StepRecorder:
     """Observe this process (called once it has imported torch, by the start-up of the
     tree's processes, :mod:`torchboost.process.tree_start`, which has installed the write
-    guard and ``applier``, the settings handed over); returns the recorder."""
+    guard and ``applier``, the settings handed over; ``bursts``: a burst trial's switches,
+    from the same plan); returns the recorder."""
     spec = ObserveSpec.read(spec_path).for_process(os.getpid())
-    recorder = StepRecorder(spec, claims=claims)
+    recorder = StepRecorder(spec, claims=claims, bursts=bursts)
     watchdog = StallWatchdog(recorder, spec.stall_timeout_s or float("inf"), torchboost_pid=spec.parent_pid,
                              after_first_step=True).start()
     instrumentation = Instrumentation(recorder).install()

@@ -2,7 +2,8 @@
 
 :func:`~torchboost.observe.parent.supervise.run_observed` takes a :class:`RunRequest`: the
 doctor's run (profiled, echoed, bounded by steps or ``record_s``), a tuning trial (a
-configuration applied, no profiler window, stopped early once slower or decided, bursts),
+configuration applied, no profiler window, stopped early once slower or decided; a burst
+trial's switches are in its plan),
 an end-to-end check's capped run. What varies between them is data here, not sixteen
 keyword arguments.
 """
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.plan import Plan
-from torchboost.observe.spec import Bursts
 from torchboost.usage import UsageError
 
 __all__ = ["DOCTOR_PRECISION", "DOCTOR_RECORD_S", "DOCTOR_STEPS", "DOCTOR_WARMUP", "doctor_bounds", "RunRequest"]
@@ -39,7 +39,8 @@ class RunRequest:
     """Warm-up ends as soon as its steps settled (``warmup`` is then its most)."""
     apply: Plan | None = None
     """A trial's plan, resolved once by whoever asks for the run (it reaches the child whole,
-    through :mod:`torchboost.handover`: written once, read once)."""
+    through :mod:`torchboost.handover`: written once, read once), a burst trial's switches
+    included (:attr:`Plan.bursts`)."""
     profile: bool = True
     """A profiler window after the recorded steps (the doctor's); False for trials."""
     echo: bool = True
@@ -54,8 +55,6 @@ class RunRequest:
     """A trial stops once its first steps are slower than this each."""
     stop_decided: tuple[float, float] | None = None
     """(the incumbent's ms/step, the margin): a trial stops once its steps decide its ratio."""
-    bursts: Bursts | None = None
-    """A burst trial: the candidate's change alternated in-process after the recorded steps."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -73,8 +72,6 @@ class RunRequest:
             fields.update(profile_warmup=0, profile_active=0, line_sample_ms=None)
         if self.stop_decided is not None:
             fields.update(stop_decided_ms=self.stop_decided[0], stop_decided_margin=self.stop_decided[1])
-        if self.bursts is not None:
-            fields.update(self.bursts.spec_fields())
         return fields
 
 

@@ -23,7 +23,8 @@ whole), or ``QUICK_MIN_S`` when that is more: a switch whose steps would not fit
 probed, and says so. Steps of a second or more are probed in two pairs, not three.
 
 A tuning trial on a busy machine uses the same driver for one candidate (its burst trial,
-``ObserveSpec.bursts``): the switch that makes exactly the candidate's change
+the plan's :attr:`~torchboost.plan.Plan.bursts`, handed over with its settings): the switch
+that makes exactly the candidate's change
 (:func:`switch_for`), alternated in bursts of a few steps, plain then switched, for as many
 pairs as the trial asks; the pairs' ratios are the candidate's against the incumbent, each
 measured within seconds, under the same load.
@@ -31,9 +32,11 @@ measured within seconds, under the same load.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
+
+from torchboost.config import Overlay
 
 from torchboost.evidence.observed import Facts, QuickProbeFacts
 from torchboost.techniques.registry import ProbeContext, QuickSwitch, techniques
@@ -92,19 +95,19 @@ def choose_switches(facts: Facts, ctx: ProbeContext) -> tuple[list[QuickSwitch],
     return [switch for _, switch in sorted(chosen, key=lambda c: -c[0])], errors
 
 
-def switch_for(setting: dict[str, Any], ctx: ProbeContext) -> tuple[QuickSwitch | None, str]:
-    """The switch that makes exactly ``setting`` (a candidate's change, dotted names) in the
-    live process, or None and why none does (no technique has such a switch, or it cannot
-    apply here: the script's own autocast, a compiled model)."""
-    wanted = dict(setting)
+def switch_for(change: Mapping[str, Any], ctx: ProbeContext) -> tuple[QuickSwitch | None, str]:
+    """The switch that makes exactly ``change`` (a burst trial's, from its plan) in the live
+    process, or None and why none does (no technique has such a switch, or it cannot apply
+    here: the script's own autocast, a compiled model)."""
+    wanted = Overlay(change)
     for technique in techniques():
         if technique.quick_probe is None:
             continue
         switch = technique.quick_probe(ctx)
-        if switch is not None and dict(switch.setting) == wanted:
+        if switch is not None and Overlay(switch.setting) == wanted:
             return switch, ""
-    change = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or "no change"
-    return None, f"no switch makes {change} in the running script (none exists, or it cannot apply here)"
+    words = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or "no change"
+    return None, f"no switch makes {words} in the running script (none exists, or it cannot apply here)"
 
 
 def _finite(loss: Any) -> bool:

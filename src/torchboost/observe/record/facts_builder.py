@@ -32,6 +32,7 @@ from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.record.stages import RunStages
 from torchboost.observe.record.step_timing import StepTiming
 from torchboost.observe.spec import ObserveSpec
+from torchboost.plan import Bursts
 from torchboost.reach import sample_clock
 from torchboost.techniques.registry import ProbeContext
 
@@ -74,6 +75,8 @@ class RecordedParts:
     """The observer's failures so far, which the facts report; the builder's own are added."""
     host: HostLog = field(default_factory=HostLog)
     """The checkpoint writes and output calls timed outside the phases."""
+    bursts: Bursts | None = None
+    """A burst trial's switches, from the plan handed over; None: none."""
 
 
 def uses_cuda(model: ModelFacts | None, probe_started_cuda: bool) -> bool:
@@ -123,7 +126,7 @@ def probe_context(parts: RecordedParts, device: str) -> ProbeContext:
     return ProbeContext(model=seen.model(), optimizer=seen.primary_optimizer(), loader=None,
                         device=device.split(":")[0], autocast_dtype=seen.autocast_dtype(device),
                         grad_scaler=parts.losses.scaler is not None,
-                        other_load_pct=load.pct if load.measured else None, wanted=dict(parts.spec.bursts or {}),
+                        other_load_pct=load.pct if load.measured else None, wanted=parts.bursts.change if parts.bursts else {},
                         host_lines=tuple(parts.host.lines.lines()) if parts.host.lines is not None else ())
 
 

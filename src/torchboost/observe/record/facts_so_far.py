@@ -20,6 +20,7 @@ from torchboost.evidence.observed import Facts, QuickProbeFacts
 from torchboost.evidence.quick_probe import bursts_decided
 from torchboost.observe.probes.quick import QuickProbes, choose_switches, quick_budget_ms, quick_pairs, switch_for
 from torchboost.observe.record.facts_builder import RecordedParts, build_facts, probe_context, uses_cuda
+from torchboost.plan import Bursts
 from torchboost.techniques.registry import ProbeContext
 
 __all__ = ["FactsSoFar"]
@@ -80,8 +81,8 @@ class FactsSoFar:
             parts = self._parts
             ctx = probe_context(parts, facts.model.device if facts.model else "cpu")
             step_ms = statistics.median(s.total_ms for s in facts.steps)
-            if parts.spec.bursts:  # a burst trial: its one switch is given, no estimate orders it
-                return _start_bursts(quick, parts, ctx, step_ms)
+            if parts.bursts is not None:  # a burst trial: its one switch is given, no estimate orders it
+                return _start_bursts(quick, parts, parts.bursts, ctx, step_ms)
             if facts.model is not None and facts.model.device == "cpu" and self.bf16_speedup is None:
                 self._measure_bf16()  # ~0.1 s, between steps: the estimates that order the probes use it
             facts.cpu_bf16_speedup = self.bf16_speedup
@@ -106,14 +107,13 @@ class FactsSoFar:
             self._parts.errors.append(f"{getattr(fn, '__name__', 'observer')}: {type(exc).__name__}: {exc}")
 
 
-def _start_bursts(quick: QuickProbes, parts: RecordedParts, ctx: ProbeContext, step_ms: float) -> bool:
-    """A burst trial: the switch making the trial's candidate change, for the spec's pairs of
-    bursts, however long they take; False (its result saying why) when no switch makes it."""
-    spec = parts.spec
-    switch, why = switch_for(spec.bursts or {}, ctx)
+def _start_bursts(quick: QuickProbes, parts: RecordedParts, bursts: Bursts, ctx: ProbeContext, step_ms: float) -> bool:
+    """A burst trial: the switch making the plan's candidate change, for its pairs of bursts,
+    however long they take; False (its result saying why) when no switch makes it."""
+    switch, why = switch_for(bursts.change, ctx)
     if switch is None:
         quick.results.append(QuickProbeFacts(finding_id="", label="bursts", error=why))
         return False
-    decided = None if spec.burst_min_gain is None else partial(bursts_decided, min_gain=spec.burst_min_gain)
+    decided = None if bursts.min_gain is None else partial(bursts_decided, min_gain=bursts.min_gain)
     return quick.start([switch], budget_ms=math.inf, step_ms=step_ms, loss=parts.losses.last,
-                       pairs=spec.burst_pairs, burst=spec.burst_steps, decided=decided)
+                       pairs=bursts.pairs, burst=bursts.steps, decided=decided)

@@ -56,6 +56,7 @@ from torchboost.observe.record.phases import (
 from torchboost.observe.record.run_output import RunOutput
 from torchboost.observe.record.script_objects import ScriptObjects
 from torchboost.observe.spec import ObserveSpec
+from torchboost.plan import Bursts
 from torchboost.observe.record.stages import RunStages
 from torchboost.observe.record.step_timing import StepTiming, one_rank_of_many
 
@@ -64,24 +65,24 @@ __all__ = ["StepRecorder", "StopObserving", "DATA", "FORWARD", "BACKWARD", "OPTI
 
 class StepRecorder:
     """Turns hook calls into :class:`StepRecord` s and :class:`Facts` (see module docstring).
-    ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`);
-    by default a ``Claims`` of its own: no Booster. ``profiler_quiet``: the profiler window's ``quiet``."""
+    ``claims``: what a Booster in the script applies itself (:mod:`torchboost.handover`), by default
+    none; ``profiler_quiet``: the profiler window's ``quiet``; ``bursts``: a burst trial's, from its plan."""
 
-    def __init__(self, spec: ObserveSpec, *, clock: Callable[[], float] = time.perf_counter,
-                 claims: Claims | None = None, profiler_quiet: Quiet = contextlib.nullcontext) -> None:
+    def __init__(self, spec: ObserveSpec, *, clock: Callable[[], float] = time.perf_counter, claims: Claims | None = None,
+                 profiler_quiet: Quiet = contextlib.nullcontext, bursts: Bursts | None = None) -> None:
         self.spec = spec
         self.clock = clock
         self.timing = StepTiming(spec, clock)
         self.losses = LossCapture()
         self.seen = ScriptObjects(clock)
-        self.stages = RunStages(spec, self.timing, self.losses, profiler_quiet=profiler_quiet)
+        self.stages = RunStages(spec, self.timing, self.losses, profiler_quiet=profiler_quiet, burst_trial=bool(bursts))
         self.host = HostLog(self.timing, self.stages, lambda: self.current, line_sample_ms=spec.line_sample_ms)
         self.output = RunOutput(spec, clock, self.timing.window)
         self.run = RunState()  # how steps are counted, what was applied, how the run ended
         self.current: int | None = None  # the phase now (DATA...OPTIMIZER, None between): the watchdog says it
         self.errors: list[str] = []  # the observer's own failures: recorded, never raised into the script
         self.built = FactsSoFar(RecordedParts(spec, self.timing, self.losses, self.seen, self.stages, self.run,
-                                                  self.errors, self.host))
+                                                  self.errors, self.host, bursts))
         self.on_warmup_end: list[Callable[[list[torch.nn.Module]], None]] = []  # given the roots at warm-up end
         self._claims = claims if claims is not None else Claims()
         self._claims_before = self._claims.names()

@@ -9,8 +9,8 @@ the window, a bounded run times a few steps fed with batches already seen
 (:class:`~torchboost.observe.probes.replay.ReplayBatches`), then each switchable finding's fix
 for a few steps against plain ones (:class:`~torchboost.observe.probes.quick.QuickProbes`), then
 is over. Neither kind of probe step is recorded: they are in no figure but their own. A tuning
-trial has no profiler window; a burst trial (``spec.bursts``) runs its bursts right after its
-recorded steps.
+trial has no profiler window; a burst trial (its plan's switches, handed over) runs its bursts
+right after its recorded steps.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class RunStages:
     """The run's course by step boundaries, and the profiler window it drives."""
 
     def __init__(self, spec: ObserveSpec, timing: StepTiming | None = None, losses: Any = None, *,
-                 profiler_quiet: Quiet = contextlib.nullcontext) -> None:
+                 profiler_quiet: Quiet = contextlib.nullcontext, burst_trial: bool = False) -> None:
         self._spec = spec
+        self._burst_trial = burst_trial  # its plan's switches are alternated after the recorded steps
         self._timing = timing
         self._losses = losses
         self._profiler_quiet = profiler_quiet
@@ -99,7 +100,7 @@ class RunStages:
             return not quick.after_step(timing.last_ms if timing is not None else 0.0, loss)
         if quick.results or self.quick_start is None:
             return True
-        if not self._spec.bursts and (not self._spec.profile_steps or not (first or self.replay.step_ms)):
+        if not self._burst_trial and (not self._spec.profile_steps or not (first or self.replay.step_ms)):
             return True  # tune's trials (no profiler window) probe only as burst trials
         return not self.quick_start(quick)
 

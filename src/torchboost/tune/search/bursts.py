@@ -26,7 +26,7 @@ from typing import Sequence
 
 from torchboost.config import Overlay
 from torchboost.evidence.quick_probe import BURST_Z, FASTER, NO_GAIN, SLOWER, burst_verdict, pairs_agree
-from torchboost.observe.spec import Bursts
+from torchboost.plan import Bursts
 from torchboost.tune.search.decision import Status
 
 __all__ = ["BURST_MS", "BURST_Z", "MIN_BURST_PAIRS", "MAX_BURST_PAIRS", "MAX_BURST_RUNS", "plan_bursts", "burst_verdict",
@@ -49,7 +49,7 @@ def plan_bursts(change: Overlay, step_ms: float, trial_steps: int, min_gain: flo
     the trial ends its bursts once their verdict is decided (:func:`burst_verdict`)."""
     steps = max(1, math.ceil(BURST_MS / step_ms)) if step_ms > 0 and math.isfinite(step_ms) else 1
     pairs = min(MAX_BURST_PAIRS, max(MIN_BURST_PAIRS, trial_steps // (2 * steps)))
-    return Bursts(change=Overlay(change).to_dict(), steps=steps, pairs=pairs, min_gain=min_gain)
+    return Bursts(change=Overlay(change), steps=steps, pairs=pairs, min_gain=min_gain)
 
 
 def more_bursts(ratios: Sequence[float], min_gain: float, runs: int) -> bool:

@@ -79,7 +79,7 @@ class Confirmation:
         in bursts on the configuration kept so far (none on a compiled model)."""
         state = self.state
         compiled = any(d.status is Status.KEPT and d.amortised for d in state.decisions)
-        return lever.switches(change) and not lever.fixed_cost and state.run.takes_bursts and not compiled
+        return lever.switches(change) and not lever.fixed_cost and state.options.bursts and not compiled
 
     def burst_screen(self, lever: Lever, change: Settings, kept: Screened | None) -> tuple[bool, Screened | None]:
         """An in-process switch decided in alternating bursts before any run of its own (a
@@ -231,7 +231,7 @@ class Confirmation:
         gain the candidate could show (the doctor's probe of it, else its screening), and it
         is an in-process switch the measure can alternate in bursts (:mod:`.bursts`)."""
         state = self.state
-        if not (lever.switches(best.change) and not lever.fixed_cost and state.run.takes_bursts and state.floor.count):
+        if not (lever.switches(best.change) and not lever.fixed_cost and state.options.bursts and state.floor.count):
             return False
         if (describe_settings(state.incumbent), describe_settings(best.change)) in state.bursted:
             return False  # measured in bursts on this configuration already

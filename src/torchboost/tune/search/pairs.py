@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple, Protocol
 
 from torchboost.config import Overlay
-from torchboost.observe.spec import Bursts
+from torchboost.plan import Bursts
 from torchboost.tune.budget import TuneBudget
 from torchboost.tune.search.decision import Status
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 
 __all__ = ["Measure", "Pairs", "Runner", "Screened"]
 
-Measure = Callable[[Overlay, int], TrialResult]
-"""``measure(settings, repeat) -> TrialResult``: one trial of the script."""
+class Measure(Protocol):
+    """One trial of the script: ``measure(settings, repeat, *, slower_than_ms, decide, bursts,
+    limit_s) -> TrialResult``, ``repeat`` counting the runs of the same ``settings``.
+
+    The search passes every keyword, None where it asks nothing of it: ``slower_than_ms``,
+    stop once the first steps are slower than that each; ``decide`` = (the incumbent's
+    ms/step, the margin), stop once the steps decide the ratio beyond that margin;
+    ``bursts``, a burst trial of that change on top of ``settings`` (asked only where
+    :attr:`SearchOptions.bursts <torchboost.tune.search.search_options.SearchOptions.bursts>`
+    says the measure runs them); ``limit_s``, the seconds the budget grants the trial. A
+    measure that cannot stop a trial early runs it in full."""
+
+    def __call__(self, settings: Overlay, repeat: int, *, slower_than_ms: float | None,
+                 decide: tuple[float, float] | None, bursts: Bursts | None, limit_s: float | None) -> TrialResult:
+        ...
 
 
 class Runner:
     """Counts repeats per settings so each measurement has a stable (settings, repeat) key,
     and records each trial's seconds with the tune's ``budget``, which the search asks
-    whether a trial, a pair or a burst trial still fits; a measure that takes ``limit_s`` is
-    told the seconds the budget grants the trial."""
+    whether a trial, a pair or a burst trial still fits; the measure is told the seconds the
+    budget grants the trial (``limit_s``)."""
 
     def __init__(self, measure: Measure, budget: TuneBudget):
         self._measure = measure
         self._counts: dict[str, int] = {}
         self.budget = budget
         """tune's time (:class:`~torchboost.tune.budget.TuneBudget`): the search asks it."""
-        self._takes = _keywords(measure, ("slower_than_ms", "decide", "bursts", "limit_s"))
         self._began_s = budget.elapsed_s()
         self.trials = 0
         self.burst_trials = 0
@@ -41,43 +52,21 @@ class Runner:
         """Seconds since the search began."""
         return self.budget.elapsed_s() - self._began_s
 
-    @property
-    def takes_bursts(self) -> bool:
-        """The measure can run a burst trial (:mod:`torchboost.tune.search.bursts`)."""
-        return "bursts" in self._takes
-
     def __call__(self, settings: Overlay, *, slower_than_ms: float | None = None,
                  decide: tuple[float, float] | None = None, bursts: Bursts | None = None) -> TrialResult:
-        """One trial. A measure that takes them may stop it early: ``slower_than_ms`` once its
-        first steps are already slower than that; ``decide`` = (the incumbent's ms/step, the
-        margin) once its steps decide its ratio beyond that margin (others run it in full).
-        ``bursts``: a burst trial of that change on top of ``settings`` (see :attr:`takes_bursts`)."""
+        """One trial, the keywords passed on to the measure (:class:`Measure`)."""
         key = describe_settings(settings) + (f" | bursts {describe_settings(bursts.change)}" if bursts else "")
         repeat = self._counts.get(key, 0)
         self._counts[key] = repeat + 1
         self.trials += 1
         limit = self.budget.grant(math.inf)
-        given = {"slower_than_ms": slower_than_ms, "decide": decide, "bursts": bursts,
-                 "limit_s": limit if math.isfinite(limit) else None}
-        stops = {name: value for name, value in given.items() if value is not None and name in self._takes}
         began = self.budget.elapsed_s()
-        result = self._measure(settings, repeat, **stops)
+        result = self._measure(settings, repeat, slower_than_ms=slower_than_ms, decide=decide, bursts=bursts,
+                               limit_s=limit if math.isfinite(limit) else None)
         self.budget.record(self.budget.elapsed_s() - began, burst=bursts is not None)
         self.burst_trials += bursts is not None
         self.max_load_pct = max(self.max_load_pct, result.load_pct)
         return result
-
-
-def _keywords(measure: Callable[..., TrialResult], names: tuple[str, ...]) -> set[str]:
-    """Which of ``names`` ``measure`` takes: each it names, or all when it takes ``**kwargs``
-    (a wrapper passing its keywords on, as tune's coverage notes do)."""
-    try:
-        parameters = inspect.signature(measure).parameters
-    except (TypeError, ValueError):  # a callable whose signature cannot be read
-        return set()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return set(names)
-    return {name for name in names if name in parameters}
 
 
 class Screened(NamedTuple):

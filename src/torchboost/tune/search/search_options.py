@@ -55,3 +55,7 @@ class SearchOptions:
     busy_pct: float = BUSY_PCT
     """Other processes' CPU load (percent of the machine) above the baseline's by more than
     this during a pair: the pair is measured again, and the decision says so if it stays."""
+    bursts: bool = False
+    """The measure runs burst trials (its ``bursts`` keyword: an in-process switch alternated
+    inside one run, :mod:`torchboost.tune.search.bursts`), as tune's trials do; False: every
+    candidate is confirmed in pairs of runs."""

@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from torchboost.config import Overlay
-from torchboost.plan import Plan
+from torchboost.plan import Bursts, Plan
 from torchboost.env import LoadMeter
 from torchboost.evidence.steps import warmup_only_words
 from torchboost.process.no_stdin import stdin_words
 from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
-from torchboost.observe.spec import Bursts
 from torchboost.techniques.compile.compile_facts import CompileFacts
 from torchboost.tune.trials.trial_result import TrialResult
 
@@ -115,7 +114,9 @@ class TrialRequest:
     repeat: int
     plan: Plan
     """What the trial's process applies: ``settings`` on the user's configuration, resolved
-    once by whoever asks (:meth:`Plan.tuned`), handed to the child whole."""
+    once by whoever asks (:meth:`Plan.tuned`), handed to the child whole; a burst trial's
+    switches are in it (:attr:`Plan.bursts`: the candidate change alternated on top of
+    ``settings`` after the measured steps, :mod:`torchboost.tune.search.bursts`)."""
     steps: int
     """Measured steps after ``warmup`` unmeasured ones."""
     warmup: int
@@ -129,23 +130,19 @@ class TrialRequest:
     """Where the trials sum what the script wrote in the user's folders."""
     decide: tuple[float, float] | None = None
     """(the incumbent's ms/step, the margin): it stops once its steps decide its ratio."""
-    bursts: Bursts | None = None
-    """A burst trial: the candidate change alternated on top of ``settings`` after the
-    measured steps (:mod:`torchboost.tune.search.bursts`)."""
 
     def run_request(self) -> RunRequest:
         """The observed run this trial is: its plan applied, no profiler, quiet."""
         return RunRequest(
             command=self.command, steps=self.steps, warmup=self.warmup, out_dir=self.out_dir, apply=self.plan,
             profile=False, echo=False, timeout_s=self.timeout_s, stop_slower_than_ms=self.slower_than_ms,
-            stall_timeout_s=self.stall_timeout_s, writes_ledger=self.writes_ledger, stop_decided=self.decide,
-            bursts=self.bursts)
+            stall_timeout_s=self.stall_timeout_s, writes_ledger=self.writes_ledger, stop_decided=self.decide)
 
 
 def run_trial(request: TrialRequest) -> TrialResult:
     """Run the trial ``request`` asks for: its warm-up, then its steps measured, or fewer
     when it stops early (slower, or decided); with bursts, a burst trial."""
-    settings, repeat, bursts = request.settings, request.repeat, request.bursts
+    settings, repeat, bursts = request.settings, request.repeat, request.plan.bursts
     with LoadMeter() as load:
         start = time.monotonic()
         observed = run_observed(request.run_request())
