@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.torch_version import TorchVersion
 
 from torchboost.techniques.optimizer import (
@@ -205,6 +206,32 @@ def test_twin_the_table_alone_would_have_chosen_it_and_its_step_raised(monkeypat
     with pytest.raises(RuntimeError, match="supported devices"):
         built.step()
     assert fused_kernel_on(torch.optim.Adagrad, "cpu")  # torch's own Adagrad steps fused here
+
+
+def _counted_steps(probe) -> int:
+    """The global optimizer step post hooks' calls while ``probe`` runs (the hooks an observer
+    counts the script's steps by)."""
+    calls = []
+    handle = register_optimizer_step_post_hook(lambda *args: calls.append(args))
+    try:
+        probe()
+    finally:
+        handle.remove()
+    return len(calls)
+
+
+def test_asking_torch_for_a_fused_step_is_no_step_of_the_script(monkeypatch):
+    class _Probed(torch.optim.AdamW):
+        pass
+
+    monkeypatch.setitem(FUSED_DEVICES, _Probed, frozenset({"cpu"}))
+    assert _counted_steps(lambda: fused_kernel_on(_Probed, "cpu")) == 0
+
+
+def test_twin_a_fused_step_taken_plainly_is_counted_as_the_scripts():
+    param = torch.zeros(1, requires_grad=True)
+    param.grad = torch.zeros_like(param)
+    assert _counted_steps(lambda: torch.optim.AdamW([param], lr=0.0, fused=True).step()) == 1
 
 
 class _OlderAdagrad(torch.optim.Adagrad):

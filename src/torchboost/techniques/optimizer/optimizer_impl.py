@@ -64,10 +64,20 @@ def _torch_steps_fused(cls: type, device_type: str) -> bool:
     param = torch.zeros(1, device=device_type, requires_grad=True)
     param.grad = torch.zeros_like(param)
     try:
-        cls([param], lr=0.0, fused=True).step()
+        _step_unhooked(cls([param], lr=0.0, fused=True))
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         return False
     return True
+
+
+def _step_unhooked(optimizer: torch.optim.Optimizer) -> None:
+    """One ``step()`` of ``optimizer`` past the optimizer step hooks: the global ones belong to
+    the script (a tracker's) and to an observer counting the script's steps, and a probe's
+    step is neither's. torch wraps ``step`` once per class with those hooks
+    (``functools.wraps``: the wrapped step is ``__wrapped__``)."""
+    step = type(optimizer).step
+    inner = getattr(step, "__wrapped__", None) if getattr(step, "hooked", False) else None
+    (inner or step)(optimizer)
 
 
 def _device_here(device_type: str) -> bool:
