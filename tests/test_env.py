@@ -54,6 +54,30 @@ def test_a_load_meter_s_share_is_never_over_the_whole_machine(monkeypatch):
     assert meter.stop() == 100.0
 
 
+def _meter_over(monkeypatch, span_s: float):
+    """A load meter stopped ``span_s`` seconds (a fake clock's) after it started, the machine's
+    counters saying the others used half of it."""
+    from torchboost import env as env_module
+    clock = iter([100.0, 100.0 + span_s])
+    busy = iter([10.0, 10.0 + 0.5 * span_s * (env_module.psutil.cpu_count() or 1)])
+    monkeypatch.setattr(env_module.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(env_module, "_busy_s", lambda: next(busy))
+    meter = env_module.LoadMeter(own=lambda: 0.0)
+    meter.start()
+    meter.stop()
+    return meter
+
+
+def test_a_load_over_a_span_shorter_than_the_counters_tick_is_no_figure(monkeypatch):
+    # A check's run over in a few milliseconds: the counters cannot tell 0% from 100% there.
+    assert not _meter_over(monkeypatch, 0.01).measured
+
+
+def test_twin_a_load_over_a_run_of_seconds_is_its_figure(monkeypatch):
+    meter = _meter_over(monkeypatch, 3.0)
+    assert meter.measured and meter.pct == pytest.approx(50.0)
+
+
 class _FakeClock:
     """``time`` for env.py alone: its clock moves only by what the fake matmuls take."""
 

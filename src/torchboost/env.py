@@ -343,6 +343,11 @@ def tree_cpu_s() -> float:
     return total
 
 
+LOAD_MIN_SPAN_S = 0.25
+"""The shortest span whose load is a figure: the machine's counters tick in hundredths of a
+second, so over a shorter one the others' share reads anywhere from 0 to 100%."""
+
+
 class LoadMeter:
     """Other processes' CPU use over a span, as a percent of the whole machine.
 
@@ -358,7 +363,7 @@ class LoadMeter:
         self._start: tuple[float, float, float] | None = None
         self.pct = 0.0
         self.measured = False
-        """A span has ended: ``pct`` is its figure."""
+        """A span of at least :data:`LOAD_MIN_SPAN_S` has ended: ``pct`` is its figure."""
 
     def start(self) -> None:
         """The span begins now."""
@@ -376,7 +381,7 @@ class LoadMeter:
         # pace: over a short span their difference can pass the whole machine. A share of it
         # is at most all of it.
         self.pct = min(100.0, max(0.0, 100.0 * others / span)) if span > 0 else 0.0
-        self.measured = True
+        self.measured = wall - self._start[0] >= LOAD_MIN_SPAN_S
         return self.pct
 
     def __enter__(self) -> "LoadMeter":
