@@ -91,11 +91,17 @@ def claim_vs_remeasure(name: str, budget: float, pairs: int, work: Path) -> dict
     tuned = _tune(name, budget, work)
     report = tuned["report"]
     plain = _python(target_command(name))
-    applied = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(tuned["config"]), "--",
-               *target_command(name)]
-    base_s, run_s = _pairs(plain, applied, pairs, work)
-    ratios = [r / b for b, r in zip(base_s, run_s)]
-    remeasured = 1.0 / statistics.median(ratios)
+    # What the user runs next: the file tune wrote, or the one it wrote apart when unverified;
+    # where it kept nothing, the plain command itself (the claim is 1.0, nothing to re-measure).
+    config = tuned["config"] if tuned["config"].exists() else Path((report.get("unverified") or {}).get("path", ""))
+    config = config if config.is_absolute() else work / config
+    if config.is_file():
+        applied = [sys.executable, "-m", "torchboost.cli", "run", "--config", str(config), "--",
+                   *target_command(name)]
+        base_s, run_s = _pairs(plain, applied, pairs, work)
+        remeasured = 1.0 / statistics.median([r / b for b, r in zip(base_s, run_s)])
+    else:
+        base_s, run_s, remeasured = [], [], 1.0
     e2e = report.get("end_to_end") or {}
     interval = e2e.get("interval") if report["status"] != "unchanged" else None
     return {
@@ -115,7 +121,8 @@ def _row_words(row: dict) -> str:
     inside = {None: "n/a", True: "yes", False: "NO"}[row["inside_interval"]]
     return (f"{row['target']:7} {row['status']:9} claim {row['claim']:.3f} [{interval}]  re-measured "
             f"{row['remeasured']:.3f}  inside {inside}  within 10% {'yes' if row['within_10pct'] else 'NO'}  "
-            f"(search per step {row['search_speedup']:.3f}; noise {row['noise']:.3f}; tune {row['tune_s']:.0f} s)")
+            f"(search per step {row['search_speedup']:.3f}; noise {row['noise']:.3f}; tune {row['tune_s']:.0f} s)\n"
+            f"        kept: {', '.join(f'{k}={v}' for k, v in row['settings'].items()) or 'nothing'}")
 
 
 def run_cost(pairs: int, work: Path) -> dict:
