@@ -358,8 +358,9 @@ class LoadMeter:
     :meth:`stop` around the span.
     """
 
-    def __init__(self, own: Callable[[], float] | None = None) -> None:
+    def __init__(self, own: Callable[[], float] | None = None, clock: Callable[[], float] | None = None) -> None:
         self._own = own or _own_cpu_s
+        self._clock = clock or time.monotonic  # the span's wall time (a recorder hands its own)
         self._start: tuple[float, float, float] | None = None
         self.pct = 0.0
         self.measured = False
@@ -367,14 +368,14 @@ class LoadMeter:
 
     def start(self) -> None:
         """The span begins now."""
-        self._start = (time.monotonic(), _busy_s(), self._own())
+        self._start = (self._clock(), _busy_s(), self._own())
         self.pct = 0.0
 
     def stop(self) -> float:
         """The span ends now; returns (and keeps in ``pct``) the others' share, percent."""
         if self._start is None:
             return self.pct
-        wall, busy, own = (time.monotonic(), _busy_s(), self._own())
+        wall, busy, own = (self._clock(), _busy_s(), self._own())
         span = (wall - self._start[0]) * (psutil.cpu_count() or 1)
         others = (busy - self._start[1]) - (own - self._start[2])
         # The machine's counters tick in hundredths of a second and this process's at another

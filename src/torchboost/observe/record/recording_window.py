@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Callable
 
 from torchboost.env import LoadMeter, tree_cpu_s
 from torchboost.evidence.observed import StepRecord
@@ -48,7 +49,7 @@ class RecordingWindow:
     """The recorded span of a run: where it starts (:attr:`start`) and ends (:attr:`end`),
     why (:attr:`why`), and the load during it (:attr:`load`)."""
 
-    def __init__(self, spec: ObserveSpec) -> None:
+    def __init__(self, spec: ObserveSpec, clock: Callable[[], float] | None = None) -> None:
         self._spec = spec
         self.start = spec.warmup
         """The first recorded boundary: after ``spec.warmup`` steps, or sooner once they settled."""
@@ -56,7 +57,7 @@ class RecordingWindow:
         """The boundary that ends recording."""
         self.why = ""
         """Where and why recording ended, in words ("" until it has)."""
-        self.load = LoadMeter(own=tree_cpu_s)
+        self.load = LoadMeter(own=tree_cpu_s, clock=clock)
         """Other processes' share of the machine while the steps were recorded (``load.pct``)."""
         self._summed_steps, self._summed_ms = 0, 0.0  # the recorded steps' time, kept as they come
 

@@ -42,7 +42,7 @@ class StepTiming:
         """Total milliseconds of each warm-up step."""
         self.boundaries = 0
         """Steps completed since counting (re)started."""
-        self.window = RecordingWindow(spec)
+        self.window = RecordingWindow(spec, clock)
         """Which steps are recorded, and the load meanwhile."""
         self.last_boundary = clock()
         """Clock at the last step boundary (or the start), or at the end of torchboost's own
