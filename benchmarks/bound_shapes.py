@@ -25,25 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from _machine import cpu_model
+
 SHAPES = Path(__file__).resolve().parent / "shapes"
 TORCHRUN = ["torchrun", "--standalone", "--nproc_per_node=2"]
 
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _in_own_folder(script: str, argv: list[str], launcher: list[str]) -> subprocess.CompletedProcess:
@@ -104,7 +96,7 @@ def main() -> None:
     parser.add_argument("--ddp-rounds", type=int, default=15, help="interleaved rounds of the DDP hand measure")
     parser.add_argument("--python-rounds", type=int, default=5, help="steps of the Python-forward hand measure")
     args = parser.parse_args()
-    print(f"CPU: {_cpu_model()}")
+    print(f"CPU: {cpu_model()}")
     for i in range(1, args.rounds + 1):
         print(f"round {i} ddp_allreduce: {json.dumps(ddp_round(args.ddp_rounds))}", flush=True)
         print(f"round {i} python_forward: {json.dumps(python_round(args.python_rounds))}", flush=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import runpy
 import statistics
 import subprocess
@@ -28,18 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP_STEPS = 10
 
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def by_hand(script: str, pairs: int) -> None:
@@ -94,7 +86,7 @@ def main() -> None:
     if args.by_hand:
         by_hand(args.script, args.pairs)
         return
-    print(f"CPU: {_cpu_model()}; script: {Path(args.script).name}")
+    print(f"CPU: {cpu_model()}; script: {Path(args.script).name}")
     print(f"{'round':>5}  {'on ms':>7}  {'off ms':>7}  {'by hand':>8}  {'doctor':>7}  {'doctor / hand':>13}")
     hands, doctors = [], []
     for i in range(1, args.rounds + 1):

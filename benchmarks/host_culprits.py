@@ -26,22 +26,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from _machine import cpu_model
+
 SHAPES = Path(__file__).resolve().parent / "shapes"
 
-
-def _cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _run(before: list[str], script: str, after: list[str]) -> subprocess.CompletedProcess:
@@ -98,7 +92,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hand-rounds", type=int, default=5)
     args = parser.parse_args()
-    print(f"CPU: {_cpu_model()}")
+    print(f"CPU: {cpu_model()}")
     print("| script | the doctor's finding, its rank | line | doctor | by hand | doctor / hand |")
     print("|---|---|---|---:|---:|---:|")
     for _ in range(args.rounds):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import platform
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from _machine import cpu_model
 from torchboost.observe.record.line_sampler import LineSampler
 from torchboost.workloads import vision
 from torchboost.workloads._loop import make_loader
@@ -36,12 +36,6 @@ import gpt_char  # noqa: E402
 INTERVALS_MS = (2.0, 5.0, 10.0)
 """The sampler's intervals measured (the doctor's is ``INTERVAL_MS``)."""
 
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _vision() -> Callable[[], None]:
@@ -109,7 +103,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     torch.manual_seed(0)
-    print(f"CPU: {_cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"CPU: {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| loop | way | ms a step (median) | against plain (median of rounds) |")
     print("|---|---|---:|---:|")
     for name, make in (("demo workload (vision, tiny)", _vision), ("nanoGPT shakespeare_char shape", _gpt)):

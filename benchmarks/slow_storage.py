@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -38,20 +37,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import cpu_model
+
 HERE = Path(__file__).resolve().parent
 SHAPE = HERE / "shapes" / "slow_storage.py"
 COUNTS = (0, 1, 2, 4, 8, 16)
 SCRIPT_STEPS = 300
 
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def by_hand(workers: int, steps: int) -> float:
@@ -130,7 +122,7 @@ def main() -> None:
     if args.by_hand is not None:
         print(json.dumps(by_hand(args.by_hand, args.steps)))
         return
-    print(f"CPU: {_cpu_model()}, {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at the start")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at the start")
     if args.tune:
         tune(args.budget)
         return
