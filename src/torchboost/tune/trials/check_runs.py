@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLAIM_PAIRS", "CLAIM_PRECISION", "EndToEnd", "Unverified", "median_rank"]
+__all__ = ["CLAIM_PAIRS", "CLAIM_PRECISION", "EndToEnd", "Unverified", "median_rank", "rank_rises_at"]
 
 MEDIAN_CONFIDENCE = 0.875
 """How sure the interval of the median pair is to hold it (four pairs' extremes: 87.5%)."""
@@ -219,10 +219,27 @@ class EndToEnd:
 
     def faster(self, min_gain: float) -> bool:
         """The interval's lower end (the runs' noise in it) is at least ``min_gain`` faster:
-        the slowest pair (bar one, from five) clears the gate, and so does the median
-        slowed by the noise."""
+        the slowest pair (bar one, from seven: :func:`median_rank`) clears the gate, and so
+        does the median slowed by the noise."""
         interval = self.interval
         return interval is not None and self.error is None and 1.0 / interval[0] < 1.0 - min_gain
+
+    def held_by_rank(self, min_gain: float) -> bool:
+        """No pair added at this rank (:func:`median_rank`) can settle what is left open: the
+        interval's ends are never inside the k-th slowest and fastest pairs, and those only
+        move apart as pairs are added; only the count where the rank rises
+        (:func:`rank_rises_at`) can. An open verdict is held when the k-th slowest pair is
+        not ``min_gain`` faster (the demo's four pairs, one at 1.00x: a fifth or a sixth pair
+        could not have verified them); an imprecise claim, when those two pairs are more
+        than :data:`CLAIM_PRECISION` from any median between them."""
+        speedups = sorted(1.0 / r for r in self.ratios if r > 0)
+        if not speedups:
+            return False
+        k = median_rank(len(speedups))
+        low, high = speedups[k - 1], speedups[-k]
+        if self.undecided(min_gain):
+            return 1.0 / low >= 1.0 - min_gain
+        return self.faster(min_gain) and self.imprecise() and math.sqrt(high / low) > 1.0 + CLAIM_PRECISION
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``end_to_end``."""
@@ -288,3 +305,12 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def rank_rises_at(pairs: int) -> int:
+    """The fewest pairs, more than ``pairs``, whose interval bars one more pair at each end
+    (:func:`median_rank` rises): 7 from 1 to 6 pairs, 10 from 7 to 9."""
+    more = pairs + 1
+    while median_rank(more) <= median_rank(pairs):
+        more += 1
+    return more

@@ -43,7 +43,7 @@ from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.process.guarded import run_guarded
 from torchboost.tune.budget import TuneBudget
-from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd
+from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd, rank_rises_at
 from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_length import least_capped_steps
 
@@ -105,6 +105,12 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
     Sized at the tuned pace alone, a pair of a 1.2 s-step baseline and its 0.8 s bf16 ran
     longer than its share, and three of four pairs fitted.
 
+    Where the pairs to the count whose interval bars a stray pair (:func:`rank_rises_at`)
+    fit the whole budget at that pace in runs of at least :func:`least_capped_steps`, the
+    runs are no longer than those pairs' share of the planned fill, or that least: an open
+    verdict then has the time for them (:func:`_more_pairs`), where four pairs sized to fill
+    the budget left none.
+
     A run holds at least :func:`least_capped_steps`; where that leaves fewer pairs than a
     claim rests on (:data:`CLAIM_PAIRS`), the claim's pairs are kept and the runs shortened,
     down to :func:`shortest_capped_steps`; where not even one pair fits at that, the one
@@ -113,8 +119,8 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
     least = least_capped_steps(step_ms, trial_steps, warmup)
     shortest = min(least, shortest_capped_steps(warmup))
 
-    def fitting(n: int) -> int:
-        share = budget_s / (2 * n) * PLAN_FILL
+    def fitting(n: int, fill: float = PLAN_FILL) -> int:
+        share = budget_s / (2 * n) * fill
         return int(max(0.0, share - fixed_s) * 1e3 / pace_ms) if pace_ms > 0 else trial_steps
 
     chosen, steps = 1, shortest
@@ -123,6 +129,9 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
         if fits >= least or (fits >= shortest and (n >= CLAIM_PAIRS or n == 1)):
             chosen, steps = n, fits
             break
+    wider = rank_rises_at(chosen)
+    if chosen >= CLAIM_PAIRS and fitting(wider, fill=1.0) >= least:
+        steps = min(steps, max(least, fitting(wider)))  # room left for the pairs an open verdict needs
     too_long = whole_run_s is not None and whole_run_s > budget_s / (2 * chosen) * PLAN_FILL
     if planned_steps and steps >= planned_steps:
         too_long = False  # runs capped past the planned run's end are whole runs (150 steps read "402")
@@ -133,6 +142,11 @@ def plan_verification(*, pairs: int, budget_s: float, step_ms: float, fixed_s: f
 
 RESERVED_PAIRS = CLAIM_PAIRS
 """Pairs of runs the search keeps time for (:func:`reserve_s`): the fewest a claim rests on."""
+OPEN_PAIRS = rank_rises_at(CLAIM_PAIRS)
+"""Pairs the search keeps time for where the check's share holds them (:func:`reserve_s`):
+the claim's, and those to the count whose interval bars a stray pair at each end. Four
+pairs rest on their slowest: the demo's check left two picks of five open on one pair at
+1.00x or 0.96x, with no time for the three more that would have told."""
 
 
 def shortest_run_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int, warmup: int,
@@ -152,8 +166,9 @@ def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int
               most_s: float, tuned_ms: float | None = None) -> float:
     """Seconds to keep for the end-to-end check, from the baseline's trial, both runs of a
     pair at its pace, start-up included: the first that fits in ``most_s`` of
-    :data:`RESERVED_PAIRS` pairs of its shortest runs (:func:`shortest_run_s`), as many of
-    runs shortened to the warm-up's need, or one pair of shortened runs (said unverified,
+    :data:`OPEN_PAIRS` pairs of its shortest runs (:func:`shortest_run_s`: room for the pairs
+    an open verdict needs), :data:`RESERVED_PAIRS` of them, as many of runs shortened to the
+    warm-up's need, or one pair of shortened runs (said unverified,
     with the command that verifies it); 0 when not even that fits (the check is then skipped
     and says so, and the search has the time). Short of a claim, the search's time is worth
     more than longer runs or a second pair: on 5 s steps beside a busy loop, one pair of
@@ -165,7 +180,7 @@ def reserve_s(wall_s: float, fixed_s: float, step_ms: float, *, trial_steps: int
         return shortest_pair_s(wall_s, fixed_s, step_ms, trial_steps=trial_steps, warmup=warmup, tuned_ms=tuned_ms,
                                shortened=shortened)
 
-    options = ((RESERVED_PAIRS, False), (RESERVED_PAIRS, True), (1, True))
+    options = ((OPEN_PAIRS, False), (RESERVED_PAIRS, False), (RESERVED_PAIRS, True), (1, True))
     return next((n * pair_s(cut) for n, cut in options if n * pair_s(cut) <= most_s), 0.0)
 
 
@@ -346,14 +361,24 @@ def _more_pairs(result: EndToEnd, plan: VerifyPlan, run_one: Callable[[str, int]
                 on_run: Callable[[str, int], None] | None, min_gain: float, budget: TuneBudget | None = None) -> None:
     """While the verdict is open, or the claim kept imprecise, and ``budget`` (None: one of
     ``plan.budget_s`` in the runs' seconds, :func:`runs_budget`) affords another pair (at the
-    pace so far), one more; none without either."""
+    pace so far), one more, up to ``plan.max_pairs``; none without either. A verdict or a
+    claim no pair at this rank can settle (:meth:`EndToEnd.held_by_rank`: an open one resting
+    on a pair that is not faster) gets pairs only where the budget affords all of them up to
+    the count where the rank rises (:func:`rank_rises_at`): fewer would only spend the time."""
     if budget is None and plan.budget_s:
         budget = runs_budget(plan.budget_s, result)
     short = result.out_of_time  # an extra pair that does not fit leaves the planned ones complete
 
     def open_or_imprecise() -> bool:
         return result.undecided(min_gain) or (result.faster(min_gain) and result.imprecise())
-    while budget is not None and result.pairs and open_or_imprecise() and result.pairs < plan.max_pairs:
+
+    def block_fits() -> bool:  # the pairs up to the next rank, at the pace of the pairs so far
+        if not result.held_by_rank(min_gain):
+            return True
+        more = rank_rises_at(result.pairs)
+        return more <= plan.max_pairs and budget.affords((more - result.pairs) * result.spent_s / result.pairs)
+    while (budget is not None and result.pairs and open_or_imprecise() and result.pairs < plan.max_pairs
+           and block_fits()):
         before = result.pairs
         _measure_pairs(result, result.pairs + 1, run_one, on_run, start=result.pairs, budget=budget)
         if result.pairs == before:  # it did not fit, or a run was too long

@@ -14,10 +14,10 @@ from typing import Any, Sequence
 from torchboost.config import Overlay
 from torchboost.env import BUSY_PCT
 from torchboost.tune.search.decision import TuneOutcome
-from torchboost.tune.trials.check_runs import CLAIM_PAIRS, CLAIM_PRECISION, EndToEnd, median_rank
+from torchboost.tune.trials.check_runs import CLAIM_PAIRS, CLAIM_PRECISION, EndToEnd, median_rank, rank_rises_at
 from torchboost.tune.trials.trial_result import describe_settings
 
-__all__ = ["CLAIM_PAIRS", "CLAIM_PRECISION", "EndToEnd", "end_to_end_verdict", "median_rank", "nothing_kept"]
+__all__ = ["CLAIM_PAIRS", "CLAIM_PRECISION", "EndToEnd", "end_to_end_verdict", "median_rank", "nothing_kept", "rank_rises_at"]
 
 
 def nothing_kept(outcome: TuneOutcome) -> str:
