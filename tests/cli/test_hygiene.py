@@ -139,6 +139,7 @@ def test_a_diagnosis_cut_by_the_budget_is_not_called_a_failed_baseline(tmp_path,
                            "--", "python", hang, "sleep"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "the diagnosis did not finish within --budget 10 s" in proc.stderr
+    assert "it had run 12 steps by then" in proc.stderr  # hang.py sleeps at its 13th
     assert "larger --budget" in proc.stderr and "baseline run failed" not in proc.stderr
     assert not _left(hang)
 

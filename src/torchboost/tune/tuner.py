@@ -161,8 +161,11 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions,
         writes_ledger=options.writes_ledger))
     facts = observed.facts
     if observed.timed_out:  # the script did not fail: the budget ended it
+        seen = observed.steps_seen
+        ran = "no step" if not seen else f"{seen} step" if seen == 1 else f"{seen} steps"
         why = (f"the diagnosis did not finish within --budget {options.budget_s:.0f} s (the script's start-up, "
-               f"{options.warmup} warm-up steps and the observed steps): give tune a larger --budget")
+               f"{options.warmup} warm-up steps and the observed steps; it had run {ran} by then): "
+               "give tune a larger --budget")
     elif facts is None or not facts.steps or observed.exit_code != 0:
         why = "the baseline run failed: " + failure_words(facts, observed.exit_code, observed.stderr_tail,
                                                           "no training step completed")
