@@ -101,16 +101,18 @@ def test_a_trial_cut_by_the_budget_says_so(monkeypatch, tmp_path, left_s, words)
         assert result.error.endswith("give tune a larger --budget")
 
 
-@pytest.mark.parametrize("run_s, kept", [(5.0, 70.0), (8.0, 64.0), (10.0, 20.0), (30.0, 60.0), (100.0, 0.0)])
+@pytest.mark.parametrize("run_s, kept", [(4.0, 56.0 / 0.75), (5.0, 40.0), (8.0, 64.0), (10.0, 20.0), (30.0, 60.0),
+                                         (100.0, 0.0)])
 def test_the_checks_reserve_is_seven_pairs_else_four_else_one_else_none(run_s, kept):
-    """Runs of 5 s: seven pairs (70 s: the four a claim rests on and the three an open verdict
-    needs) fit the 75 s the check may have. 8 s: four pairs (64 s). 10 s or 30 s (whole
+    """Runs of 4 s: seven pairs (56 s: the four a claim rests on and the three an open verdict
+    needs), over the plan's fill (0.75), fit the 75 s the check may have. 5 s and 8 s: four
+    pairs (40 s, 64 s). 10 s or 30 s (whole
     runs, no shorter): one pair (a second pair cannot make a claim either; the search has the
     time). 100 s: not even a pair fits, so nothing is kept back from the search (the check
     is skipped and says so)."""
     from torchboost.tune.verify import reserve_s
 
-    assert reserve_s(run_s, run_s, 10.0, trial_steps=30, warmup=5, most_s=75.0) == kept
+    assert reserve_s(run_s, run_s, 10.0, trial_steps=30, warmup=5, most_s=75.0) == pytest.approx(kept)
 
 
 @pytest.mark.parametrize("most_s", [225.0, 100.0])

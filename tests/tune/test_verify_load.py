@@ -171,3 +171,21 @@ def test_a_resumed_check_replays_each_runs_load(tmp_path, monkeypatch):
                            search_load_pct=10.0, load_meter=_meter(0.0))
     assert resumed.baseline_loads_pct == first.baseline_loads_pct == [45.0] * 4
     assert resumed.tuned_loads_pct == [45.0] * 4 and resumed.load_moved(0.03) and first.load_moved(0.03)
+
+
+def test_no_proven_win_under_a_load_that_moved_says_so():
+    # The demo on a machine another process took 46% of during two pairs: the verdict is no
+    # proven win, and it names the load, which alone can stretch a run 1.84x. Twin: the
+    # same pairs under a steady load say nothing of it.
+    from torchboost.config import Overlay
+    from torchboost.techniques.cpu import CpuConfig
+    from torchboost.tune.verify.end_to_end import end_to_end_verdict
+
+    runs = dict(baseline_runs_s=[14.5, 15.9, 13.9, 51.5, 14.6], tuned_runs_s=[11.4, 11.2, 11.7, 20.5, 15.8])
+    settings = Overlay.of(CpuConfig, threads=1)
+    for loads, named in (([0.2, 0.3, 0.0, 45.7, 3.5], True), ([0.2, 0.3, 0.0, 0.4, 0.1], False)):
+        e2e = EndToEnd(**runs, search_load_pct=0.0, baseline_loads_pct=loads)
+        kept, why = end_to_end_verdict(settings, [], e2e, 0.03)
+        assert kept == Overlay() and why.startswith("no proven win")
+        assert ("0-46% through the pairs' baseline runs" in why and "up to 1.84x" in why) is named
+        assert ("other processes" in why) is named

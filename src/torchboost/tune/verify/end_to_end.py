@@ -89,5 +89,14 @@ def end_to_end_verdict(settings: Overlay, decisions: Sequence[Any], e2e: EndToEn
     return Overlay(), (f"no proven win, not kept: end to end the tuned configuration {took} {e2e.tuned_s:.1f} s against "
                        f"{e2e.baseline_s:.1f} s, each side's median; the median pair {e2e.words()}, of {how}; "
                        f"the interval's lower end (the "
-                       f"pairs' spread, and the runs' own noise, {e2e.noise:.1%}) is not {min_gain:.0%} faster; "
-                       "your configuration is left as it was")
+                       f"pairs' spread, and the runs' own noise, {e2e.noise:.1%}) is not {min_gain:.0%} faster"
+                       f"{_load_moved_words(e2e, min_gain)}; your configuration is left as it was")
+
+
+def _load_moved_words(e2e: EndToEnd, min_gain: float) -> str:
+    """Where other processes' share of the machine moved enough to change a run's time by
+    more than the least gain, the words that say so (the verdict may be the load's); else ''."""
+    if e2e.load_factor < 1.0 + min_gain:
+        return ""
+    return (f", and {e2e.load_words()}, which alone can change a run's time by up to {e2e.load_factor:.2f}x: "
+            "compare them when the machine is as you will train on it")
