@@ -108,6 +108,10 @@ _JITTER_RATIO = 1.5
 
 def ending_words(facts: Facts) -> str | None:
     """How a stalled, killed or self-ended run ended, in words; None for any other ending."""
+    if facts.ended == "stalled" and facts.stall and facts.stall.get("own"):
+        stall = facts.stall
+        return (f"torchboost ended the run: {stall['doing']} after step {stall['at_step']} took "
+                f"{stall['after_s']:.0f} s, past its {stall['limit_s']:.0f} s bound (not a stall of the script's)")
     if facts.ended == "stalled" and facts.stall:
         stall = facts.stall
         return (f"The script stalled: no training step for {stall['after_s']:.0f} s (limit {stall['limit_s']:.0f} s, "

@@ -167,8 +167,9 @@ def _doctor_facts(command: Sequence[str], options: TuneOptions,
                f"{options.warmup} warm-up steps and the observed steps; it had run {ran} by then): "
                "give tune a larger --budget")
     elif facts is None or not facts.steps or observed.exit_code != 0:
-        why = "the baseline run failed: " + failure_words(facts, observed.exit_code, observed.stderr_tail,
-                                                          "no training step completed")
+        own = facts is not None and bool((facts.stall or {}).get("own"))  # torchboost's work, not the script's
+        why = ("the diagnosis could not finish: " if own else "the baseline run failed: ") + failure_words(
+            facts, observed.exit_code, observed.stderr_tail, "no training step completed")
     else:
         return facts, None
     return facts, TrialResult(settings=Overlay(), ok=False, error=why, traceback=last_traceback(observed.stderr_tail))

@@ -34,7 +34,7 @@ from torchboost.techniques.compile.compile_facts import harvest
 from torchboost.observe.record.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
 from torchboost.observe.record.recorder import StepRecorder
 
-__all__ = ["COMPILE_LIMIT_S", "STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
+__all__ = ["COMPILE_LIMIT_S", "OWN_WORK", "STALL_EXIT", "STALL_FACTOR", "StallWatchdog", "die_with_parent", "doing"]
 
 STALL_EXIT = 124
 """Exit status of a run ended for stalling (what ``timeout`` uses)."""
@@ -43,6 +43,8 @@ STALL_FACTOR = 20
 BOOKKEEPING_LIMIT_S = 120.0
 """The bound on torchboost's own work at a step boundary (the profiler's start, the end of
 warm-up's probes): never the script's stall, but it must still end."""
+OWN_WORK = "torchboost's own work (reading the profiler's trace, the warm-up's probes)"
+"""What a run ended past :data:`BOOKKEEPING_LIMIT_S` was doing: never the script's stall."""
 COMPILE_LIMIT_S = 1800.0
 """The bound on one unbroken stretch of compiling (torch.compile): a compile is not a
 stall, but one that runs half an hour is ended as one."""
@@ -168,18 +170,31 @@ class StallWatchdog:
             self.recorder.guarded(self.recorder.output.show_compiling, self.recorder.timing.boundaries,
                                   self.compiling_s if compiling else None)
 
-    def _stalled(self, since: float, what: str | None = None) -> None:
+    def stall_record(self, since: float, what: str | None = None) -> tuple[dict[str, Any], str]:
+        """The facts' ``stall`` entry and the line said for a stall found ``since`` seconds after
+        the last step boundary. Past the bound on torchboost's own work at a boundary (the
+        profiler's reading of its trace, the warm-up's probes), the entry says ``own`` and the
+        line names torchboost's work, not the script's."""
         recorder = self.recorder
         at_step = recorder.timing.boundaries
-        what = what or doing(recorder.current, at_step)
-        recorder.run.ended = "stalled"
+        own = what is None and recorder.timing.bookkeeping
+        what = what or (OWN_WORK if own else doing(recorder.current, at_step))
         compiling = self.compile_streak_s > COMPILE_LIMIT_S
         limit_s = COMPILE_LIMIT_S if compiling else self.limit_s()
-        recorder.run.stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1),
-                          "at_step": at_step, "compiling_s": round(self.compiling_s, 1)}
+        stall = {"doing": what, "after_s": round(since, 1), "limit_s": round(limit_s, 1), "at_step": at_step,
+                 "compiling_s": round(self.compiling_s, 1), "own": own}
+        if own:
+            return stall, (f"torchboost: {OWN_WORK} after step {at_step} took {since:.0f} s, past its {limit_s:.0f} s "
+                           "bound; ending the run (torchboost's stall, not the script's)")
         bound = "a compile's bound" if compiling else "--stall-timeout to change"
-        print(f"torchboost: no training step for {since:.0f} s, the script {what} at step "
-              f"{at_step}; ending it (limit {limit_s:.0f} s, {bound})", file=sys.stderr, flush=True)
+        return stall, (f"torchboost: no training step for {since:.0f} s, the script {what} at step "
+                       f"{at_step}; ending it (limit {limit_s:.0f} s, {bound})")
+
+    def _stalled(self, since: float, what: str | None = None) -> None:
+        recorder = self.recorder
+        recorder.run.ended = "stalled"
+        recorder.run.stall, line = self.stall_record(since, what)
+        print(line, file=sys.stderr, flush=True)
         try:
             recorder.write_facts(STALL_EXIT)
         except Exception as exc:  # noqa: BLE001 - the exit below must happen

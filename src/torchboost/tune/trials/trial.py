@@ -32,6 +32,9 @@ def failure_words(facts: Any, exit_code: int, tail: str, prefix: str) -> str:
     stall = getattr(facts, "stall", None)
     if facts is not None and not facts.steps and facts.steps_seen and facts.ended == "finished" and not exit_code:
         return warmup_only_words(facts.steps_seen, facts.warmup_steps)
+    if facts is not None and facts.ended == "stalled" and stall and stall.get("own"):
+        return (f"{stall['doing']} after step {stall['at_step']} took {stall['after_s']:.0f} s, past its "
+                f"{stall['limit_s']:.0f} s bound: torchboost ended the run (not a stall of the script's)")
     if facts is not None and facts.ended == "stalled" and stall:
         return f"stalled: no training step for {stall['after_s']:.0f} s, the script {stall['doing']}"
     signal_name = getattr(facts, "signal", None)
