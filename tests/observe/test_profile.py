@@ -265,3 +265,30 @@ def test_twin_the_rows_as_torch_gives_them_count_the_launched_kernels_twice(name
     _, trace = load_traces(_HTA_DATA / name)[0]
     every_row_ms = sum(r.self_device_time_total for r in _key_averages(trace)) / 1000.0
     assert every_row_ms > 1.9 * _hta_device_ms(trace)
+
+
+@pytest.mark.parametrize("cap, read", [(10, False), (1_000_000, True)])
+def test_a_window_of_more_operations_than_torchboost_reads_is_left_unread(tmp_path, monkeypatch, cap, read):
+    # A 5 s step of tiny operations held 2 million in two steps: a 515 MB trace whose reading
+    # outlasted the bound on torchboost's own work. Over the cap (here 10), the window is
+    # neither read nor written, and says why; twin: under it, read and written as before.
+    monkeypatch.setattr("torchboost.observe.probes.profile.MAX_READ_EVENTS", cap)
+    window = _profile(tmp_path, sync=False)
+    assert (window.facts is not None) is read and (tmp_path / "trace.json").exists() is read
+    assert (window.error is None) is read
+    if not read:
+        assert "more than the 10 torchboost reads" in window.error and "no op table and no trace" in window.error
+
+
+@pytest.mark.parametrize("error", ["the profiler recorded 1,915,474 operations in its 2 step(s), more than ...", None])
+def test_a_window_left_unread_is_said_in_the_doctors_notes(error):
+    # The profiler's error reached facts.json and no report: the doctor's notes say it now.
+    # Twin: a window without one adds no such note.
+    from torchboost.evidence.observed import Facts
+    from torchboost.evidence.steps import summarize
+    from torchboost.report.doctor_report import run_notes
+
+    facts = Facts()
+    facts.profile_error = error
+    said = [n for n in run_notes(facts, summarize(facts), []) if n.startswith("The profiler:")]
+    assert said == ([f"The profiler: {error}."] if error else [])

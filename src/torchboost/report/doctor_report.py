@@ -224,6 +224,8 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
         notes.append("No rule fired: nothing obvious bounds this step at the default thresholds.")
     if facts.profile and facts.profile.trace_path:
         notes.append(f"Profiler trace: {facts.profile.trace_path} (open it in ui.perfetto.dev).")
+    elif facts.profile_error:
+        notes.append(f"The profiler: {facts.profile_error}.")
     return notes
 
 
