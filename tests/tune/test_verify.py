@@ -9,10 +9,8 @@ import sys
 import pytest
 
 from torchboost.config import BoostConfig, Overlay
-from torchboost.tune.verify.check import (
-    PLAN_FILL, EndToEnd, VerifyPlan, _measure_pairs, _more_pairs, plan_verification, runs_budget, users_own_command,
-    verify,
-)
+from torchboost.tune.verify.check import EndToEnd, _measure_pairs, _more_pairs, runs_budget, users_own_command, verify
+from torchboost.tune.verify.check_plan import PLAN_FILL, VerifyPlan, plan_verification
 
 
 def test_speedup_is_the_median_pair_ratio():
@@ -86,7 +84,7 @@ def test_planned_pairs_still_fit_when_whole_processes_cost_more_than_the_trials_
               baseline_ms=28.0)
     for fill, fitting in ((PLAN_FILL, 4), (1.0, 3)):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("torchboost.tune.verify.check.PLAN_FILL", fill)
+            patch.setattr("torchboost.tune.verify.check_plan.PLAN_FILL", fill)
             plan = plan_verification(**kw)
         planned_pair_s = 2 * 3.5 + plan.fallback_steps * (0.028 + 0.019)
         assert int(55.0 // (1.2 * planned_pair_s)) == fitting

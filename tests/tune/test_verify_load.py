@@ -17,7 +17,7 @@ from torchboost.tune.trials.journal import RunJournal
 from torchboost.tune.trials.trial_result import TrialResult
 from torchboost.tune.unverified import UNVERIFIED_NAME, check_unfinished
 from torchboost.tune.verify import check
-from torchboost.tune.verify.check import VerifyPlan
+from torchboost.tune.verify.check_plan import VerifyPlan
 from torchboost.tune.verify.end_to_end import EndToEnd, end_to_end_verdict
 
 THREADS = Overlay({"cpu.threads": 1})

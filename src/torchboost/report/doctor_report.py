@@ -222,11 +222,14 @@ def run_notes(facts: Facts, summary: Summary, findings: list[Finding]) -> list[s
                      "exactly; torchboost tune measures them.")
     elif n:
         notes.append("No rule fired: nothing obvious bounds this step at the default thresholds.")
+    return notes + _profile_notes(facts)
+
+
+def _profile_notes(facts: Facts) -> list[str]:
+    """Where the profiler's trace is, or why there is none (its error)."""
     if facts.profile and facts.profile.trace_path:
-        notes.append(f"Profiler trace: {facts.profile.trace_path} (open it in ui.perfetto.dev).")
-    elif facts.profile_error:
-        notes.append(f"The profiler: {facts.profile_error}.")
-    return notes
+        return [f"Profiler trace: {facts.profile.trace_path} (open it in ui.perfetto.dev)."]
+    return [f"The profiler: {facts.profile_error}."] if facts.profile_error else []
 
 
 def _finite(value: Any) -> Any:

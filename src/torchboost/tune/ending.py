@@ -23,7 +23,7 @@ from torchboost.tune.trials.trial_length import MIN_TRIAL_STEPS
 from torchboost.tune.trials.trial_result import TrialResult, describe_settings
 from torchboost.tune.unverified import as_typed, check_unfinished, write_unverified
 from torchboost.tune.verify import plan_verification, reserve_s, shortest_pair_s, shortest_run_s, verify
-from torchboost.tune.verify.check import PLAN_FILL
+from torchboost.tune.verify.check_plan import PLAN_FILL
 from torchboost.tune.verify.end_to_end import CLAIM_PAIRS, EndToEnd, end_to_end_verdict, nothing_kept
 
 __all__ = ["check_most_s", "check_reserve", "toml_header", "tune_again", "unfinished",

@@ -22,7 +22,8 @@ from torchboost.observe.parent.request import RunRequest
 from torchboost.observe.parent.supervise import run_observed
 from torchboost.plan import Plan
 from torchboost.tune.search.parity import EXACT, REDUCED, STATISTICAL, check_parity
-from torchboost.tune.verify.check import EXTRA_PAIRS, VerifyPlan, _measure_pairs, _more_pairs, _whole_run, runs_budget
+from torchboost.tune.verify.check import _measure_pairs, _more_pairs, _whole_run, runs_budget
+from torchboost.tune.verify.check_plan import EXTRA_PAIRS, VerifyPlan
 from torchboost.tune.verify.end_to_end import EndToEnd
 
 __all__ = ["Comparison", "Side", "compare", "loss_verdict"]
