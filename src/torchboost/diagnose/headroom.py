@@ -308,6 +308,15 @@ def headroom_of(facts: Facts, limits: MachineLimits | None, busy: str | None = N
     flops = facts.flops_per_step
     achieved = flops / (median / 1000.0) if flops and median else None
     mfu = 100.0 * achieved / peak if achieved and peak else None
+    busy_ms = sum(summary.phase_ms[phase] for phase in ("forward", "backward", "optimizer"))
+    rate = 100.0 * flops / (busy_ms / 1000.0) / peak if flops and peak and busy_ms > 0 else None
+    if rate is not None and rate > 100.0:  # more work than the median step's phases hold at the peak
+        notes.append(f"the counted step's {flops:.3g} FLOPs in the median step's forward, backward and optimizer "
+                     f"({busy_ms:.2f} ms) would run at {rate:.0f}% of the measured peak, which no step does: the "
+                     "counted step did more than a typical one (an evaluation or another forward pass inside it), "
+                     "so no MFU is given")
+        achieved = mfu = None
+        facts = dataclasses.replace(facts, flops_per_step=None)  # the bound's rule reads no FLOPs either
     bound, why = _bound(facts, summary.phase_ms, summary.breakdown_pct, peak)
     if flops is None:
         why = facts.flops_error or "the FLOPs of a step were not counted"
