@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 _FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -33,3 +36,21 @@ def machine_line() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (f"CPU: {model}; {os.cpu_count()} CPUs; flags {', '.join(named)}; torch {torch.__version__}, "
             f"{torch.get_num_threads()} threads; load {load:.1f}")
+
+
+def timed_beside(argv: list[str], *, cwd: Path, loop: str | None = None,
+                 settle_s: float = 0.0) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``argv`` in ``cwd`` to its end, timed from outside (what ``time`` shows), with the
+    Python source ``loop`` spinning in another process the whole while (None: alone), started
+    ``settle_s`` seconds before; (the finished process, its wall seconds)."""
+    spinner = (subprocess.Popen([sys.executable, "-c", loop], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               if loop is not None else None)
+    try:
+        time.sleep(settle_s if spinner is not None else 0.0)
+        start = time.perf_counter()
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+        return done, time.perf_counter() - start
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _machine import machine_line
+from _machine import machine_line, timed_beside
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOW5 = """\
@@ -54,16 +52,8 @@ def tune_once(shape: str, budget: float, busy: bool) -> dict:
     """One tune in a new folder, timed from outside; the busy loop runs for all of it."""
     folder = Path(tempfile.mkdtemp(prefix=f"tune-budget-{shape}-"))
     (folder / "slow5.py").write_text(SLOW5)
-    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
-    try:
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget), "--out", "out",
-                               "--", *SHAPES[shape]], cwd=folder, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-    finally:
-        if loop is not None:
-            loop.kill()
-            loop.wait()
+    done, wall = timed_beside([sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget), "--out", "out",
+                               "--", *SHAPES[shape]], cwd=folder, loop="while True: pass" if busy else None)
     report = folder / "out" / "report.json"
     data = json.loads(report.read_text()) if report.exists() else {}
     last = (done.stderr.strip().splitlines() or [""])[-1]

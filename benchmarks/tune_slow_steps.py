@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _machine import timed_beside
+
 HERE = Path(__file__).resolve().parent
 BUSY_LOOP = ("import torch\ntorch.set_num_threads({threads})\na = torch.randn(768, 768)\n"
              "while True:\n    a = torch.tanh(a @ a)\n")
@@ -60,29 +62,16 @@ def cpu_line() -> str:
             f"{fields.get('Model', '?').strip()}), {os.cpu_count()} cores, flags: {' '.join(wanted)}")
 
 
-def _busy_loop(threads: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(threads=threads)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def tune_once(script: Path, budget: int, busy: bool, run_steps: int, keep: Path | None,
               busy_threads: int = 1) -> dict[str, Any]:
     """One `torchboost tune` in a scratch folder: its report's figures and its wall time."""
     with tempfile.TemporaryDirectory(prefix="tune-slow-") as tmp:
         work = Path(tmp)
-        loop = _busy_loop(busy_threads) if busy else None
-        try:
-            time.sleep(2.0 if busy else 0.0)  # the loop at full speed before tune starts
-            start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget),
+        # the loop at full speed (2 s) before tune starts
+        proc, wall = timed_beside([sys.executable, "-m", "torchboost.cli", "tune", "--budget", str(budget),
                                    "--out", str(work / "out"), "--config", str(work / "torchboost.toml"), "--",
                                    sys.executable, str(script), "--steps", str(run_steps)],
-                                  cwd=work, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-        finally:
-            if loop is not None:
-                loop.kill()
-                loop.wait()
+                                  cwd=work, loop=BUSY_LOOP.format(threads=busy_threads) if busy else None, settle_s=2.0)
         report_path = work / "out" / "report.json"
         if proc.returncode not in (0, 3, 4) or not report_path.is_file():  # 3: no proven win, 4: unverified
             return {"budget": budget, "busy": busy, "wall_s": wall, "error": proc.stderr[-800:]}
