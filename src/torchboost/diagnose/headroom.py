@@ -238,15 +238,19 @@ def _matmul_time_pct(facts: Facts) -> float | None:
     return 100.0 * sum(t for n, t in time.items() if n in names) / total if total else None
 
 
+def _phases_rate_pct(flops: int | None, phase_ms: dict[str, float], peak: float | None) -> float | None:
+    """``flops`` in the forward, backward and optimizer time of ``phase_ms``, as a percent of ``peak``."""
+    busy_ms = phase_ms["forward"] + phase_ms["backward"] + phase_ms["optimizer"]
+    return 100.0 * flops / (busy_ms / 1000.0) / peak if flops and peak and busy_ms > 0 else None
+
+
 def _bound(facts: Facts, phase_ms: dict[str, float], pct: dict[str, float], peak: float | None) -> tuple[str, str]:
     if pct["data"] >= DATA_BOUND_PCT:
         replayed = replay_bound(facts)
         measured = (f"; fed batches from memory, with no loader work, it ran {replayed[0]:.1f}x faster"
                     if replayed else "")
         return "data", f"{pct['data']:.0f}% of the step waits for the DataLoader{measured}"
-    busy_ms = phase_ms["forward"] + phase_ms["backward"] + phase_ms["optimizer"]
-    rate_pct = (100.0 * facts.flops_per_step / (busy_ms / 1000.0) / peak
-                if facts.flops_per_step and peak and busy_ms > 0 else None)
+    rate_pct = _phases_rate_pct(facts.flops_per_step, phase_ms, peak)
     communication = communication_words(facts)
     if communication is not None:
         return "communication", communication[1]
@@ -308,9 +312,9 @@ def headroom_of(facts: Facts, limits: MachineLimits | None, busy: str | None = N
     flops = facts.flops_per_step
     achieved = flops / (median / 1000.0) if flops and median else None
     mfu = 100.0 * achieved / peak if achieved and peak else None
-    busy_ms = sum(summary.phase_ms[phase] for phase in ("forward", "backward", "optimizer"))
-    rate = 100.0 * flops / (busy_ms / 1000.0) / peak if flops and peak and busy_ms > 0 else None
+    rate = _phases_rate_pct(flops, summary.phase_ms, peak)
     if rate is not None and rate > 100.0:  # more work than the median step's phases hold at the peak
+        busy_ms = sum(summary.phase_ms[phase] for phase in ("forward", "backward", "optimizer"))
         notes.append(f"the counted step's {flops:.3g} FLOPs in the median step's forward, backward and optimizer "
                      f"({busy_ms:.2f} ms) would run at {rate:.0f}% of the measured peak, which no step does: the "
                      "counted step did more than a typical one (an evaluation or another forward pass inside it), "
